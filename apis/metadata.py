@@ -1,0 +1,87 @@
+"""Metadata (key 3): brokers, controller, cluster id, and the topics asked for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.metadata_response import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.cluster.metadata import TopicState
+    from trio_broker.server.requests import Request
+
+
+def _topic(topic: TopicState) -> MetadataResponseTopic:
+    return MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=[
+            MetadataResponsePartition(
+                error_code=ErrorCode.NONE,
+                partition_index=p.partition,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas),
+                isr_nodes=list(p.isr),
+                offline_replicas=[],
+            )
+            for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
+        ],
+    )
+
+
+async def handle(broker: Broker, request: Request) -> MetadataResponse:
+    body = request.body
+    meta = broker.metadata
+    topics: list[MetadataResponseTopic] = []
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
+    if body.topics is None or (request.api_version == 0 and not body.topics):
+        topics = [_topic(t) for t in sorted(meta.topics.values(), key=lambda t: t.name)]
+    else:
+        allow_create = request.api_version < 4 or body.allow_auto_topic_creation
+        for wanted in body.topics:
+            name = wanted.name
+            topic = None
+            if name is None:
+                topic = meta.topic_by_id(wanted.topic_id)
+                if topic is None:
+                    topics.append(
+                        MetadataResponseTopic(
+                            error_code=ErrorCode.UNKNOWN_TOPIC_ID,
+                            name=None,
+                            topic_id=wanted.topic_id,
+                        )
+                    )
+                    continue
+            else:
+                topic = meta.topics.get(name)
+                if topic is None and allow_create:
+                    topic, error = await broker.auto_create_topic(name)
+                    if topic is None:
+                        topics.append(MetadataResponseTopic(error_code=error, name=name))
+                        continue
+            if topic is None:
+                topics.append(
+                    MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+                )
+            else:
+                topics.append(_topic(topic))
+    brokers = [
+        MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        for b in sorted(meta.brokers.values(), key=lambda b: b.node_id)
+    ]
+    return MetadataResponse(
+        brokers=brokers,
+        cluster_id=meta.cluster_id,
+        controller_id=meta.controller_id,
+        topics=topics,
+    )

@@ -1,0 +1,128 @@
+"""The cluster's metadata: brokers, topics, partitions with leader epoch, ISR and replicas.
+
+A single broker is a cluster of one, described exactly as a cluster of many would be, so
+that replication slots in later: every partition has a leader and a leader epoch, a
+replica set and an ISR, and its high watermark lives on its log.
+
+Topics and their configs outlive restarts in `trio-broker-metadata.json` in the first log
+directory (Kafka keeps them in its metadata log; a single broker needs only a file,
+written atomically on every change).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import attrs
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BrokerNode", "ClusterMetadata", "PartitionState", "TopicState"]
+
+METADATA_FILE = "trio-broker-metadata.json"
+
+
+@attrs.frozen(kw_only=True)
+class BrokerNode:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@attrs.define(kw_only=True)
+class PartitionState:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int = 0
+    replicas: list[int] = attrs.Factory(list)
+    isr: list[int] = attrs.Factory(list)
+
+
+@attrs.define(kw_only=True)
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = attrs.Factory(dict)
+    configs: dict[str, str] = attrs.Factory(dict)  # topic-level overrides, Kafka key names
+    internal: bool = False
+
+
+@attrs.define(kw_only=True)
+class ClusterMetadata:
+    cluster_id: str
+    controller_id: int
+    brokers: dict[int, BrokerNode] = attrs.Factory(dict)
+    topics: dict[str, TopicState] = attrs.Factory(dict)
+    path: Path | None = None
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    # --- persistence -----------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path, *, cluster_id: str, controller_id: int) -> ClusterMetadata:
+        meta = cls(cluster_id=cluster_id, controller_id=controller_id, path=path)
+        if not path.exists():
+            return meta
+        data = json.loads(path.read_text())
+        for t in data.get("topics", []):
+            topic = TopicState(
+                name=t["name"],
+                topic_id=uuid.UUID(t["topic_id"]),
+                configs=dict(t.get("configs", {})),
+                internal=bool(t.get("internal", False)),
+            )
+            for p in t["partitions"]:
+                topic.partitions[p["partition"]] = PartitionState(
+                    topic=topic.name,
+                    partition=p["partition"],
+                    leader=p["leader"],
+                    leader_epoch=p["leader_epoch"],
+                    replicas=list(p["replicas"]),
+                    isr=list(p["isr"]),
+                )
+            meta.topics[topic.name] = topic
+        return meta
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        data = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "internal": t.internal,
+                    "configs": t.configs,
+                    "partitions": [
+                        {
+                            "partition": p.partition,
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "replicas": p.replicas,
+                            "isr": p.isr,
+                        }
+                        for p in sorted(t.partitions.values(), key=lambda p: p.partition)
+                    ],
+                }
+                for t in sorted(self.topics.values(), key=lambda t: t.name)
+            ],
+        }
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

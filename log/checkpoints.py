@@ -1,0 +1,195 @@
+"""Kafka's small text files beside the segments, byte for byte.
+
+- Offset checkpoints (`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+  `replication-offset-checkpoint`): a version line `0`, a count line, then one
+  `topic partition offset` line per partition.
+- `leader-epoch-checkpoint` per partition: `0`, count, `epoch startOffset` lines.
+- `partition.metadata` per partition: `version: 0` / `topic_id: <base64 uuid>`.
+- `meta.properties` per log dir, Java-properties style (KRaft, version=1).
+
+Every write goes to `<name>.tmp`, is fsynced, renamed over the target, and the directory
+is fsynced, as Kafka's CheckpointFile does, so a crash leaves either the old or the new file.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+__all__ = [
+    "LOG_START_OFFSET_CHECKPOINT",
+    "META_PROPERTIES",
+    "PARTITION_METADATA",
+    "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
+    "CorruptCheckpointError",
+    "atomic_write",
+    "fsync_dir",
+    "read_epoch_checkpoint",
+    "read_meta_properties",
+    "read_offset_checkpoint",
+    "read_partition_metadata",
+    "topic_id_from_str",
+    "topic_id_to_str",
+    "write_epoch_checkpoint",
+    "write_meta_properties",
+    "write_offset_checkpoint",
+    "write_partition_metadata",
+]
+
+logger = logging.getLogger(__name__)
+
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+META_PROPERTIES = "meta.properties"
+PARTITION_METADATA = "partition.metadata"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+_VERSION = 0
+
+
+class CorruptCheckpointError(Exception):
+    """A checkpoint file that does not parse; the caller decides whether to ignore it."""
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or create inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
+    """Replace `path` with `data`: write a .tmp sibling, fsync, rename, fsync the dir."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(path.parent)
+
+
+def _lines(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def _parse_versioned(path: Path, fields: int) -> list[list[str]]:
+    lines = _lines(path)
+    if len(lines) < 2:
+        raise CorruptCheckpointError(f"{path}: missing version or count line")
+    try:
+        version = int(lines[0])
+        count = int(lines[1])
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{path}: bad header: {lines[:2]!r}") from exc
+    if version != _VERSION:
+        raise CorruptCheckpointError(f"{path}: unrecognized version {version}")
+    entries = [line.split(" ") for line in lines[2:] if line]
+    if len(entries) != count or any(len(e) != fields for e in entries):
+        raise CorruptCheckpointError(f"{path}: expected {count} entries of {fields} fields")
+    return entries
+
+
+def write_offset_checkpoint(
+    path: str | os.PathLike[str], offsets: Mapping[tuple[str, int], int], *, sync: bool = True
+) -> None:
+    """Write `{(topic, partition): offset}` in Kafka's OffsetCheckpointFile format."""
+    lines = [str(_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+    atomic_write(path, ("\n".join(lines) + "\n").encode(), sync=sync)
+
+
+def read_offset_checkpoint(path: str | os.PathLike[str]) -> dict[tuple[str, int], int]:
+    """Parse an offset checkpoint; a missing file reads as empty."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        return {(t, int(p)): int(o) for t, p, o in _parse_versioned(path, 3)}
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{path}: {exc}") from exc
+
+
+def write_epoch_checkpoint(
+    path: str | os.PathLike[str], entries: Iterable[tuple[int, int]], *, sync: bool = True
+) -> None:
+    """Write `(epoch, start_offset)` pairs in Kafka's LeaderEpochCheckpointFile format."""
+    entries = list(entries)
+    lines = [str(_VERSION), str(len(entries))] + [f"{e} {o}" for e, o in entries]
+    atomic_write(path, ("\n".join(lines) + "\n").encode(), sync=sync)
+
+
+def read_epoch_checkpoint(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        return [(int(e), int(o)) for e, o in _parse_versioned(path, 2)]
+    except ValueError as exc:
+        raise CorruptCheckpointError(f"{path}: {exc}") from exc
+
+
+def topic_id_to_str(topic_id: uuid.UUID) -> str:
+    """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def topic_id_from_str(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+def write_partition_metadata(partition_dir: str | os.PathLike[str], topic_id: uuid.UUID) -> None:
+    text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}"
+    atomic_write(Path(partition_dir) / PARTITION_METADATA, text.encode())
+
+
+def read_partition_metadata(partition_dir: str | os.PathLike[str]) -> uuid.UUID | None:
+    path = Path(partition_dir) / PARTITION_METADATA
+    if not path.exists():
+        return None
+    fields = {}
+    for line in _lines(path):
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    if fields.get("version") != "0" or "topic_id" not in fields:
+        raise CorruptCheckpointError(f"{path}: unrecognized content")
+    return topic_id_from_str(fields["topic_id"])
+
+
+def write_meta_properties(log_dir: str | os.PathLike[str], props: Mapping[str, str]) -> None:
+    """Write meta.properties the way java.util.Properties.store does (comment, date, k=v)."""
+    stamp = time.strftime("%a %b %d %H:%M:%S %Z %Y")
+    lines = ["#", f"#{stamp}"] + [f"{k}={v}" for k, v in sorted(props.items())]
+    atomic_write(Path(log_dir) / META_PROPERTIES, ("\n".join(lines) + "\n").encode())
+
+
+def read_meta_properties(log_dir: str | os.PathLike[str]) -> dict[str, str] | None:
+    path = Path(log_dir) / META_PROPERTIES
+    if not path.exists():
+        return None
+    props = {}
+    for line in _lines(path):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, _, value = line.partition("=")
+        props[key.strip()] = value.strip()
+    return props

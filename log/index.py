@@ -1,0 +1,214 @@
+"""The sparse indexes beside each segment: `.index` (offset -> position) and `.timeindex`.
+
+Both are files of fixed-size big-endian entries, preallocated to `segment.index.bytes`
+while the segment is active and trimmed to the written entries when it is rolled or
+closed, as Kafka's AbstractIndex does. The entries also live in memory (two arrays), so
+lookups are a bisect and never touch the disk; writes are `os.pwrite` into the page cache.
+
+- OffsetIndex entry (8 bytes): relative offset int32, file position int32.
+- TimeIndex entry (12 bytes): timestamp int64, relative offset int32 of the batch holding
+  the largest timestamp so far. The last slot is reserved for the entry written on roll.
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import logging
+import os
+import struct
+from pathlib import Path
+
+__all__ = ["CorruptIndexError", "OffsetIndex", "TimeIndex"]
+
+logger = logging.getLogger(__name__)
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class CorruptIndexError(Exception):
+    """An index file that fails Kafka's sanity checks; the segment's index is rebuilt."""
+
+
+class _Index:
+    entry: struct.Struct
+
+    def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int) -> None:
+        self.path = Path(path)
+        self.base_offset = base_offset
+        self.keys = array.array("q")  # relative offsets (OffsetIndex) or timestamps (TimeIndex)
+        self.values = array.array("q")  # positions (OffsetIndex) or relative offsets (TimeIndex)
+        newly_created = not self.path.exists()
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.max_entries = max_index_size // self.entry.size
+        if newly_created:
+            os.ftruncate(self.fd, self.max_entries * self.entry.size)
+        else:
+            self._load()
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        length = os.fstat(self.fd).st_size
+        if length % self.entry.size:
+            raise CorruptIndexError(
+                f"index file {self.path} has size {length}, not a multiple of {self.entry.size}"
+            )
+        data = os.pread(self.fd, length, 0)
+        for key, value in self.entry.iter_unpack(data):
+            # A file that was never trimmed (unclean stop) ends in zeroed slots; entries
+            # are strictly increasing, so the first one that is not ends the valid part.
+            if self.keys and not self._follows(key, value):
+                break
+            self.keys.append(key)
+            self.values.append(value)
+        # An index loaded from disk can grow again only if it is the active segment's,
+        # which calls resize(); until then it holds what it has.
+        self.max_entries = max(self.max_entries, len(self.keys))
+
+    def _follows(self, key: int, value: int) -> bool:
+        raise NotImplementedError
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        return len(self.keys)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self.keys) >= self.max_entries
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.keys) * self.entry.size
+
+    def _write(self, key: int, value: int) -> None:
+        os.pwrite(self.fd, self.entry.pack(key, value), len(self.keys) * self.entry.size)
+        self.keys.append(key)
+        self.values.append(value)
+
+    def _truncate_entries(self, n: int) -> None:
+        del self.keys[n:]
+        del self.values[n:]
+        # Zero the dropped slots so a later load does not mistake them for entries.
+        length = os.fstat(self.fd).st_size
+        start = n * self.entry.size
+        if start < length:
+            os.ftruncate(self.fd, start)
+            os.ftruncate(self.fd, length)
+
+    def reset(self) -> None:
+        """Forget every entry (before a rebuild) and preallocate again."""
+        self.keys = array.array("q")
+        self.values = array.array("q")
+        os.ftruncate(self.fd, 0)
+        os.ftruncate(self.fd, self.max_entries * self.entry.size)
+
+    def resize(self, max_index_size: int) -> None:
+        """Preallocate to `max_index_size` (rounded down to whole entries), keeping entries."""
+        self.max_entries = max(max_index_size // self.entry.size, len(self.keys))
+        os.ftruncate(self.fd, self.max_entries * self.entry.size)
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to the written entries (on roll and close)."""
+        self.max_entries = len(self.keys)
+        os.ftruncate(self.fd, self.size_in_bytes)
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def rename(self, new_path: Path) -> None:
+        os.rename(self.path, new_path)
+        self.path = new_path
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+class OffsetIndex(_Index):
+    """Maps a relative offset to the file position of the batch that starts there or before."""
+
+    entry = _OFFSET_ENTRY
+
+    def _follows(self, key: int, value: int) -> bool:
+        return key > self.keys[-1] and value > self.values[-1]
+
+    def sanity_check(self) -> None:
+        if self.keys and self.keys[-1] < 0:
+            raise CorruptIndexError(f"corrupt index {self.path}: last relative offset < 0")
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + (self.keys[-1] if self.keys else 0)
+
+    def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        if self.keys and relative <= self.keys[-1]:
+            raise ValueError(
+                f"offset {offset} is not larger than the last indexed offset {self.last_offset}"
+            )
+        if self.is_full:
+            raise ValueError(f"offset index {self.path} is full")
+        self._write(relative, position)
+
+    def lookup(self, target_offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry <= target, or (base_offset, 0)."""
+        slot = bisect.bisect_right(self.keys, target_offset - self.base_offset) - 1
+        if slot < 0:
+            return self.base_offset, 0
+        return self.base_offset + self.keys[slot], self.values[slot]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at or above `offset`."""
+        self._truncate_entries(bisect.bisect_left(self.keys, offset - self.base_offset))
+
+
+class TimeIndex(_Index):
+    """Maps a timestamp to the offset of the batch holding the largest timestamp so far."""
+
+    entry = _TIME_ENTRY
+
+    def _follows(self, key: int, value: int) -> bool:
+        return key > self.keys[-1] and value >= self.values[-1]
+
+    @property
+    def is_full(self) -> bool:
+        # The last slot is kept for the entry maybe_append(skip_full_check=True) adds on roll.
+        return len(self.keys) >= self.max_entries - 1
+
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, offset) of the last entry, or (-1, base_offset) when empty."""
+        if not self.keys:
+            return -1, self.base_offset
+        return self.keys[-1], self.base_offset + self.values[-1]
+
+    def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
+        """Add an entry if `timestamp` is larger than the last one's."""
+        if not skip_full_check and self.is_full:
+            raise ValueError(f"time index {self.path} is full")
+        last_ts, last_offset = self.last_entry()
+        if self.keys and offset < last_offset:
+            raise ValueError(f"offset {offset} is below the last time index offset {last_offset}")
+        if timestamp > last_ts:
+            if len(self.keys) >= self.max_entries:
+                self.resize((len(self.keys) + 1) * self.entry.size)
+            self._write(timestamp, offset - self.base_offset)
+
+    def lookup(self, target_timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry with timestamp <= target, or (-1, base)."""
+        slot = bisect.bisect_right(self.keys, target_timestamp) - 1
+        if slot < 0:
+            return -1, self.base_offset
+        return self.keys[slot], self.base_offset + self.values[slot]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is at or above `offset`."""
+        self._truncate_entries(bisect.bisect_left(self.values, offset - self.base_offset))

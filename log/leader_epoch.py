@@ -1,0 +1,120 @@
+"""LeaderEpochCache: which leader epoch began at which offset (Kafka's LeaderEpochFileCache).
+
+Kept in `<partition dir>/leader-epoch-checkpoint` and used to answer OffsetForLeaderEpoch,
+so that a follower or a consumer that saw an older leader can find where its epoch ended.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from pathlib import Path
+
+from trio_broker.log.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    CorruptCheckpointError,
+    read_epoch_checkpoint,
+    write_epoch_checkpoint,
+)
+
+__all__ = ["UNDEFINED_EPOCH", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
+
+logger = logging.getLogger(__name__)
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    """Sorted (epoch, start_offset) entries, both strictly increasing."""
+
+    def __init__(self, partition_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(partition_dir) / LEADER_EPOCH_CHECKPOINT
+        try:
+            entries = read_epoch_checkpoint(self.path)
+        except CorruptCheckpointError:
+            logger.warning("ignoring corrupt leader epoch checkpoint %s", self.path, exc_info=True)
+            entries = []
+        self.epochs: list[int] = [e for e, _ in entries]
+        self.start_offsets: list[int] = [o for _, o in entries]
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self.epochs, self.start_offsets, strict=True))
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.epochs[-1] if self.epochs else None
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch in which `offset` was written, if known."""
+        slot = bisect.bisect_right(self.start_offsets, offset) - 1
+        return self.epochs[slot] if slot >= 0 else None
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that `epoch` starts at `start_offset`; True if the cache changed."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
+        if self.epochs and epoch == self.epochs[-1] and start_offset >= self.start_offsets[-1]:
+            return False
+        # A new entry makes every entry with a larger-or-equal epoch or offset stale.
+        keep = len(self.epochs)
+        while keep and (
+            self.epochs[keep - 1] >= epoch or self.start_offsets[keep - 1] >= start_offset
+        ):
+            keep -= 1
+        if keep < len(self.epochs):
+            logger.info(
+                "leader epoch cache %s: dropping %s for new entry (%s, %s)",
+                self.path.parent.name,
+                self.entries()[keep:],
+                epoch,
+                start_offset,
+            )
+        del self.epochs[keep:]
+        del self.start_offsets[keep:]
+        self.epochs.append(epoch)
+        self.start_offsets.append(start_offset)
+        self.write(sync=False)
+        return True
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch, with Kafka's edge cases."""
+        if requested_epoch == UNDEFINED_EPOCH or not self.epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self.epochs[-1]:
+            return requested_epoch, log_end_offset
+        higher = bisect.bisect_right(self.epochs, requested_epoch)
+        if higher == len(self.epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            # Older than anything we know: the data is gone, so point at the first epoch we have.
+            return requested_epoch, self.start_offsets[0]
+        return self.epochs[higher - 1], self.start_offsets[higher]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Forget epochs that start at or after `end_offset` (log truncated there)."""
+        keep = bisect.bisect_left(self.start_offsets, end_offset)
+        if keep < len(self.epochs):
+            del self.epochs[keep:]
+            del self.start_offsets[keep:]
+            self.write(sync=False)
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop epochs wholly below the new log start; the one covering it now starts there."""
+        floor = bisect.bisect_right(self.start_offsets, start_offset) - 1
+        if floor < 0 or (floor == 0 and self.start_offsets[0] == start_offset):
+            return
+        del self.epochs[:floor]
+        del self.start_offsets[:floor]
+        self.start_offsets[0] = start_offset
+        self.write(sync=False)
+
+    def clear(self) -> None:
+        self.epochs.clear()
+        self.start_offsets.clear()
+        self.write(sync=False)
+
+    def write(self, *, sync: bool = True) -> None:
+        if self.path.parent.exists():
+            write_epoch_checkpoint(self.path, self.entries(), sync=sync)

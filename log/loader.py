@@ -1,0 +1,222 @@
+"""Opening a partition log: find its segments, recover after a crash, rebuild state.
+
+Kafka's LogLoader, in outline:
+1. Leftovers of interrupted operations (`.deleted`, `.cleaned`, `.swap`, `.tmp`) go.
+2. Each `.log` file becomes a segment; a missing or corrupt index marks it for rebuild.
+3. After an unclean shutdown, every segment from the one holding the recovery point on is
+   recovered: CRCs checked batch by batch, indexes rebuilt, and the log truncated at the
+   first bad byte (a torn write), with every later segment deleted.
+4. The leader epoch cache and producer state are brought in line with the log end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from trio_broker.log.checkpoints import CorruptCheckpointError, read_partition_metadata
+from trio_broker.log.config import LogConfig
+from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
+from trio_broker.log.producer_state import increment_sequence
+from trio_broker.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment
+from trio_broker.protocol.records import BatchHeader
+
+__all__ = ["load_log", "rebuild_producer_state"]
+
+logger = logging.getLogger(__name__)
+
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+
+
+def load_log(
+    directory: str | os.PathLike[str],
+    topic: str,
+    partition: int,
+    config: LogConfig,
+    *,
+    now_ms: Callable[[], int] = wall_clock_ms,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    high_watermark: int = 0,
+    clean_shutdown: bool = True,
+    topic_id: uuid.UUID | None = None,
+) -> PartitionLog:
+    """Open (creating if needed) the partition directory `directory` and load its log."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        stored_id = read_partition_metadata(directory)
+    except CorruptCheckpointError:
+        logger.warning("ignoring corrupt partition.metadata in %s", directory)
+        stored_id = None
+    log = PartitionLog(
+        directory, topic, partition, config, now_ms=now_ms, topic_id=topic_id or stored_id
+    )
+    if topic_id is not None and stored_id != topic_id:
+        log.write_partition_metadata()
+
+    for path in directory.iterdir():
+        if path.name.endswith(_LEFTOVER_SUFFIXES):
+            logger.info("removing leftover file %s", path)
+            path.unlink(missing_ok=True)
+    for path in sorted(directory.glob("*" + LOG_SUFFIX)):
+        if not path.stem.isdigit():
+            continue
+        log._add_segment(
+            LogSegment(
+                directory,
+                int(path.stem),
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_size=config.segment_index_bytes,
+                created_ms=now_ms(),
+            )
+        )
+    # Index files whose segment is gone are orphans.
+    bases = set(log._bases)
+    for suffix in (".index", ".timeindex"):
+        for path in directory.glob("*" + suffix):
+            if path.stem.isdigit() and int(path.stem) not in bases:
+                path.unlink(missing_ok=True)
+
+    if not log.segments:
+        log._new_segment(max(log_start_offset, 0))
+    _recover(log, recovery_point, clean_shutdown)
+
+    log.log_end_offset = log.active_segment.next_offset
+    log.log_start_offset = max(log_start_offset, log.segments[0].base_offset)
+    if log.log_start_offset > log.log_end_offset:
+        log.log_start_offset = log.log_end_offset
+    log.recovery_point = (
+        log.log_end_offset if clean_shutdown else min(max(recovery_point, 0), log.log_end_offset)
+    )
+    log.active_segment.resize_indexes(config.segment_index_bytes)
+    log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
+    log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
+    rebuild_producer_state(log, log.log_end_offset)
+    log.remove_expired_producers(now_ms())
+    log.high_watermark = high_watermark
+    logger.info(
+        "loaded log %s: %d segment(s), offsets [%s, %s), high watermark %s",
+        log.name,
+        len(log.segments),
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+    )
+    return log
+
+
+def _recover(log: PartitionLog, recovery_point: int, clean_shutdown: bool) -> None:
+    if clean_shutdown:
+        # Trust the files, except where an index is missing or corrupt.
+        for segment in log.segments:
+            if segment.index_needs_rebuild:
+                _recover_segment(log, segment, "missing or corrupt index")
+        return
+    # The segment holding the recovery point and every later one may hold unflushed data.
+    first = log._floor_slot(recovery_point)
+    for i, segment in enumerate(list(log.segments)):
+        if i < first and not segment.index_needs_rebuild:
+            continue
+        truncated = _recover_segment(log, segment, "unclean shutdown")
+        if truncated:
+            later = log.segments[log.segments.index(segment) + 1 :]
+            for doomed in later:
+                log.segments.remove(doomed)
+                log._bases.remove(doomed.base_offset)
+                doomed.delete()
+            if later:
+                logger.warning(
+                    "log %s: deleted %d segment(s) after the corrupt one at base offset %s: %s",
+                    log.name,
+                    len(later),
+                    segment.base_offset,
+                    [s.base_offset for s in later],
+                )
+            break
+
+
+def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
+    epochs: list[tuple[int, int]] = []
+
+    def on_batch(header: BatchHeader) -> None:
+        if header.partition_leader_epoch >= 0 and (
+            not epochs or header.partition_leader_epoch != epochs[-1][0]
+        ):
+            epochs.append((header.partition_leader_epoch, header.base_offset))
+
+    size_before = os.fstat(segment.fd).st_size
+    truncated = segment.recover(on_batch)
+    for epoch, offset in epochs:
+        if (
+            log.leader_epoch_cache.latest_epoch is None
+            or epoch > log.leader_epoch_cache.latest_epoch
+        ):
+            log.leader_epoch_cache.assign(epoch, offset)
+    if truncated:
+        logger.warning(
+            "log %s (%s): segment %s was cut or corrupt: truncated %d of %d bytes at position "
+            "%d (next offset %d); rebuilt its indexes",
+            log.name,
+            why,
+            segment.log_path.name,
+            truncated,
+            size_before,
+            segment.size,
+            segment.next_offset,
+        )
+    else:
+        logger.warning(
+            "log %s (%s): checked segment %s (%d bytes) and rebuilt its indexes",
+            log.name,
+            why,
+            segment.log_path.name,
+            segment.size,
+        )
+    return truncated
+
+
+def rebuild_producer_state(log: PartitionLog, end_offset: int) -> None:
+    """Load the newest producer snapshot at or below `end_offset` and replay batch headers
+    from there to `end_offset` (Kafka's UnifiedLog.rebuildProducerState)."""
+    state = log.producer_state
+    start = state.load_latest_snapshot(end_offset)
+    if start is None:
+        start = log.log_start_offset
+        state.producers.clear()
+    replayed = 0
+    for segment in log.segments:
+        if segment.next_offset <= start or segment.base_offset >= end_offset:
+            continue
+        found = segment.translate_offset(start)
+        if found is None:
+            continue
+        for _, header in segment.batches_from(found[0]):
+            if header.base_offset >= end_offset:
+                break
+            if header.base_offset < start or header.producer_id < 0 or header.is_control:
+                continue
+            info = state.prepare_update(header.producer_id)
+            info.append_data_batch(
+                epoch=header.producer_epoch,
+                first_seq=header.base_sequence,
+                last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
+                first_offset=header.base_offset,
+                last_offset=header.last_offset,
+                timestamp=header.max_timestamp,
+                validate=False,
+            )
+            state.update(info)
+            replayed += 1
+    state.update_map_end_offset(end_offset)
+    if replayed:
+        logger.info(
+            "log %s: rebuilt producer state from offset %s to %s (%d batches)",
+            log.name,
+            start,
+            end_offset,
+            replayed,
+        )

@@ -1,0 +1,372 @@
+"""LogManager: every partition log in the broker's log dirs, and their housekeeping.
+
+At start (`open`) it reads each log dir's checkpoints and `meta.properties`, removes
+directories left pending deletion, and loads each `<topic>-<partition>/`, recovering from
+the recovery point when the last shutdown was not clean (no `.kafka_cleanshutdown`).
+`run` is the background task for the broker nursery: retention, flushes, checkpoints and
+the delayed deletion of `.deleted` segments and `-delete` directories.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import trio
+
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CorruptCheckpointError,
+    atomic_write,
+    read_meta_properties,
+    read_offset_checkpoint,
+    topic_id_to_str,
+    write_meta_properties,
+    write_offset_checkpoint,
+)
+from trio_broker.log.config import LogConfig
+from trio_broker.log.loader import load_log
+from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir_name"]
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+_NEVER = 2**63 - 1
+
+TopicPartition = tuple[str, int]
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """`<topic>-<partition>` -> (topic, partition); None for anything else."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or "." in partition:
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[str | os.PathLike[str]],
+        *,
+        node_id: int,
+        cluster_id: str,
+        default_config: LogConfig | None = None,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        retention_check_interval_ms: int = 300_000,  # log.retention.check.interval.ms
+        flush_check_interval_ms: int = 1_000,  # how often flush.ms / flush.messages are checked
+        flush_offset_checkpoint_interval_ms: int = 60_000,  # log.flush.offset.checkpoint.interval.ms
+        flush_start_offset_checkpoint_interval_ms: int = 60_000,  # log.flush.start.offset.checkpoint.interval.ms
+        producer_id_expiration_check_interval_ms: int = 600_000,
+    ) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.default_config = default_config or LogConfig()
+        self.now_ms = now_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.flush_check_interval_ms = flush_check_interval_ms
+        self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
+        self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self.directory_ids: dict[Path, uuid.UUID] = {}
+        # Logs renamed to `-delete`, with the time they may be removed.
+        self._logs_to_delete: list[tuple[int, PartitionLog]] = []
+        self.had_clean_shutdown: dict[Path, bool] = {}
+
+    # -- start -----------------------------------------------------------------------------
+
+    def open(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Load every log in every log dir (blocking: recovery may read whole segments)."""
+        topic_configs = topic_configs or {}
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._check_meta_properties(log_dir)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            self.had_clean_shutdown[log_dir] = clean
+            if not clean:
+                logger.warning("log dir %s was not shut down cleanly: recovering logs", log_dir)
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            for entry in sorted(log_dir.iterdir()):
+                if not entry.is_dir():
+                    continue
+                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                    logger.info("removing partition directory %s left pending deletion", entry)
+                    shutil.rmtree(entry, ignore_errors=True)
+                    continue
+                tp = parse_partition_dir_name(entry.name)
+                if tp is None:
+                    continue
+                if tp in self.logs:
+                    raise RuntimeError(f"duplicate log directories for {tp}: {entry}")
+                self.logs[tp] = load_log(
+                    entry,
+                    tp[0],
+                    tp[1],
+                    topic_configs.get(tp[0], self.default_config),
+                    now_ms=self.now_ms,
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    high_watermark=high_watermarks.get(tp, 0),
+                    clean_shutdown=clean,
+                )
+            # From now on a crash must be detected as unclean.
+            marker.unlink(missing_ok=True)
+        logger.info("loaded %d logs from %s", len(self.logs), [str(d) for d in self.log_dirs])
+
+    def _check_meta_properties(self, log_dir: Path) -> None:
+        props = read_meta_properties(log_dir)
+        if props is None:
+            directory_id = uuid.uuid4()
+            write_meta_properties(
+                log_dir,
+                {
+                    "version": "1",
+                    "node.id": str(self.node_id),
+                    "cluster.id": self.cluster_id,
+                    "directory.id": topic_id_to_str(directory_id),
+                },
+            )
+            self.directory_ids[log_dir] = directory_id
+            return
+        if props.get("cluster.id") not in (None, self.cluster_id):
+            raise RuntimeError(
+                f"log dir {log_dir} belongs to cluster {props.get('cluster.id')!r}, "
+                f"not {self.cluster_id!r}"
+            )
+        if props.get("node.id") not in (None, str(self.node_id)):
+            raise RuntimeError(
+                f"log dir {log_dir} belongs to node {props.get('node.id')}, not {self.node_id}"
+            )
+        from trio_broker.log.checkpoints import topic_id_from_str
+
+        if "directory.id" in props:
+            self.directory_ids[log_dir] = topic_id_from_str(props["directory.id"])
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return read_offset_checkpoint(path)
+        except CorruptCheckpointError:
+            logger.warning("ignoring corrupt checkpoint file %s", path, exc_info=True)
+            return {}
+
+    # -- logs ------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get((topic, partition))
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self.logs.values())
+
+    def create_log(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID | None = None,
+        config: LogConfig | None = None,
+    ) -> PartitionLog:
+        """The log of (topic, partition), created in the least loaded log dir if missing."""
+        existing = self.logs.get((topic, partition))
+        if existing is not None:
+            if topic_id is not None and existing.topic_id not in (None, topic_id):
+                raise KafkaError(
+                    ErrorCode.INCONSISTENT_TOPIC_ID,
+                    f"log {existing.name} has topic id {existing.topic_id}, not {topic_id}",
+                )
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for log in self.logs.values():
+            parent = log.dir.parent
+            if parent in counts:
+                counts[parent] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log = load_log(
+            log_dir / f"{topic}-{partition}",
+            topic,
+            partition,
+            config or self.default_config,
+            now_ms=self.now_ms,
+            topic_id=topic_id,
+        )
+        self.logs[(topic, partition)] = log
+        logger.info("created log %s in %s", log.name, log_dir)
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; the files go
+        after file.delete.delay.ms, so in-flight fetches keep valid file regions."""
+        log = self.logs.pop((topic, partition), None)
+        if log is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no log for {topic}-{partition}"
+            )
+        suffix = f"-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        name = topic[: 255 - len(suffix)] + suffix
+        log.rename_dir(log.dir.parent / name)
+        self._logs_to_delete.append((self.now_ms() + log.config.file_delete_delay_ms, log))
+        logger.info("log %s-%s scheduled for deletion as %s", topic, partition, name)
+
+    def delete_pending(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Remove deleted logs and `.deleted` segment files whose delay has passed."""
+        now = self.now_ms() if now_ms is None else now_ms
+        removed = 0
+        keep = []
+        for deadline, log in self._logs_to_delete:
+            if force or deadline <= now:
+                log.delete()
+                removed += 1
+            else:
+                keep.append((deadline, log))
+        self._logs_to_delete = keep
+        for log in self.all_logs():
+            removed += log.delete_expired_files(now, force=force)
+        return removed
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def _logs_by_dir(self) -> dict[Path, list[PartitionLog]]:
+        by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in self.log_dirs}
+        for log in self.logs.values():
+            by_dir.setdefault(log.dir.parent, []).append(log)
+        return by_dir
+
+    def checkpoint_recovery_points(self) -> None:
+        for log_dir, logs in self._logs_by_dir().items():
+            write_offset_checkpoint(
+                log_dir / RECOVERY_POINT_CHECKPOINT,
+                {(log.topic, log.partition): log.recovery_point for log in logs},
+            )
+
+    def checkpoint_log_start_offsets(self) -> None:
+        # Like Kafka, only logs whose start moved past their first segment need an entry.
+        for log_dir, logs in self._logs_by_dir().items():
+            write_offset_checkpoint(
+                log_dir / LOG_START_OFFSET_CHECKPOINT,
+                {
+                    (log.topic, log.partition): log.log_start_offset
+                    for log in logs
+                    if log.log_start_offset > log.segments[0].base_offset
+                },
+            )
+
+    def checkpoint_high_watermarks(self) -> None:
+        for log_dir, logs in self._logs_by_dir().items():
+            write_offset_checkpoint(
+                log_dir / REPLICATION_OFFSET_CHECKPOINT,
+                {(log.topic, log.partition): log.high_watermark for log in logs},
+            )
+
+    def checkpoint(self) -> None:
+        """Write the three offset checkpoint files of every log dir (blocking: fsyncs)."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+        self.checkpoint_high_watermarks()
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        for log in self.all_logs():
+            try:
+                log.close()
+            except OSError:
+                logger.exception("error closing log %s", log.name)
+        self.checkpoint()
+        self.delete_pending(force=True)
+        for log_dir in self.log_dirs:
+            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
+        logger.info("log manager closed %d logs cleanly", len(self.logs))
+
+    # -- background maintenance ------------------------------------------------------------
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over all logs; returns the number of segments deleted."""
+        now = self.now_ms() if now_ms is None else now_ms
+        deleted = 0
+        for log in self.all_logs():
+            if not log.closed:
+                deleted += log.delete_old_segments(now)
+        return deleted
+
+    async def run(
+        self,
+        *,
+        clock: Callable[[], float] = trio.current_time,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Housekeeping for the broker nursery; runs until cancelled.
+
+        `clock` (seconds, trio's clock by default) paces the loop; retention and roll
+        decisions use the manager's `now_ms`, so tests can drive both with autojump_clock.
+        """
+        start = clock()
+        intervals = {
+            "retention": self.retention_check_interval_ms,
+            "flush": self.flush_check_interval_ms,
+            "recovery_checkpoint": self.flush_offset_checkpoint_interval_ms,
+            "start_checkpoint": self.flush_start_offset_checkpoint_interval_ms,
+            "producer_expiry": self.producer_id_expiration_check_interval_ms,
+        }
+        due = {name: start + ms / 1000 for name, ms in intervals.items() if 0 < ms < _NEVER}
+        task_status.started()
+        while True:
+            next_due = min(due.values(), default=math.inf)
+            await trio.sleep(max(next_due - clock(), 0))
+            now = clock()
+            for name, when in list(due.items()):
+                if when > now:
+                    continue
+                due[name] = now + intervals[name] / 1000
+                try:
+                    await self._run_task(name)
+                except OSError:
+                    logger.exception("log maintenance task %s failed", name)
+
+    async def _run_task(self, name: str) -> None:
+        if name == "retention":
+            deleted = self.run_retention()
+            if deleted:
+                logger.info("retention deleted %d segment(s)", deleted)
+        elif name == "flush":
+            now = self.now_ms()
+            for log in self.all_logs():
+                target = log.flush_target(now)
+                if target is not None:
+                    await trio.to_thread.run_sync(log.flush, target)
+            if self._has_pending_deletes():
+                await trio.to_thread.run_sync(self.delete_pending, now)
+        elif name == "recovery_checkpoint":
+            await trio.to_thread.run_sync(self.checkpoint_recovery_points)
+            await trio.to_thread.run_sync(self.checkpoint_high_watermarks)
+        elif name == "start_checkpoint":
+            await trio.to_thread.run_sync(self.checkpoint_log_start_offsets)
+        elif name == "producer_expiry":
+            now = self.now_ms()
+            for log in self.all_logs():
+                log.remove_expired_producers(now)
+
+    def _has_pending_deletes(self) -> bool:
+        now = self.now_ms()
+        if any(deadline <= now for deadline, _ in self._logs_to_delete):
+            return True
+        return any(
+            deadline <= now for log in self.logs.values() for deadline, _ in log.pending_deletes
+        )

@@ -1,0 +1,668 @@
+"""PartitionLog: one partition's log on disk (Kafka's UnifiedLog, local part only).
+
+The produce path calls `append_as_leader`, the fetch path `read`, which hands back file
+regions for sendfile; ListOffsets, DeleteRecords and OffsetForLeaderEpoch have their own
+methods. Loading and crash recovery live in `trio_broker.log.loader`.
+
+Threading: everything runs on the Trio thread except `flush`, which the LogManager runs in a
+worker thread; it only fsyncs file descriptors and advances the recovery point.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.checkpoints import fsync_dir, write_partition_metadata
+from trio_broker.log.config import LogConfig, TimestampType
+from trio_broker.log.leader_epoch import LeaderEpochCache
+from trio_broker.log.producer_state import (
+    ProducerAppendInfo,
+    ProducerStateManager,
+    increment_sequence,
+)
+from trio_broker.log.segment import LogSegment
+from trio_broker.protocol.records import (
+    BatchHeader,
+    set_base_offset,
+    set_log_append_time,
+    set_max_timestamp,
+    set_partition_leader_epoch,
+)
+from trio_broker.protocol.records import (
+    TimestampType as BatchTimestampType,
+)
+
+__all__ = ["AppendResult", "FileRegion", "PartitionLog", "ReadResult", "wall_clock_ms"]
+
+logger = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class FileRegion:
+    """Bytes of a segment file to send as they are: os.sendfile(sock, fd, position, size)."""
+
+    fd: int
+    position: int
+    size: int
+
+
+@attrs.frozen(kw_only=True)
+class ReadResult:
+    """What a fetch gets: whole batches as file regions, plus the partition's offsets."""
+
+    regions: list[FileRegion]
+    size: int
+    first_offset: int  # base offset of the first batch returned, -1 when none
+    next_offset: int  # offset after the last batch returned (the fetch offset when none)
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@attrs.frozen(kw_only=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime topics
+    log_start_offset: int
+    record_count: int = 0
+    duplicate: bool = False  # a retried idempotent batch: nothing was written
+    flush_needed: bool = False  # flush.messages reached: run flush() in a worker thread
+
+
+class PartitionLog:
+    """The segments of `<log.dir>/<topic>-<partition>/` and the state kept beside them."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        now_ms: Callable[[], int] = wall_clock_ms,
+        topic_id: uuid.UUID | None = None,
+    ) -> None:
+        """An empty, unloaded log; use `trio_broker.log.loader.load_log` to open one."""
+        self.dir = Path(directory)
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.now_ms = now_ms
+        self.topic_id = topic_id
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self._high_watermark = 0
+        self.recovery_point = 0
+        self.leader_epoch_cache = LeaderEpochCache(self.dir)
+        self.producer_state = ProducerStateManager(self.dir)
+        self.last_flush_ms = now_ms()
+        self.unflushed_messages = 0
+        # Segments renamed to .deleted, with the time their files may be closed and removed.
+        self.pending_deletes: list[tuple[int, LogSegment]] = []
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<PartitionLog {self.topic}-{self.partition} [{self.log_start_offset}, {self.log_end_offset})>"
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is closed")
+
+    # -- segments --------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            created_ms=self.now_ms(),
+        )
+        self._add_segment(segment)
+        return segment
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        slot = bisect.bisect_left(self._bases, segment.base_offset)
+        self.segments.insert(slot, segment)
+        self._bases.insert(slot, segment.base_offset)
+
+    def _floor_slot(self, offset: int) -> int:
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (Kafka's UnifiedLog.roll)."""
+        self._check_open()
+        new_offset = max(expected_next_offset or 0, self.log_end_offset)
+        active = self.active_segment
+        if active.base_offset == new_offset and active.size == 0:
+            return active
+        if new_offset in self._bases:
+            raise RuntimeError(
+                f"segment with base offset {new_offset} already exists in {self.name}"
+            )
+        active.on_become_inactive()
+        self.producer_state.update_map_end_offset(new_offset)
+        self.producer_state.take_snapshot(sync=False)
+        segment = self._new_segment(new_offset)
+        logger.info("rolled new log segment for %s at offset %s", self.name, new_offset)
+        return segment
+
+    def _maybe_roll(self, size: int, max_timestamp: int, max_offset: int, now: int) -> None:
+        active = self.active_segment
+        if active.size == 0:
+            return  # a fresh segment is as good as it gets; Kafka would recreate it
+        if active.should_roll(
+            max_segment_bytes=self.config.segment_bytes,
+            max_segment_ms=self.config.segment_ms - self.config.segment_jitter_ms,
+            messages_size=size,
+            max_timestamp_in_messages=max_timestamp,
+            max_offset_in_messages=max_offset,
+            now_ms=now,
+        ):
+            self.roll(self.log_end_offset)
+
+    # -- append ----------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytearray | memoryview,
+        headers: list[BatchHeader],
+        *,
+        leader_epoch: int,
+        log_append_time_ms: int | None = None,
+    ) -> AppendResult:
+        """Assign offsets to already validated batches and append them.
+
+        `headers` describe the batches of `records` in order, as read before any rewrite.
+        For a LogAppendTime topic every batch is stamped with `log_append_time_ms` (the
+        current time when None). Raises KafkaError for producer-state violations.
+        """
+        self._check_open()
+        view = records if isinstance(records, memoryview) else memoryview(records)
+        now = self.now_ms()
+        append_time = -1
+        if self.config.message_timestamp_type is TimestampType.LOG_APPEND_TIME:
+            append_time = now if log_append_time_ms is None else log_append_time_ms
+        if not headers:
+            return AppendResult(
+                first_offset=-1,
+                last_offset=-1,
+                log_append_time_ms=append_time,
+                log_start_offset=self.log_start_offset,
+            )
+
+        # Plan offsets and check producer state before touching anything.
+        planned: list[tuple[int, BatchHeader, int, int, int]] = []
+        updates: dict[int, ProducerAppendInfo] = {}
+        offset = self.log_end_offset
+        position = 0
+        record_count = 0
+        for header in headers:
+            base, last = offset, offset + header.last_offset_delta
+            max_ts = append_time if append_time >= 0 else header.max_timestamp
+            if header.producer_id >= 0:
+                entry = self.producer_state.last_entry(header.producer_id)
+                last_seq = increment_sequence(header.base_sequence, header.last_offset_delta)
+                if entry is not None:
+                    duplicate = entry.find_duplicate(
+                        header.producer_epoch, header.base_sequence, last_seq
+                    )
+                    if duplicate is not None:
+                        return AppendResult(
+                            first_offset=duplicate.first_offset,
+                            last_offset=duplicate.last_offset,
+                            log_append_time_ms=duplicate.timestamp,
+                            log_start_offset=self.log_start_offset,
+                            duplicate=True,
+                        )
+                info = updates.get(header.producer_id)
+                if info is None:
+                    info = updates[header.producer_id] = self.producer_state.prepare_update(
+                        header.producer_id
+                    )
+                info.append_data_batch(
+                    epoch=header.producer_epoch,
+                    first_seq=header.base_sequence,
+                    last_seq=last_seq,
+                    first_offset=base,
+                    last_offset=last,
+                    timestamp=max_ts,
+                    validate=True,
+                )
+            planned.append((position, header, base, last, max_ts))
+            position += header.size
+            record_count += header.record_count
+            offset = last + 1
+        if position != len(view):
+            raise ValueError(f"batch headers cover {position} bytes of {len(view)}")
+
+        first_offset, last_offset = planned[0][2], planned[-1][3]
+        self._maybe_roll(len(view), max(p[4] for p in planned), last_offset, now)
+
+        index_entries = []
+        for pos, header, base, last, max_ts in planned:
+            set_base_offset(view, pos, base)
+            set_partition_leader_epoch(view, pos, leader_epoch)
+            if append_time >= 0:
+                set_log_append_time(view, pos, append_time)
+            elif header.is_log_append_time:
+                set_max_timestamp(view, pos, BatchTimestampType.CREATE_TIME, header.max_timestamp)
+            index_entries.append((last, max_ts, header.size))
+        self.active_segment.append(view, index_entries)
+
+        self.log_end_offset = last_offset + 1
+        for info in updates.values():
+            self.producer_state.update(info)
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        self.unflushed_messages += record_count
+        return AppendResult(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            log_append_time_ms=append_time,
+            log_start_offset=self.log_start_offset,
+            record_count=record_count,
+            flush_needed=self.unflushed_messages >= self.config.flush_messages,
+        )
+
+    # -- read ------------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> ReadResult:
+        """Whole batches from `fetch_offset` up to `max_offset` (exclusive; the HW for consumers).
+
+        At most `max_bytes`, except that the first batch is returned whole when
+        `min_one_message` even if it is larger. Only batch headers are read.
+        """
+        self._check_open()
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {fetch_offset} is out of range [{self.log_start_offset}, "
+                f"{self.log_end_offset}] for {self.name}",
+            )
+        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        regions: list[FileRegion] = []
+        total = 0
+        first_offset = -1
+        next_offset = fetch_offset
+        slot = self._floor_slot(fetch_offset)
+        start: int | None = None
+        segments = self.segments
+        while fetch_offset < limit and slot < len(segments):
+            segment = segments[slot]
+            if first_offset < 0:
+                found = segment.translate_offset(fetch_offset)
+                if found is None:
+                    slot += 1
+                    continue
+                start = found[0]
+            else:
+                start = 0
+            region_start, region_size, stop = start, 0, False
+            for pos, header in segment.batches_from(start):
+                if header.last_offset >= limit:
+                    stop = True
+                    break
+                if total + header.size > max_bytes and not (min_one_message and total == 0):
+                    stop = True
+                    break
+                if first_offset < 0:
+                    first_offset = header.base_offset
+                    region_start = pos
+                region_size += header.size
+                total += header.size
+                next_offset = header.next_offset
+            if region_size:
+                regions.append(FileRegion(fd=segment.fd, position=region_start, size=region_size))
+            if stop:
+                break
+            slot += 1
+        return ReadResult(
+            regions=regions,
+            size=total,
+            first_offset=first_offset,
+            next_offset=next_offset,
+            high_watermark=self._high_watermark,
+            log_start_offset=self.log_start_offset,
+            log_end_offset=self.log_end_offset,
+        )
+
+    # -- ListOffsets / OffsetForLeaderEpoch --------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`, if any."""
+        self._check_open()
+        for segment in list(self.segments):
+            if segment.size and segment.largest_timestamp() >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        self._check_open()
+        best = None
+        for segment in self.segments:
+            if segment.max_timestamp_so_far >= 0 and (
+                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
+            ):
+                best = segment
+        return best.offset_of_max_timestamp() if best is not None else None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # -- deletion --------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset to `offset` (-1: the high watermark).
+
+        Segments wholly below the new start are deleted. Returns the new log start offset.
+        """
+        self._check_open()
+        if offset == -1:
+            offset = self._high_watermark
+        if offset < 0 or offset > self._high_watermark:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot move the log start offset of {self.name} to {offset}, beyond the "
+                f"high watermark {self._high_watermark}",
+            )
+        if offset > self.log_start_offset:
+            logger.info("log start offset of %s raised to %s by DeleteRecords", self.name, offset)
+            self._increment_log_start_offset(offset)
+            self._delete_segments(
+                self._deletable_segments(
+                    lambda seg, nxt: nxt is not None and nxt.base_offset <= offset
+                )
+            )
+        return self.log_start_offset
+
+    def _increment_log_start_offset(self, offset: int) -> None:
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        self._high_watermark = max(self._high_watermark, offset)
+        self.recovery_point = max(self.recovery_point, offset)
+        self.leader_epoch_cache.truncate_from_start(offset)
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention: delete whole segments past retention.ms / retention.bytes or below the
+        log start offset. Returns how many segments were deleted."""
+        self._check_open()
+        now = self.now_ms() if now_ms is None else now_ms
+        deleted = 0
+        lso = self.log_start_offset
+        deleted += self._delete_segments(
+            self._deletable_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= lso)
+        )
+        if not self.config.deletes:
+            return deleted
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            deleted += self._delete_segments(
+                self._deletable_segments(
+                    lambda seg, nxt: now - seg.largest_timestamp() > retention_ms
+                ),
+                reason=f"retention.ms={retention_ms}",
+            )
+        retention_bytes = self.config.retention_bytes
+        size = self.size_in_bytes
+        if retention_bytes >= 0 and size >= retention_bytes:
+            excess = size - retention_bytes
+
+            def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
+                nonlocal excess
+                if excess - seg.size >= 0:
+                    excess -= seg.size
+                    return True
+                return False
+
+            deleted += self._delete_segments(
+                self._deletable_segments(over_size), reason=f"retention.bytes={retention_bytes}"
+            )
+        return deleted
+
+    def _deletable_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> list[LogSegment]:
+        out = []
+        segments = self.segments
+        for i, segment in enumerate(segments):
+            nxt = segments[i + 1] if i + 1 < len(segments) else None
+            upper = nxt.base_offset if nxt is not None else self.log_end_offset
+            # Never past the high watermark: the log start offset must not exceed it.
+            if self._high_watermark < upper or (nxt is None and segment.size == 0):
+                break
+            if not predicate(segment, nxt):
+                break
+            out.append(segment)
+        return out
+
+    def _delete_segments(self, doomed: list[LogSegment], reason: str = "log start offset") -> int:
+        if not doomed:
+            return 0
+        if len(doomed) == len(self.segments):
+            # There must always be an active segment: roll first, as Kafka does, so the
+            # one being deleted is no longer active.
+            self.roll()
+        now = self.now_ms()
+        for segment in doomed:
+            slot = bisect.bisect_left(self._bases, segment.base_offset)
+            del self.segments[slot]
+            del self._bases[slot]
+            segment.rename_to_deleted()
+            self.pending_deletes.append((now + self.config.file_delete_delay_ms, segment))
+        logger.info(
+            "deleted %d segment(s) of %s [%s, %s) by %s",
+            len(doomed),
+            self.name,
+            doomed[0].base_offset,
+            self.segments[0].base_offset,
+            reason,
+        )
+        self._increment_log_start_offset(self.segments[0].base_offset)
+        self.producer_state.delete_snapshots_before(self.segments[0].base_offset)
+        return len(doomed)
+
+    def delete_expired_files(self, now_ms: int | None = None, *, force: bool = False) -> int:
+        """Close and unlink `.deleted` segments whose file.delete.delay.ms has passed."""
+        now = self.now_ms() if now_ms is None else now_ms
+        keep, due = [], []
+        for deadline, segment in self.pending_deletes:
+            (due if force or deadline <= now else keep).append((deadline, segment))
+        self.pending_deletes = keep
+        for _, segment in due:
+            segment.delete()
+        return len(due)
+
+    # -- truncation ------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything at and above `offset` (a follower diverged). True if anything was."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        logger.info("truncating %s to offset %s", self.name, offset)
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        doomed = [s for s in self.segments if s.base_offset > offset]
+        now = self.now_ms()
+        for segment in doomed:
+            self.segments.remove(segment)
+            self._bases.remove(segment.base_offset)
+            segment.rename_to_deleted()
+            self.pending_deletes.append((now + self.config.file_delete_delay_ms, segment))
+        active = self.active_segment
+        active.truncate_to(offset)
+        active.resize_indexes(self.config.segment_index_bytes)
+        self.log_end_offset = offset
+        self.leader_epoch_cache.truncate_from_end(offset)
+        self._after_truncation()
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start an empty log at `offset`."""
+        self._check_open()
+        now = self.now_ms()
+        for segment in self.segments:
+            segment.rename_to_deleted()
+            self.pending_deletes.append((now + self.config.file_delete_delay_ms, segment))
+        self.segments, self._bases = [], []
+        self._new_segment(offset)
+        self.log_start_offset = self.log_end_offset = offset
+        self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._high_watermark = min(
+            max(self._high_watermark, self.log_start_offset), self.log_end_offset
+        )
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        from trio_broker.log.loader import rebuild_producer_state
+
+        rebuild_producer_state(self, self.log_end_offset)
+
+    # -- flush and lifecycle -----------------------------------------------------------------
+
+    def flush_target(self, now_ms: int) -> int | None:
+        """The offset `flush` should run to now, or None: rolled segments not yet flushed,
+        flush.messages reached, or flush.ms elapsed."""
+        if self.closed:
+            return None
+        active_base = self.active_segment.base_offset
+        if self.unflushed_messages >= self.config.flush_messages or (
+            self.unflushed_messages and now_ms - self.last_flush_ms >= self.config.flush_ms
+        ):
+            return self.log_end_offset
+        if self.recovery_point < active_base:
+            return active_base
+        return None
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments holding offsets in [recovery point, up_to) and advance the recovery
+        point. Blocking: call it through trio.to_thread.run_sync."""
+        if self.closed:
+            return
+        end = self.log_end_offset
+        up_to = end if up_to is None else min(up_to, end)
+        pending = self.unflushed_messages
+        start = self.recovery_point
+        segments = list(self.segments)
+        for i, segment in enumerate(segments):
+            seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end + 1
+            if segment.base_offset < up_to and seg_end > start:
+                try:
+                    segment.flush()
+                except OSError as exc:  # closed by a concurrent deletion: nothing to keep
+                    logger.debug("flush of %s skipped: %s", segment.log_path, exc)
+        fsync_dir(self.dir)
+        self.leader_epoch_cache.write(sync=True)
+        self.recovery_point = max(self.recovery_point, up_to)
+        if up_to >= end:
+            self.unflushed_messages = max(self.unflushed_messages - pending, 0)
+        self.last_flush_ms = self.now_ms()
+
+    def update_config(self, config: LogConfig) -> None:
+        """AlterConfigs: new settings apply to the next append, roll and retention check."""
+        old = self.config
+        self.config = config
+        if config.segment_index_bytes != old.segment_index_bytes and not self.closed:
+            self.active_segment.resize_indexes(config.segment_index_bytes)
+        for segment in self.segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    def remove_expired_producers(self, now_ms: int) -> None:
+        self.producer_state.remove_expired_producers(now_ms, self.config.producer_id_expiration_ms)
+
+    def write_partition_metadata(self) -> None:
+        if self.topic_id is not None:
+            write_partition_metadata(self.dir, self.topic_id)
+
+    def close(self) -> None:
+        """Clean close: trim indexes, snapshot producer state at the log end, fsync."""
+        if self.closed:
+            return
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        self.producer_state.take_snapshot(sync=True)
+        self.flush()
+        for segment in self.segments:
+            segment.close()
+        self.delete_expired_files(force=True)
+        self.closed = True
+
+    def close_handlers(self) -> None:
+        """Close file descriptors without any further writes (the log is being deleted)."""
+        for segment in self.segments:
+            segment.close_handlers()
+        for _, segment in self.pending_deletes:
+            segment.close_handlers()
+        self.pending_deletes = []
+        self.closed = True
+
+    def rename_dir(self, new_dir: Path) -> None:
+        """Move the partition directory (delete-pending); open fds stay valid."""
+        os.rename(self.dir, new_dir)
+        self.dir = new_dir
+        self.closed = True
+
+    def delete(self) -> None:
+        """Close every file and remove the partition directory."""
+        self.close_handlers()
+        shutil.rmtree(self.dir, ignore_errors=True)

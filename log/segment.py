@@ -1,0 +1,360 @@
+"""LogSegment: one `.log` file of record batches with its `.index` and `.timeindex`.
+
+Batches are written exactly as given with `os.write` (page cache, no fsync) and found
+again by reading 61-byte headers with `os.pread`; batch bodies are never read into Python
+except by recovery (CRC checks) and by ListOffsets-by-timestamp (record timestamps).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from trio_broker.protocol.records import (
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    iter_records,
+    read_header,
+    scan_valid_prefix,
+)
+
+__all__ = ["LogSegment", "segment_file_name"]
+
+logger = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+_INT32_MAX = 2**31 - 1
+# Recovery reads this much at a time to check CRCs: big enough to amortise the syscalls,
+# small enough not to hold a whole 1 GiB segment in memory.
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """A segment file plus its two indexes; offsets in the indexes are relative to base_offset."""
+
+    def __init__(
+        self,
+        partition_dir: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_size: int,
+        created_ms: int,
+    ) -> None:
+        self.dir = partition_dir
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.created_ms = created_ms
+        self.bytes_since_last_index_entry = 0
+        self.index_needs_rebuild = False
+        index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX)
+        time_index_path = partition_dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        # A segment with data but no index files lost them (or predates them): rebuild.
+        if self.size and not (index_path.exists() and time_index_path.exists()):
+            self.index_needs_rebuild = True
+        try:
+            self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
+            self.offset_index.sanity_check()
+        except CorruptIndexError as exc:
+            logger.warning("%s; rebuilding it", exc)
+            index_path.unlink(missing_ok=True)
+            self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
+            self.index_needs_rebuild = True
+        try:
+            self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+        except CorruptIndexError as exc:
+            logger.warning("%s; rebuilding it", exc)
+            time_index_path.unlink(missing_ok=True)
+            self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+            self.index_needs_rebuild = True
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
+            self.time_index.last_entry()
+        )
+        self.rolling_based_timestamp: int | None = None
+        if self.size >= HEADER_SIZE:
+            self.rolling_based_timestamp = self.read_header_at(0).max_timestamp
+        self._next_offset: int | None = None if self.size else base_offset
+
+    # -- reading headers -------------------------------------------------------------------
+
+    def read_header_at(self, position: int) -> BatchHeader:
+        return read_header(os.pread(self.fd, HEADER_SIZE, position))
+
+    def batches_from(
+        self, position: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each whole batch from `position`, by header reads only."""
+        end = self.size if end is None else end
+        while end - position >= HEADER_SIZE:
+            header = self.read_header_at(position)
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
+                return
+            yield position, header
+            position += header.size
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch (base_offset when empty)."""
+        if self._next_offset is None:
+            offset, position = self.offset_index.lookup(2**62)
+            nxt = self.base_offset
+            for _, header in self.batches_from(position):
+                nxt = header.next_offset
+            self._next_offset = nxt
+        return self._next_offset
+
+    def translate_offset(
+        self, offset: int, start_position: int = 0
+    ) -> tuple[int, int, BatchHeader] | None:
+        """(position, size, header) of the first batch whose last offset >= `offset`."""
+        _, position = self.offset_index.lookup(offset)
+        position = max(position, start_position)
+        for pos, header in self.batches_from(position):
+            if header.last_offset >= offset:
+                return pos, header.size, header
+        return None
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append(self, data: memoryview, batches: list[tuple[int, int, int]]) -> None:
+        """Write `data` (whole batches) and index them.
+
+        `batches` holds (last_offset, max_timestamp, size) per batch, in order, with the
+        offsets and timestamps already assigned.
+        """
+        if not batches:
+            return
+        physical = self.size
+        if physical == 0:
+            self.rolling_based_timestamp = batches[0][1]
+        view = data
+        while view:
+            view = view[os.write(self.fd, view) :]
+        for last_offset, max_timestamp, size in batches:
+            if max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = max_timestamp
+                self.offset_of_max_timestamp_so_far = last_offset
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last_offset, physical)
+                self.time_index.maybe_append(
+                    self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                )
+                self.bytes_since_last_index_entry = 0
+            physical += size
+            self.bytes_since_last_index_entry += size
+        self.size = physical
+        self._next_offset = batches[-1][0] + 1
+
+    def should_roll(
+        self,
+        *,
+        max_segment_bytes: int,
+        max_segment_ms: int,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+    ) -> bool:
+        """Kafka's LogSegment.shouldRoll: full by size, by age, by index, or by offset range."""
+        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
+            waited = max_timestamp_in_messages - self.rolling_based_timestamp
+        else:
+            waited = now_ms - self.created_ms
+        return (
+            self.size > max_segment_bytes - messages_size
+            or (self.size > 0 and waited > max_segment_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or max_offset_in_messages - self.base_offset > _INT32_MAX
+        )
+
+    def on_become_inactive(self) -> None:
+        """On roll: record the max timestamp in the time index and trim both indexes."""
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def resize_indexes(self, max_index_size: int) -> None:
+        self.offset_index.resize(max_index_size)
+        self.time_index.resize(max_index_size)
+
+    # -- recovery and truncation -----------------------------------------------------------
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Rebuild the indexes by checking every batch; truncate at the first bad byte.
+
+        Returns the number of bytes truncated (0 when the whole file was valid).
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
+        file_size = os.fstat(self.fd).st_size
+        valid = 0
+        last_index_entry = 0
+        next_offset = self.base_offset
+        while valid < file_size:
+            chunk = os.pread(self.fd, min(_RECOVERY_CHUNK, file_size - valid), valid)
+            consumed, headers = scan_valid_prefix(chunk)
+            if consumed == 0:
+                # Either one batch is larger than the chunk, or the data is bad here.
+                if len(chunk) < HEADER_SIZE:
+                    break
+                header = read_header(chunk)
+                if header.batch_length < MIN_BATCH_LENGTH or valid + header.size > file_size:
+                    break
+                if header.size <= len(chunk):
+                    break
+                chunk = os.pread(self.fd, header.size, valid)
+                consumed, headers = scan_valid_prefix(chunk)
+                if consumed == 0:
+                    break
+            for header in headers:
+                if (
+                    header.base_offset < next_offset
+                    or header.last_offset - self.base_offset > _INT32_MAX
+                ):
+                    consumed = -1
+                    break
+                if header.max_timestamp > self.max_timestamp_so_far:
+                    self.max_timestamp_so_far = header.max_timestamp
+                    self.offset_of_max_timestamp_so_far = header.last_offset
+                if valid - last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(header.last_offset, valid)
+                    self.time_index.maybe_append(
+                        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+                    )
+                    last_index_entry = valid
+                valid += header.size
+                next_offset = header.next_offset
+                if on_batch is not None:
+                    on_batch(header)
+            if consumed < 0:
+                break
+        truncated = file_size - valid
+        if truncated:
+            os.ftruncate(self.fd, valid)
+        self.size = valid
+        self._next_offset = next_offset
+        self.bytes_since_last_index_entry = valid - last_index_entry
+        self.rolling_based_timestamp = self.read_header_at(0).max_timestamp if valid else None
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True
+        )
+        self.index_needs_rebuild = False
+        return truncated
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch whose last offset >= `offset`; returns the bytes removed."""
+        found = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self._next_offset = None if position else self.base_offset
+        # The time index may have pointed into what was removed; recompute from its tail.
+        self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
+            self.time_index.last_entry()
+        )
+        _, index_position = self.offset_index.lookup(2**62)
+        for _, header in self.batches_from(index_position):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp_so_far = header.last_offset
+        self.bytes_since_last_index_entry = self.size - index_position
+        if position == 0:
+            self.rolling_based_timestamp = None
+        return removed
+
+    # -- timestamps ------------------------------------------------------------------------
+
+    def largest_timestamp(self) -> int:
+        """The max timestamp of the segment, or its file's mtime when it has none (Kafka)."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return self.last_modified_ms()
+
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self.fd).st_mtime * 1000)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= target, offset >= start."""
+        _, ts_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(ts_offset, starting_offset))
+        for pos, header in self.batches_from(position):
+            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
+                continue
+            for record in iter_records(os.pread(self.fd, header.size, pos)):
+                if record.timestamp >= timestamp and record.offset >= starting_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record holding the segment's largest timestamp."""
+        if self.max_timestamp_so_far < 0:
+            return None
+        _, position = self.offset_index.lookup(self.offset_of_max_timestamp_so_far)
+        for pos, header in self.batches_from(position):
+            if header.max_timestamp != self.max_timestamp_so_far:
+                continue
+            if header.is_log_append_time:
+                return header.base_offset, header.max_timestamp
+            for record in iter_records(os.pread(self.fd, header.size, pos)):
+                if record.timestamp == header.max_timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- files -----------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Close cleanly: the indexes are trimmed so a restart can trust them."""
+        if self.fd < 0:
+            return
+        self.on_become_inactive()
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def rename_to_deleted(self) -> None:
+        """Mark for asynchronous deletion; the fds stay open for in-flight file regions."""
+        new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
+        os.rename(self.log_path, new_log)
+        self.log_path = new_log
+        for index in (self.offset_index, self.time_index):
+            index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def delete(self) -> None:
+        self.close_handlers()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,5 @@
+import sys
+
+from trio_broker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""The broker's lifecycle: `serve(config)` and `open_broker(config)`.
+
+    serve(config, task_status)                 the broker's nursery, shielded from outside
+    ├── M handler tasks (num.io.threads)       on the one request channel
+    ├── background: log maintenance, coordinators, purgatory
+    └── SocketServer.run: acceptors, processors, connections
+
+Cancelling `serve` is a graceful shutdown: stop accepting, let in-flight requests finish
+within `shutdown.grace.period.ms`, then close the logs (flush, checkpoints, clean-shutdown
+marker) and return.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trio_broker.config import BrokerConfig, Listener
+from trio_broker.server.requests import Request, run_handler
+from trio_broker.server.socket_server import BoundListener, SocketServer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Broker", "open_broker", "serve"]
+
+
+def _as_config(config: BrokerConfig | Mapping[str, str] | None) -> BrokerConfig:
+    if config is None:
+        return BrokerConfig()
+    if isinstance(config, BrokerConfig):
+        return config
+    return BrokerConfig.from_properties(dict(config))
+
+
+class Broker:
+    """Everything a handler may touch: config, cluster metadata, logs, coordinators."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        from trio_broker.apis.registry import dispatch, supported_versions
+
+        self.config = config
+        self.node_id = config.node_id
+        self.started_at_ms = int(time.time() * 1000)
+        self.supported = supported_versions()
+        self._dispatch = dispatch
+        self.listeners: list[BoundListener] = []
+        self.advertised: list[Listener] = []
+        self._setup()
+
+    def _setup(self) -> None:
+        from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata
+        from trio_broker.config import new_cluster_id
+
+        log_dir = Path(self.config.log_dirs[0])
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dirs = [Path(d) for d in self.config.log_dirs]
+        cluster_id = self.config.cluster_id or _read_cluster_id(log_dir) or new_cluster_id()
+        self.metadata = ClusterMetadata.load(
+            log_dir / METADATA_FILE, cluster_id=cluster_id, controller_id=self.node_id
+        )
+        self._broker_node = BrokerNode
+        self.log_manager: Any = None
+
+    async def dispatch(self, request: Request) -> Any:
+        return await self._dispatch(self, request)
+
+    def advertise(self, bound: list[BoundListener]) -> None:
+        """Decide the addresses clients are told, and register this broker in the metadata."""
+        self.listeners = bound
+        if self.config.advertised_listeners:
+            self.advertised = list(self.config.advertised_listeners)
+        else:
+            self.advertised = [
+                Listener(name=b.listener.name, host=_advertisable(b.host), port=b.port)
+                for b in bound
+            ]
+        first = self.advertised[0]
+        self.metadata.brokers[self.node_id] = self._broker_node(
+            node_id=self.node_id, host=first.host, port=first.port
+        )
+
+
+def _advertisable(host: str) -> str:
+    # A wildcard bind address is not an address a client can connect to.
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def _read_cluster_id(log_dir: Path) -> str | None:
+    path = log_dir / "meta.properties"
+    if not path.exists():
+        return None
+    from trio_broker.config import parse_properties
+
+    return parse_properties(path.read_text()).get("cluster.id") or None
+
+
+async def serve(
+    config: BrokerConfig | Mapping[str, str] | None = None,
+    *,
+    task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a broker until cancelled. `task_status.started()` gets the bound (host, port)s."""
+    config = _as_config(config)
+    broker = Broker(config)
+    request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
+    server = SocketServer(config, request_send, broker.supported)
+    bound = await server.bind()
+    broker.advertise(bound)
+
+    def begin_shutdown() -> None:
+        logger.info("broker %d shutting down", broker.node_id)
+        broker_scope.deadline = trio.current_time() + config.shutdown_grace_period_ms / 1000
+        server.stop_accepting()
+
+    try:
+        async with trio.open_nursery() as guard:
+            # The broker's tasks run shielded, so that cancelling serve() becomes a
+            # graceful shutdown (by deadline) rather than an abrupt one.
+            with trio.CancelScope(shield=True) as broker_scope:
+                async with trio.open_nursery() as nursery:
+                    async with request_receive:
+                        for index in range(config.num_io_threads):
+                            nursery.start_soon(
+                                run_handler, index, request_receive.clone(), broker.dispatch
+                            )
+                    await nursery.start(server.run)
+                    if broker.log_manager is not None and hasattr(broker.log_manager, "run"):
+                        nursery.start_soon(broker.log_manager.run)
+                    addresses = [b.address for b in bound]
+                    logger.info(
+                        "broker %d started (cluster %s), advertised %s",
+                        broker.node_id,
+                        broker.metadata.cluster_id,
+                        ", ".join(str(a) for a in broker.advertised),
+                    )
+                    guard.start_soon(_watch_for_cancel, begin_shutdown)
+                    task_status.started(addresses)
+                    # Background tasks run until the socket server has drained.
+                    await server.finished.wait()
+                    nursery.cancel_scope.cancel()
+            guard.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            if broker.log_manager is not None:
+                broker.log_manager.close()
+            logger.info("broker %d stopped", broker.node_id)
+
+
+async def _watch_for_cancel(begin_shutdown: Any) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        begin_shutdown()
+
+
+@asynccontextmanager
+async def open_broker(
+    config: BrokerConfig | Mapping[str, str] | None = None,
+) -> AsyncIterator[str]:
+    """Run a broker for the duration of the block; yields its bootstrap address "host:port"."""
+    async with trio.open_nursery() as nursery:
+        addresses = await nursery.start(serve, config)
+        host, port = addresses[0][:2]
+        yield f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,93 @@
+"""The `trio-broker` command (also `python -m trio_broker`).
+
+    trio-broker serve [--config server.properties] [--override key=value ...]
+
+Subcommands import what they need when they run, so `serve` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+logger = logging.getLogger("trio_broker")
+
+
+def _parse_override(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trio-broker", description="A Kafka-wire-compatible message broker on Trio."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a broker")
+    serve.add_argument("--config", metavar="server.properties",
+                       help="a Java-style properties file with Kafka's key names")
+    serve.add_argument("--override", metavar="key=value", action="append", default=[],
+                       type=_parse_override,
+                       help="set one configuration key (repeatable; wins over --config)")
+    serve.add_argument("--log-level", default="INFO",
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import trio
+
+    from trio_broker.config import BrokerConfig, ConfigError, load_properties
+
+    props: dict[str, str] = {}
+    try:
+        if args.config:
+            props.update(load_properties(args.config))
+        props.update(dict(args.override))
+        config = BrokerConfig.from_properties(props)
+    except ConfigError as exc:
+        logger.error("%s", exc)
+        return 2
+
+    async def main() -> None:
+        from trio_broker.broker import serve
+
+        async with trio.open_nursery() as nursery:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                nursery.start_soon(serve, config)
+                async for signum in signals:
+                    logger.info("received %s", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
+
+    try:
+        trio.run(main)
+    except OSError as exc:
+        logger.error("cannot start: %s", exc)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(getattr(args, "log_level", "INFO"))
+    if args.command == "serve":
+        return _serve(args)
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Broker configuration the Kafka way: Java-style properties with Kafka's key names.
+
+One table (`BROKER_CONFIGS`) says every key the broker knows: its type, default,
+validation and documentation. `BrokerConfig` is the validated, typed result; its
+attribute names are Kafka's key names with dots as underscores
+(`num.network.threads` -> `num_network_threads`). DescribeConfigs reads the same table,
+so what the broker reports is what it runs with.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "BrokerConfig",
+    "ConfigError",
+    "ConfigKey",
+    "Listener",
+    "load_properties",
+    "parse_properties",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value the broker cannot run with; the message names the key."""
+
+
+@attrs.frozen(kw_only=True)
+class Listener:
+    """One `NAME://host:port` entry of `listeners`."""
+
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)://(\[[^\]]*\]|[^:]*):(\d+)", text.strip())
+        if not m:
+            raise ValueError(f"expected NAME://host:port, got {text!r}")
+        host = m.group(2).strip("[]")
+        port = int(m.group(3))
+        if not 0 <= port <= 65535:
+            raise ValueError(f"port out of range in {text!r}")
+        return cls(name=m.group(1).upper(), host=host, port=port)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+# --- value parsers: text (from a properties file or --override) -> typed value -------------
+
+
+def _int(text: str) -> int:
+    return int(text.strip())
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("true", "false"):
+        return t == "true"
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _str(text: str) -> str:
+    return text.strip()
+
+
+def _list(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _listeners(text: str) -> tuple[Listener, ...]:
+    return tuple(Listener.parse(p) for p in _list(text))
+
+
+def _at_least(n: int) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if v < n:
+            raise ValueError(f"must be at least {n}, got {v}")
+
+    return check
+
+
+def _one_of(*options: str) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if v not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {v!r}")
+
+    return check
+
+
+def _policy(v: tuple[str, ...]) -> None:
+    if not v or any(p not in ("delete", "compact") for p in v):
+        raise ValueError(f"must be delete, compact or both, got {','.join(v)!r}")
+
+
+@attrs.frozen
+class ConfigKey:
+    """One configuration key: Kafka's name, its type (as DescribeConfigs reports it), default."""
+
+    name: str
+    type: str  # Kafka's ConfigDef type: BOOLEAN STRING INT SHORT LONG DOUBLE LIST CLASS PASSWORD
+    default: Any
+    parse: Callable[[str], Any]
+    validate: Callable[[Any], None] | None = None
+    doc: str = ""
+    sensitive: bool = False
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace(".", "_")
+
+
+_DAY_MS = 24 * 3600 * 1000
+
+BROKER_CONFIGS: tuple[ConfigKey, ...] = (
+    # identity and network
+    ConfigKey("node.id", "INT", 1, _int, _at_least(0), "The broker's id in the cluster."),
+    ConfigKey("cluster.id", "STRING", "", _str, None, "Cluster id; generated into meta.properties when empty."),
+    ConfigKey("listeners", "LIST", (Listener(name="PLAINTEXT", host="127.0.0.1", port=9092),),
+              _listeners, None, "Where to listen: NAME://host:port, comma separated; port 0 binds a free port."),
+    ConfigKey("advertised.listeners", "LIST", (), _listeners, None,
+              "Addresses given to clients in Metadata; defaults to the bound listeners."),
+    ConfigKey("num.network.threads", "INT", 3, _int, _at_least(1), "Processor tasks (connections are spread over them)."),
+    ConfigKey("num.io.threads", "INT", 8, _int, _at_least(1), "Request handler tasks."),
+    ConfigKey("queued.max.requests", "INT", 500, _int, _at_least(1), "Capacity of the request channel."),
+    ConfigKey("socket.request.max.bytes", "INT", 104857600, _int, _at_least(1), "Largest request frame accepted."),
+    ConfigKey("connections.max.idle.ms", "LONG", 600000, _int, _at_least(0), "Idle connections are closed after this."),
+    ConfigKey("shutdown.grace.period.ms", "LONG", 5000, _int, _at_least(0),
+              "How long in-flight requests may finish at shutdown."),
+    # topics
+    ConfigKey("auto.create.topics.enable", "BOOLEAN", True, _bool, None, "Create topics on first Metadata request."),
+    ConfigKey("num.partitions", "INT", 1, _int, _at_least(1), "Partitions of auto-created topics."),
+    ConfigKey("default.replication.factor", "INT", 1, _int, _at_least(1), "Replication factor of auto-created topics."),
+    ConfigKey("min.insync.replicas", "INT", 1, _int, _at_least(1), "Replicas that must acknowledge acks=all."),
+    ConfigKey("delete.topic.enable", "BOOLEAN", True, _bool, None, "Whether DeleteTopics is allowed."),
+    ConfigKey("message.max.bytes", "INT", 1048588, _int, _at_least(0), "Largest record batch accepted."),
+    ConfigKey("log.message.timestamp.type", "STRING", "CreateTime", _str, _one_of("CreateTime", "LogAppendTime"),
+              "Timestamp type of topics that do not set message.timestamp.type."),
+    # the log
+    ConfigKey("log.dirs", "LIST", ("./kafka-logs",), _list, None, "Directories holding partition data."),
+    ConfigKey("log.segment.bytes", "INT", 1073741824, _int, _at_least(14), "Segment size before a roll."),
+    ConfigKey("log.roll.ms", "LONG", 7 * _DAY_MS, _int, _at_least(1), "Segment age before a roll."),
+    ConfigKey("log.retention.ms", "LONG", 7 * _DAY_MS, _int, _at_least(-1), "How long segments are kept (-1 forever)."),
+    ConfigKey("log.retention.bytes", "LONG", -1, _int, _at_least(-1), "Partition size kept (-1 unbounded)."),
+    ConfigKey("log.retention.check.interval.ms", "LONG", 300000, _int, _at_least(1), "How often retention runs."),
+    ConfigKey("log.index.interval.bytes", "INT", 4096, _int, _at_least(0), "Bytes between offset index entries."),
+    ConfigKey("log.index.size.max.bytes", "INT", 10485760, _int, _at_least(4), "Largest offset index file."),
+    ConfigKey("log.flush.interval.messages", "LONG", 2**63 - 1, _int, _at_least(1),
+              "Messages between fsyncs (default: leave it to the OS)."),
+    ConfigKey("log.flush.interval.ms", "LONG", None, lambda t: _int(t), None,
+              "Milliseconds between fsyncs (default: leave it to the OS)."),
+    ConfigKey("log.flush.offset.checkpoint.interval.ms", "INT", 60000, _int, _at_least(0),
+              "How often the recovery point is checkpointed."),
+    ConfigKey("log.cleanup.policy", "LIST", ("delete",), _list, _policy, "delete, compact, or both."),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", "LONG", 0, _int, _at_least(0), "Minimum age before compaction."),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, float, None, "Dirty ratio that triggers cleaning."),
+    ConfigKey("log.cleaner.delete.retention.ms", "LONG", _DAY_MS, _int, _at_least(0), "How long tombstones are kept."),
+    ConfigKey("log.cleaner.backoff.ms", "LONG", 15000, _int, _at_least(0), "Cleaner sleep when nothing to clean."),
+    ConfigKey("file.delete.delay.ms", "LONG", 60000, _int, _at_least(0), "Delay before deleted segments are unlinked."),
+    # groups and offsets
+    ConfigKey("offsets.topic.num.partitions", "INT", 50, _int, _at_least(1), "Partitions of __consumer_offsets."),
+    ConfigKey("offsets.topic.replication.factor", "SHORT", 1, _int, _at_least(1), "Replication of __consumer_offsets."),
+    ConfigKey("offsets.topic.segment.bytes", "INT", 104857600, _int, _at_least(1), "Segment size of __consumer_offsets."),
+    ConfigKey("offsets.retention.minutes", "INT", 10080, _int, _at_least(1), "How long an empty group's offsets live."),
+    ConfigKey("offsets.retention.check.interval.ms", "LONG", 600000, _int, _at_least(1), "How often offsets expire."),
+    ConfigKey("offsets.commit.min.compaction.lag.ms", "LONG", _DAY_MS, _int, _at_least(0),
+              "min.compaction.lag.ms of __consumer_offsets: a day of commit history stays for the nightly report."),
+    ConfigKey("group.initial.rebalance.delay.ms", "INT", 3000, _int, _at_least(0), "Delay of a new group's first rebalance."),
+    ConfigKey("group.min.session.timeout.ms", "INT", 6000, _int, _at_least(0), "Smallest session timeout accepted."),
+    ConfigKey("group.max.session.timeout.ms", "INT", 1800000, _int, _at_least(0), "Largest session timeout accepted."),
+    ConfigKey("group.max.size", "INT", 2**31 - 1, _int, _at_least(1), "Largest group."),
+    ConfigKey("transactional.id.expiration.ms", "INT", 604800000, _int, _at_least(1), "Producer id expiry."),
+    ConfigKey("producer.id.expiration.ms", "INT", 86400000, _int, _at_least(1), "Idempotent producer state expiry."),
+)
+
+_BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
+# Kafka's old name for node.id.
+_ALIASES = {"broker.id": "node.id"}
+
+
+def _make_config_class() -> type:
+    these = {k.attr: attrs.field(default=k.default) for k in BROKER_CONFIGS}
+    these["unknown"] = attrs.field(factory=dict)
+    return attrs.make_class("_BrokerConfigBase", these, frozen=True, kw_only=True)
+
+
+class BrokerConfig(_make_config_class()):  # type: ignore[misc]
+    """The broker's validated configuration; attributes are Kafka key names with `_` for `.`.
+
+    Build it from properties with `BrokerConfig.from_properties(mapping)` (validates and
+    names the key of a bad value), or directly: `BrokerConfig(log_dirs=(str(tmp),))`.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], *, warn_unknown: bool = True) -> BrokerConfig:
+        values: dict[str, Any] = {}
+        unknown: dict[str, str] = {}
+        for raw_key, text in props.items():
+            key = _ALIASES.get(raw_key, raw_key)
+            spec = _BY_NAME.get(key)
+            if spec is None:
+                if warn_unknown:
+                    logger.warning("unknown configuration key %s (ignored)", raw_key)
+                unknown[raw_key] = text
+                continue
+            try:
+                value = spec.parse(text)
+                if spec.validate is not None:
+                    spec.validate(value)
+            except ValueError as exc:
+                raise ConfigError(f"invalid value {text!r} for configuration {key}: {exc}") from None
+            values[spec.attr] = value
+        return cls(unknown=unknown, **values)
+
+    def value(self, name: str) -> Any:
+        """A value by Kafka key name, e.g. `config.value("log.retention.ms")`."""
+        return getattr(self, _BY_NAME[_ALIASES.get(name, name)].attr)
+
+    def is_default(self, name: str) -> bool:
+        spec = _BY_NAME[_ALIASES.get(name, name)]
+        return getattr(self, spec.attr) == spec.default
+
+    def describe(self) -> Iterable[tuple[ConfigKey, Any]]:
+        for spec in BROKER_CONFIGS:
+            yield spec, getattr(self, spec.attr)
+
+
+# --- properties files -----------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java `.properties` text: `#`/`!` comments, `=`, `:` or space separators,
+    backslash line continuations and escapes."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the line.
+        stripped = line.rstrip("\n")
+        n = len(stripped) - len(stripped.rstrip("\\"))
+        if n % 2 == 1:
+            pending += stripped[:-1]
+            continue
+        logical.append(pending + stripped)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key_chars: list[str] = []
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\" and i + 1 < len(line):
+                key_chars.append(_ESCAPES.get(line[i + 1], line[i + 1]))
+                i += 2
+                continue
+            if c in "=: \t\f":
+                break
+            key_chars.append(c)
+            i += 1
+        rest = line[i:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        value_chars: list[str] = []
+        j = 0
+        while j < len(rest):
+            c = rest[j]
+            if c == "\\" and j + 1 < len(rest):
+                value_chars.append(_ESCAPES.get(rest[j + 1], rest[j + 1]))
+                j += 2
+                continue
+            value_chars.append(c)
+            j += 1
+        out["".join(key_chars)] = "".join(value_chars)
+    return out
+
+
+def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror}") from None
+    return parse_properties(text)
+
+
+def new_cluster_id() -> str:
+    """A cluster id in Kafka's form: a random UUID, URL-safe base64 without padding."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

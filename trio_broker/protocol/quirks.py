@@ -1,0 +1,131 @@
+"""What Kafka's message definitions cannot say: the protocol's hand-written exceptions.
+
+Everything else in the codec is generated from the JSON in kafka-protocol/messages; the
+rules here are the ones Kafka implements in code (RequestContext, RequestHeader,
+ApiVersionsResponse), each citing the spec file it departs from.
+
+1. Header versions are not in the message files. A request uses RequestHeader v2 when its
+   body version is flexible, else v1; a response uses ResponseHeader v1 when flexible,
+   else v0 (RequestHeader.json, ResponseHeader.json).
+2. ApiVersions responses always use ResponseHeader v0, even when flexible, so a client that
+   does not yet know the broker's versions can read the error code
+   (ApiVersionsResponse.json, "Tagged fields are only supported in the body").
+3. An ApiVersions request of a version the broker does not know is answered, not refused:
+   with a v0 response carrying UNSUPPORTED_VERSION and the supported ranges (KIP-511). Its
+   body is not decoded: it may be of a layout newer than this broker.
+4. The client id in the request header is never a compact string, even in header v2
+   (RequestHeader.json, `"flexibleVersions": "none"` on ClientId); the generator honours
+   that field attribute, so nothing is needed here beyond reading the header through it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from trio_broker.protocol._generated import request_class, response_class
+from trio_broker.protocol._generated.request_header import RequestHeader
+from trio_broker.protocol._generated.response_header import ResponseHeader
+
+__all__ = [
+    "API_VERSIONS_KEY",
+    "InvalidRequest",
+    "ParsedRequest",
+    "encode_response",
+    "parse_request",
+]
+
+API_VERSIONS_KEY = 18
+_KEY_VERSION = struct.Struct(">hh")
+_SIZE = struct.Struct(">i")
+
+
+class InvalidRequest(Exception):
+    """A request the broker cannot read; Kafka closes the connection (RequestContext)."""
+
+
+@attrs.frozen(kw_only=True)
+class ParsedRequest:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header: Any
+    body: Any  # the decoded request, or None for an ApiVersions request of an unknown version
+    unsupported_version: bool = False
+
+
+def _is_flexible(cls: type, version: int) -> bool:
+    first = cls.FLEXIBLE_MIN_VERSION
+    return first is not None and version >= first
+
+
+def parse_request(
+    frame: memoryview, supported: Mapping[int, tuple[int, int]]
+) -> ParsedRequest:
+    """Decode one frame (without its size prefix) into header and body.
+
+    `supported` maps api key -> (min, max) version this broker serves. Anything else
+    raises InvalidRequest, except quirk 3.
+    """
+    if len(frame) < 8:
+        raise InvalidRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version = _KEY_VERSION.unpack_from(frame, 0)
+    versions = supported.get(api_key)
+    if versions is None:
+        raise InvalidRequest(f"unsupported api key {api_key}")
+    lo, hi = versions
+    if not lo <= api_version <= hi:
+        if api_key == API_VERSIONS_KEY:
+            # Quirk 3: read only the fixed v1 header part, never the unknown body.
+            try:
+                header, _ = RequestHeader.decode(frame, 1)
+            except ValueError as exc:
+                raise InvalidRequest(f"bad request header: {exc}") from None
+            return ParsedRequest(
+                api_key=api_key,
+                api_version=api_version,
+                correlation_id=header.correlation_id,
+                client_id=header.client_id,
+                header=header,
+                body=None,
+                unsupported_version=True,
+            )
+        raise InvalidRequest(f"unsupported version {api_version} of api key {api_key}")
+    cls = request_class(api_key)
+    header_version = 2 if _is_flexible(cls, api_version) else 1  # quirk 1
+    try:
+        header, pos = RequestHeader.decode(frame, header_version)
+        body, end = cls.decode(frame, api_version, pos)
+    except ValueError as exc:
+        raise InvalidRequest(f"cannot decode api key {api_key} v{api_version}: {exc}") from None
+    return ParsedRequest(
+        api_key=api_key,
+        api_version=api_version,
+        correlation_id=header.correlation_id,
+        client_id=header.client_id,
+        header=header,
+        body=body,
+    )
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, response: Any
+) -> tuple[bytearray, list[tuple[int, Any]]]:
+    """Encode a response frame: size prefix, header, body.
+
+    Returns the bytes and the file regions to splice in (offset into the bytes, region),
+    as the generated encoder records them for `records` fields that are file regions.
+    """
+    buf = bytearray(4)
+    regions: list[tuple[int, Any]] = []
+    flexible = _is_flexible(response_class(api_key), api_version)
+    header_version = 1 if flexible and api_key != API_VERSIONS_KEY else 0  # quirks 1, 2
+    ResponseHeader(correlation_id=correlation_id).encode(header_version, buf)
+    response.encode(api_version, buf, regions)
+    size = len(buf) - 4 + sum(region.size for _, region in regions)
+    _SIZE.pack_into(buf, 0, size)
+    return buf, regions

@@ -1,0 +1,111 @@
+"""Requests in flight, and the handler tasks that answer them.
+
+Channel contract (Kafka's RequestChannel, as trio memory channels):
+
+- one request channel, capacity `queued.max.requests`: connection tasks send `Request`s,
+  `num.io.threads` handler tasks receive them. A full channel blocks the sending
+  connection, which stops reading its socket: backpressure, never a drop.
+- one response channel per processor: whoever completes a request (a handler task, or
+  later the purgatory for a delayed one) sends `(connection, Response)` there, and the
+  processor's response task hands it to the connection, the only writer of its socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from trio_broker.protocol.quirks import ParsedRequest, encode_response
+
+if TYPE_CHECKING:
+    from trio_broker.server.connection import Connection
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NO_RESPONSE", "Request", "Response", "run_handler"]
+
+
+@attrs.frozen
+class Response:
+    """An encoded response frame; `regions` are file regions spliced in at their offsets."""
+
+    buf: bytearray
+    regions: list[tuple[int, Any]]
+
+
+# What a request that gets no answer (Produce with acks=0) completes with: the connection
+# then reads its next request without writing anything.
+NO_RESPONSE = Response(bytearray(), [])
+
+
+@attrs.define(eq=False)
+class Request:
+    parsed: ParsedRequest
+    connection: Connection
+    received_ns: int = attrs.field(factory=time.monotonic_ns)
+    _done: bool = False
+
+    @property
+    def api_key(self) -> int:
+        return self.parsed.api_key
+
+    @property
+    def api_version(self) -> int:
+        return self.parsed.api_version
+
+    @property
+    def body(self) -> Any:
+        return self.parsed.body
+
+    async def respond(self, response: Any) -> None:
+        """Encode `response` (a generated response message, or None for no answer) and
+        send it to this request's processor. Called exactly once per request."""
+        if self._done:
+            raise RuntimeError(f"request {self.parsed.correlation_id} answered twice")
+        self._done = True
+        if response is None:
+            frame = NO_RESPONSE
+        else:
+            version = 0 if self.parsed.unsupported_version else self.api_version
+            buf, regions = encode_response(
+                self.api_key, version, self.parsed.correlation_id, response
+            )
+            frame = Response(buf, regions)
+        await self.connection.processor.deliver(self.connection, frame)
+
+
+# A handler returns the response, or DELAYED when it handed the request to the purgatory,
+# which will call request.respond() itself later.
+DELAYED: Any = object()
+
+Dispatch = Callable[[Request], Awaitable[Any]]
+
+
+async def run_handler(
+    index: int, requests: trio.MemoryReceiveChannel[Request], dispatch: Dispatch
+) -> None:
+    """One of the `num.io.threads` handler tasks (Kafka's KafkaRequestHandler)."""
+    async with requests:
+        async for request in requests:
+            try:
+                response = await dispatch(request)
+            except Exception:
+                # A bug, not a client error (those are error codes). Kafka answers what it
+                # can; the one safe thing for any API is to close that connection.
+                logger.exception(
+                    "[conn %s] handler %d failed on api %d v%d from client %r; closing",
+                    request.connection.id,
+                    index,
+                    request.api_key,
+                    request.api_version,
+                    request.parsed.client_id,
+                )
+                request.connection.close()
+                continue
+            if response is not DELAYED:
+                await request.respond(response)

@@ -1,0 +1,183 @@
+"""Kafka's SocketServer in trio: one acceptor per listener, N processors, memory channels.
+
+    SocketServer.run                                      its own nursery
+    ├── acceptor task per listener: accept -> round-robin -> a processor's connection channel
+    └── Processor.run x num.network.threads               each with a nursery
+        ├── response task: (connection, response) from the response channel -> connection
+        └── Connection.serve per connection, in its own cancel scope
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Mapping
+
+import trio
+
+from trio_broker.config import BrokerConfig, Listener
+from trio_broker.server.connection import Connection
+from trio_broker.server.requests import Request, Response
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BoundListener", "Processor", "SocketServer"]
+
+# Accept errors that mean "out of resources for now": log, back off, keep accepting
+# (the same list trio's serve_listeners uses).
+_ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_ACCEPT_BACKOFF_S = 0.100
+
+
+class Processor:
+    """Kafka's Processor: owns a set of connections and their response channel."""
+
+    def __init__(
+        self,
+        index: int,
+        requests: trio.MemorySendChannel[Request],
+        *,
+        config: BrokerConfig,
+        supported: Mapping[int, tuple[int, int]],
+    ) -> None:
+        self.index = index
+        self._requests = requests
+        self._config = config
+        self._supported = supported
+        self.connections: set[Connection] = set()
+        self.new_connections_send, self._new_connections = trio.open_memory_channel[
+            tuple[trio.SocketStream, str]
+        ](20)
+        # Bounded by the connections' one-request-in-flight rule in practice; the bound is
+        # backpressure on handlers should a processor fall behind.
+        self._responses_send, self._responses = trio.open_memory_channel[
+            tuple[Connection, Response]
+        ](max(config.queued_max_requests, 1))
+
+    async def deliver(self, connection: Connection, response: Response) -> None:
+        await self._responses_send.send((connection, response))
+
+    async def _response_task(self) -> None:
+        async for connection, response in self._responses:
+            connection.deliver(response)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery, self._requests:
+            nursery.start_soon(self._response_task)
+            task_status.started()
+            async with self._new_connections:
+                async for stream, listener in self._new_connections:
+                    connection = Connection(
+                        stream,
+                        self,
+                        listener=listener,
+                        max_request_bytes=self._config.socket_request_max_bytes,
+                        idle_timeout_s=self._config.connections_max_idle_ms / 1000,
+                        supported=self._supported,
+                    )
+                    nursery.start_soon(self._serve_connection, connection)
+            # Shutdown: no new connections; finish those we have, then stop responding.
+            for connection in list(self.connections):
+                connection.close_when_idle()
+            while self.connections:
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+
+    async def _serve_connection(self, connection: Connection) -> None:
+        self.connections.add(connection)
+        logger.debug("[conn %s] accepted from %s on processor %d", connection.id, connection.peer,
+                     self.index)
+        try:
+            async with self._requests.clone() as requests:
+                await connection.serve(requests)
+        finally:
+            self.connections.discard(connection)
+
+
+class BoundListener:
+    def __init__(self, listener: Listener, sockets: list[trio.SocketListener]) -> None:
+        self.listener = listener
+        self.sockets = sockets
+        host, port = sockets[0].socket.getsockname()[:2]
+        self.host = host
+        self.port = port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.host, self.port
+
+
+class SocketServer:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        requests: trio.MemorySendChannel[Request],
+        supported: Mapping[int, tuple[int, int]],
+    ) -> None:
+        self.config = config
+        self._requests = requests
+        self._supported = supported
+        self.processors: list[Processor] = []
+        self.bound: list[BoundListener] = []
+        self._accept_scope = trio.CancelScope()
+        self.finished = trio.Event()
+
+    async def bind(self) -> list[BoundListener]:
+        for listener in self.config.listeners:
+            host = listener.host or None
+            sockets = await trio.open_tcp_listeners(listener.port, host=host)
+            bound = BoundListener(listener, sockets)
+            self.bound.append(bound)
+            logger.info("listening on %s://%s:%d", listener.name, bound.host, bound.port)
+        return self.bound
+
+    def stop_accepting(self) -> None:
+        self._accept_scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the bound listeners until stop_accepting(), then drain connections."""
+        try:
+            await self._run(task_status)
+        finally:
+            self.finished.set()
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
+        async with trio.open_nursery() as nursery, self._requests:
+            for index in range(self.config.num_network_threads):
+                processor = Processor(
+                    index, self._requests.clone(), config=self.config, supported=self._supported
+                )
+                self.processors.append(processor)
+                await nursery.start(processor.run)
+            task_status.started()
+            with self._accept_scope:
+                async with trio.open_nursery() as acceptors:
+                    for bound in self.bound:
+                        for sock in bound.sockets:
+                            acceptors.start_soon(self._accept_loop, sock, bound.listener.name)
+            for bound in self.bound:
+                for sock in bound.sockets:
+                    await sock.aclose()
+            for processor in self.processors:
+                await processor.new_connections_send.aclose()
+
+    async def _accept_loop(self, sock: trio.SocketListener, listener: str) -> None:
+        senders = [p.new_connections_send for p in self.processors]
+        turn = 0
+        while True:
+            try:
+                stream = await sock.accept()
+            except OSError as exc:
+                if exc.errno in _ACCEPT_CAPACITY_ERRNOS:
+                    logger.error("accept on %s failed (%s); retrying in %.0f ms",
+                                 listener, errno.errorcode.get(exc.errno, exc.errno),
+                                 _ACCEPT_BACKOFF_S * 1000)
+                    await trio.sleep(_ACCEPT_BACKOFF_S)
+                    continue
+                raise
+            try:
+                await senders[turn % len(senders)].send((stream, listener))
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            turn += 1
