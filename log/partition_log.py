@@ -551,8 +551,10 @@ class PartitionLog:
         active = self.active_segment
         active.truncate_to(offset)
         active.resize_indexes(self.config.segment_index_bytes)
-        self.log_end_offset = offset
-        self.leader_epoch_cache.truncate_from_end(offset)
+        # Kafka sets the end to `offset`; we use where the data really ends, which is the
+        # same for batch-aligned targets and leaves no offset gap for unaligned ones.
+        self.log_end_offset = active.next_offset
+        self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
         self._after_truncation()
         return True
 

@@ -55,17 +55,40 @@ class Broker:
 
     def _setup(self) -> None:
         from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata
+        from trio_broker.cluster.topic_config import resolve_log_config
+        from trio_broker.cluster.topics import TopicManager
         from trio_broker.config import new_cluster_id
+        from trio_broker.log import LogManager
 
-        log_dir = Path(self.config.log_dirs[0])
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dirs = [Path(d) for d in self.config.log_dirs]
-        cluster_id = self.config.cluster_id or _read_cluster_id(log_dir) or new_cluster_id()
+        config = self.config
+        self.log_dirs = [Path(d) for d in config.log_dirs]
+        first = self.log_dirs[0]
+        first.mkdir(parents=True, exist_ok=True)
+        cluster_id = config.cluster_id or _read_cluster_id(first) or new_cluster_id()
         self.metadata = ClusterMetadata.load(
-            log_dir / METADATA_FILE, cluster_id=cluster_id, controller_id=self.node_id
+            first / METADATA_FILE, cluster_id=cluster_id, controller_id=self.node_id
         )
         self._broker_node = BrokerNode
-        self.log_manager: Any = None
+        self.log_manager = LogManager(
+            list(config.log_dirs),
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            default_config=resolve_log_config({}, config),
+            retention_check_interval_ms=config.log_retention_check_interval_ms,
+            flush_offset_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
+        )
+        topic_configs = {
+            name: resolve_log_config(t.configs, config) for name, t in self.metadata.topics.items()
+        }
+        self.log_manager.open(topic_configs)
+        self.topics = TopicManager(config, self.metadata, self.log_manager)
+        self.topics.open()
+        # Long-lived parts with background work (coordinators, purgatory): each has
+        # `async def run(*, task_status)`, started in the broker's nursery in this order.
+        self.services: list[Any] = []
+
+    async def auto_create_topic(self, name: str) -> tuple[Any, Any]:
+        return await self.topics.auto_create(name)
 
     async def dispatch(self, request: Request) -> Any:
         return await self._dispatch(self, request)
@@ -130,8 +153,9 @@ async def serve(
                                 run_handler, index, request_receive.clone(), broker.dispatch
                             )
                     await nursery.start(server.run)
-                    if broker.log_manager is not None and hasattr(broker.log_manager, "run"):
-                        nursery.start_soon(broker.log_manager.run)
+                    await nursery.start(broker.log_manager.run)
+                    for service in broker.services:
+                        await nursery.start(service.run)
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",
@@ -147,8 +171,7 @@ async def serve(
             guard.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            if broker.log_manager is not None:
-                broker.log_manager.close()
+            broker.log_manager.close()
             logger.info("broker %d stopped", broker.node_id)
 
 

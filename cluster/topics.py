@@ -1,0 +1,239 @@
+"""Topics: creation (explicit and automatic), deletion, partitions, and their configs.
+
+The controller's part of topic management for a cluster of one: it validates as Kafka
+does, records the result in the cluster metadata (persisted), and makes the logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from trio_broker.cluster.metadata import ClusterMetadata, PartitionState, TopicState
+from trio_broker.cluster.topic_config import resolve_log_config, validate_topic_configs
+from trio_broker.config import BrokerConfig
+from trio_broker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from trio_broker.log import LogManager, PartitionLog
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["INTERNAL_TOPICS", "TopicManager", "validate_topic_name"]
+
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+_MAX_NAME_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def validate_topic_name(name: str | None) -> None:
+    """Kafka's Topic.validate: raises KafkaError(INVALID_TOPIC_EXCEPTION) with its reason."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > _MAX_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {_MAX_NAME_LENGTH} characters",
+        )
+    if not _LEGAL.fullmatch(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+class TopicManager:
+    def __init__(
+        self, config: BrokerConfig, metadata: ClusterMetadata, logs: LogManager
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.logs = logs
+
+    @property
+    def live_brokers(self) -> int:
+        return max(len(self.metadata.brokers), 1)
+
+    def open(self) -> None:
+        """At start: every partition in the metadata gets its log (created if missing), and
+        partition directories unknown to the metadata are adopted as topics."""
+        for topic in self.metadata.topics.values():
+            cfg = resolve_log_config(topic.configs, self.config)
+            for p in topic.partitions.values():
+                log = self.logs.get_log(topic.name, p.partition)
+                if log is None:
+                    self.logs.create_log(topic.name, p.partition, topic.topic_id, cfg)
+                else:
+                    log.update_config(cfg)
+        adopted = False
+        for log in self.logs.all_logs():
+            topic = self.metadata.topics.get(log.topic)
+            if topic is None:
+                topic = TopicState(
+                    name=log.topic,
+                    topic_id=log.topic_id or uuid.uuid4(),
+                    internal=log.topic in INTERNAL_TOPICS,
+                )
+                self.metadata.topics[log.topic] = topic
+            if log.partition not in topic.partitions:
+                topic.partitions[log.partition] = self._new_partition(log.topic, log.partition)
+                adopted = True
+        if adopted:
+            logger.warning("adopted partition directories missing from the metadata file")
+            self.metadata.save()
+
+    def _new_partition(self, topic: str, partition: int) -> PartitionState:
+        node = self.config.node_id
+        return PartitionState(
+            topic=topic, partition=partition, leader=node, leader_epoch=0, replicas=[node], isr=[node]
+        )
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self.logs.get_log(topic, partition)
+
+    # --- create ---------------------------------------------------------------------------
+
+    def check_new_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        *,
+        internal: bool = False,
+    ) -> tuple[int, int]:
+        """Validate a CreateTopics entry; returns the resolved (partitions, replication)."""
+        validate_topic_name(name)
+        if name in self.metadata.topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if name.startswith("__") and name in INTERNAL_TOPICS and not internal:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{name}' is an internal topic.")
+        if _collides(name, self.metadata.topics):
+            raise KafkaError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"Topic '{name}' collides with an existing topic ('.' and '_' collide).",
+            )
+        if num_partitions == -1:
+            num_partitions = self.config.num_partitions
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        if num_partitions <= 0:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
+            )
+        if replication_factor > self.live_brokers:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {replication_factor} time(s): The target "
+                f"replication factor of {replication_factor} cannot be reached because only "
+                f"{self.live_brokers} broker(s) are registered.",
+            )
+        validate_topic_configs(configs)
+        return num_partitions, replication_factor
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str | None] | None = None,
+        *,
+        internal: bool = False,
+        topic_id: uuid.UUID | None = None,
+    ) -> TopicState:
+        configs = dict(configs or {})
+        num_partitions, _ = self.check_new_topic(
+            name, num_partitions, replication_factor, configs, internal=internal
+        )
+        topic = TopicState(
+            name=name,
+            topic_id=topic_id or uuid.uuid4(),
+            configs={k: v for k, v in configs.items() if v is not None},
+            internal=internal,
+        )
+        cfg = resolve_log_config(topic.configs, self.config)
+        for index in range(num_partitions):
+            topic.partitions[index] = self._new_partition(name, index)
+            self.logs.create_log(name, index, topic.topic_id, cfg)
+        self.metadata.topics[name] = topic
+        self.metadata.save()
+        logger.info("created topic %s (%d partitions, id %s)", name, num_partitions, topic.topic_id)
+        return topic
+
+    async def auto_create(self, name: str) -> tuple[TopicState | None, ErrorCode]:
+        """Metadata's auto-creation: (topic, NONE), or (None, the error to report)."""
+        if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
+            return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            return self.create_topic(name), ErrorCode.NONE
+        except KafkaError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.metadata.topics[name], ErrorCode.NONE
+            return None, exc.code
+
+    # --- change ---------------------------------------------------------------------------
+
+    def delete_topic(self, name: str) -> TopicState:
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if topic.internal:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic {name} is an internal topic.")
+        if not self.config.delete_topic_enable:
+            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
+        for p in topic.partitions:
+            if self.logs.get_log(name, p) is not None:
+                self.logs.delete_log(name, p)
+        del self.metadata.topics[name]
+        self.metadata.save()
+        logger.info("deleted topic %s (id %s)", name, topic.topic_id)
+        return topic
+
+    def check_create_partitions(self, name: str, count: int) -> TopicState:
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+        current = len(topic.partitions)
+        if count < current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested {count}.",
+            )
+        if count == current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions."
+            )
+        return topic
+
+    def create_partitions(self, name: str, count: int) -> TopicState:
+        topic = self.check_create_partitions(name, count)
+        cfg = resolve_log_config(topic.configs, self.config)
+        for index in range(len(topic.partitions), count):
+            topic.partitions[index] = self._new_partition(name, index)
+            self.logs.create_log(name, index, topic.topic_id, cfg)
+        self.metadata.save()
+        return topic
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace a topic's overrides (AlterConfigs semantics; validated by the caller)."""
+        topic = self.metadata.topics[name]
+        topic.configs = dict(configs)
+        cfg = resolve_log_config(topic.configs, self.config)
+        for p in topic.partitions:
+            log = self.logs.get_log(name, p)
+            if log is not None:
+                log.update_config(cfg)
+        self.metadata.save()
+
+
+def _collides(name: str, topics: Mapping[str, TopicState]) -> bool:
+    folded = name.replace(".", "_")
+    return any(t != name and t.replace(".", "_") == folded for t in topics)
