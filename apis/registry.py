@@ -30,6 +30,8 @@ class ApiSpec:
 API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(18, "ApiVersions", 0, 4, "api_versions"),
     ApiSpec(3, "Metadata", 0, 12, "metadata"),
+    ApiSpec(0, "Produce", 3, 11, "produce"),
+    ApiSpec(1, "Fetch", 4, 17, "fetch"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -14,8 +14,9 @@ import math
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -87,6 +88,7 @@ class LogManager:
         # Logs renamed to `-delete`, with the time they may be removed.
         self._logs_to_delete: list[tuple[int, PartitionLog]] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
+        self._run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
 
     # -- start -----------------------------------------------------------------------------
 
@@ -99,7 +101,9 @@ class LogManager:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             self.had_clean_shutdown[log_dir] = clean
-            if not clean:
+            if not clean and any(
+                parse_partition_dir_name(p.name) for p in log_dir.iterdir() if p.is_dir()
+            ):
                 logger.warning("log dir %s was not shut down cleanly: recovering logs", log_dir)
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
@@ -310,13 +314,18 @@ class LogManager:
         self,
         *,
         clock: Callable[[], float] = trio.current_time,
+        run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Housekeeping for the broker nursery; runs until cancelled.
 
         `clock` (seconds, trio's clock by default) paces the loop; retention and roll
         decisions use the manager's `now_ms`, so tests can drive both with autojump_clock.
+        Blocking work (fsync, unlink) goes through `run_sync`, a worker thread by default;
+        tests under autojump_clock pass an inline runner, since virtual time would run on
+        while a thread works.
         """
+        self._run_sync = run_sync
         start = clock()
         intervals = {
             "retention": self.retention_check_interval_ms,
@@ -350,14 +359,15 @@ class LogManager:
             for log in self.all_logs():
                 target = log.flush_target(now)
                 if target is not None:
-                    await trio.to_thread.run_sync(log.flush, target)
+                    log.last_flush_ms = now
+                    await self._run_sync(log.flush, target)
             if self._has_pending_deletes():
-                await trio.to_thread.run_sync(self.delete_pending, now)
+                await self._run_sync(self.delete_pending, now)
         elif name == "recovery_checkpoint":
-            await trio.to_thread.run_sync(self.checkpoint_recovery_points)
-            await trio.to_thread.run_sync(self.checkpoint_high_watermarks)
+            await self._run_sync(self.checkpoint_recovery_points)
+            await self._run_sync(self.checkpoint_high_watermarks)
         elif name == "start_checkpoint":
-            await trio.to_thread.run_sync(self.checkpoint_log_start_offsets)
+            await self._run_sync(self.checkpoint_log_start_offsets)
         elif name == "producer_expiry":
             now = self.now_ms()
             for log in self.all_logs():

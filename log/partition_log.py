@@ -599,7 +599,8 @@ class PartitionLog:
 
     def flush(self, up_to: int | None = None) -> None:
         """fsync segments holding offsets in [recovery point, up_to) and advance the recovery
-        point. Blocking: call it through trio.to_thread.run_sync."""
+        point. Blocking: call it through trio.to_thread.run_sync. It does not read the clock
+        (the caller sets `last_flush_ms`), so it is safe in a worker thread."""
         if self.closed:
             return
         end = self.log_end_offset
@@ -619,7 +620,6 @@ class PartitionLog:
         self.recovery_point = max(self.recovery_point, up_to)
         if up_to >= end:
             self.unflushed_messages = max(self.unflushed_messages - pending, 0)
-        self.last_flush_ms = self.now_ms()
 
     def update_config(self, config: LogConfig) -> None:
         """AlterConfigs: new settings apply to the next append, roll and retention check."""

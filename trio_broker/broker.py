@@ -86,6 +86,26 @@ class Broker:
         # Long-lived parts with background work (coordinators, purgatory): each has
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
+        from trio_broker.cluster.purgatory import Purgatory
+
+        self.fetch_purgatory = Purgatory("fetch")
+        self.services.append(self.fetch_purgatory)
+        self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
+        self.services.append(self)
+
+    def schedule_flush(self, log: Any) -> None:
+        """flush.messages reached on `log`: fsync it in a worker thread, off the event loop."""
+        try:
+            self._flush_send.send_nowait(log)
+        except trio.WouldBlock:
+            pass  # a flush is already queued; it will cover this append too
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The broker's own background work: flushes asked for by appends."""
+        task_status.started()
+        async for log in self._flush_receive:
+            if not log.closed:
+                await trio.to_thread.run_sync(log.flush)
 
     async def auto_create_topic(self, name: str) -> tuple[Any, Any]:
         return await self.topics.auto_create(name)

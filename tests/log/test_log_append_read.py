@@ -4,8 +4,8 @@ import os
 import struct
 
 import pytest
-
 from logtest_helpers import append, make_batch
+
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.config import LogConfig, TimestampType
 from trio_broker.protocol.records import iter_batches, iter_records, read_header
@@ -36,7 +36,11 @@ def test_append_assigns_offsets_and_read_returns_exact_bytes(open_log):
         (3, 4, 5),
         (5, 5, 5),
     ]
-    assert [r.offset for _, h in iter_batches(data) for r in iter_records(data[_:])][:3] == [0, 1, 2]
+    assert [r.offset for _, h in iter_batches(data) for r in iter_records(data[_:])][:3] == [
+        0,
+        1,
+        2,
+    ]
     values = [
         r.value[:3] for pos, h in iter_batches(data) for r in iter_records(data[pos : pos + h.size])
     ]

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import functools
+import os
 import uuid
 
 import pytest
@@ -64,8 +66,6 @@ def test_delete_log_renames_then_removes(tmp_path):
     assert m.get_log("gone", 3) is None
     renamed = [p.name for p in log.dir.parent.iterdir() if p.name.endswith("-delete")]
     assert len(renamed) == 1 and renamed[0].startswith("gone-3.")
-    import os
-
     assert len(os.pread(region.fd, region.size, region.position)) == region.size
     with pytest.raises(KafkaError) as info:
         log.read(0, 100)
@@ -73,6 +73,10 @@ def test_delete_log_renames_then_removes(tmp_path):
     m.delete_pending(force=True)
     assert not log.dir.exists()
     m.close()
+
+
+async def run_inline(fn, *args):
+    return fn(*args)
 
 
 async def test_background_retention_flush_and_checkpoints(tmp_path, autojump_clock):
@@ -90,7 +94,7 @@ async def test_background_retention_flush_and_checkpoints(tmp_path, autojump_clo
     segments = len(log.segments)
     assert segments > 3
     async with trio.open_nursery() as nursery:
-        await nursery.start(m.run)
+        await nursery.start(functools.partial(m.run, run_sync=run_inline))
         # Rolled segments get flushed and the recovery point checkpointed within a minute.
         await trio.sleep(61)
         assert log.recovery_point == log.active_segment.base_offset
@@ -103,4 +107,32 @@ async def test_background_retention_flush_and_checkpoints(tmp_path, autojump_clo
         await trio.sleep(61)
         assert not [p for p in log.dir.iterdir() if p.name.endswith(".deleted")]
         nursery.cancel_scope.cancel()
+    m.close()
+
+
+async def test_flush_in_worker_thread_advances_recovery_point(tmp_path):
+    m = manager(tmp_path, default_config=LogConfig(flush_messages=4))
+    log = m.create_log("t", 0)
+    assert not append(log, make_batch(2)).flush_needed
+    assert append(log, make_batch(2)).flush_needed
+    await trio.to_thread.run_sync(log.flush)
+    assert log.recovery_point == 4 and log.unflushed_messages == 0
+    assert log.flush_target(m.now_ms()) is None
+    m.close()
+
+
+def test_open_removes_leftover_delete_dirs_and_update_config(tmp_path):
+    m = manager(tmp_path)
+    log = m.create_log("t", 0)
+    log.update_config(LogConfig(segment_bytes=300))
+    for _ in range(4):
+        append(log, make_batch(2, value_size=100))
+    assert len(log.segments) == 4
+    m.close()
+    leftover = tmp_path / "d1" / "x-0.0123456789abcdef0123456789abcdef-delete"
+    leftover.mkdir()
+    (leftover / "00000000000000000000.log").write_bytes(b"junk")
+    m = manager(tmp_path)
+    assert not leftover.exists()
+    assert [log.topic for log in m.all_logs()] == ["t"]
     m.close()

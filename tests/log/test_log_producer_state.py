@@ -22,6 +22,7 @@ def test_duplicate_returns_original_offsets(open_log):
     first = append(log, pbatch(0))
     second = append(log, pbatch(2))
     assert (first.first_offset, first.last_offset) == (3, 4)
+    assert (second.first_offset, second.last_offset) == (5, 6)
     end = log.log_end_offset
     # A retry of either of the last five batches is answered, not appended.
     again = append(log, pbatch(0))

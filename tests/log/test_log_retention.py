@@ -75,7 +75,9 @@ def test_retention_stops_at_high_watermark(open_log, clock):
 def test_retention_by_bytes(open_log, clock):
     batch_size = len(make_batch(2, value_size=100))
     segment_bytes = 3 * batch_size
-    config = LogConfig(segment_bytes=segment_bytes, retention_bytes=2 * segment_bytes + 10, retention_ms=-1)
+    config = LogConfig(
+        segment_bytes=segment_bytes, retention_bytes=2 * segment_bytes + 10, retention_ms=-1
+    )
     log = open_log(config)
     fill_segments(log, clock, 5)
     append(log, make_batch(2, value_size=100, timestamp=clock()))  # active segment: 1 batch

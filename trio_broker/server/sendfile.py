@@ -71,7 +71,9 @@ async def send_response(
         if at > pos:
             await stream.send_all(view[pos:at])
             pos = at
-        if region.size:
-            await sendfile(stream.socket, region)
+        # A `records` field may be several regions back to back (a read across segments).
+        for part in getattr(region, "regions", (region,)):
+            if part.size:
+                await sendfile(stream.socket, part)
     if pos < len(buf):
         await stream.send_all(view[pos:])

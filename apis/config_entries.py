@@ -1,0 +1,167 @@
+"""Config entries as DescribeConfigs and CreateTopics report them: value, source, synonyms.
+
+Shared by DescribeConfigs (key 32) and CreateTopics (key 19, v5+ returns the new topic's
+configs), and by the Alter*Configs handlers for the resource-level checks they have in
+common. Kafka's rules: a topic key is the topic's override (TOPIC_CONFIG) if it has one,
+else its broker key's value, STATIC_BROKER_CONFIG when the broker's properties set it and
+DEFAULT_CONFIG otherwise. Synonyms list every level that has a value, most specific first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from trio_broker.cluster.topic_config import TOPIC_CONFIGS, default_value, format_value
+from trio_broker.config import BROKER_CONFIGS, BrokerConfig, Listener
+from trio_broker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+__all__ = [
+    "ConfigEntry",
+    "ConfigSource",
+    "ResourceType",
+    "broker_entries",
+    "check_broker_resource",
+    "topic_entries",
+]
+
+
+class ResourceType(IntEnum):
+    """org.apache.kafka.common.config.ConfigResource.Type ids."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigsResponse config_source values."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+# DescribeConfigsResponse config_type (v3+), from Kafka's ConfigDef.Type names.
+CONFIG_TYPES = {
+    "BOOLEAN": 1,
+    "STRING": 2,
+    "INT": 3,
+    "SHORT": 4,
+    "LONG": 5,
+    "DOUBLE": 6,
+    "LIST": 7,
+    "CLASS": 8,
+    "PASSWORD": 9,
+}
+
+_BROKER_BY_NAME = {k.name: k for k in BROKER_CONFIGS}
+
+
+@attrs.frozen(kw_only=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    sensitive: bool
+    type: str
+    documentation: str | None
+    synonyms: tuple[tuple[str, str | None, ConfigSource], ...]
+
+
+def format_broker_value(value: Any) -> str | None:
+    """A broker value as Kafka prints it: lists comma separated, null stays null."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return ",".join(str(v) if isinstance(v, Listener) else format_value(v) for v in value)
+    return format_value(value)
+
+
+def _broker_source(config: BrokerConfig, name: str) -> ConfigSource:
+    return ConfigSource.DEFAULT_CONFIG if config.is_default(name) else ConfigSource.STATIC_BROKER_CONFIG
+
+
+def _broker_synonyms(config: BrokerConfig, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+    spec = _BROKER_BY_NAME[name]
+    out: list[tuple[str, str | None, ConfigSource]] = []
+    if not config.is_default(name):
+        out.append((name, format_broker_value(config.value(name)), ConfigSource.STATIC_BROKER_CONFIG))
+    out.append((name, format_broker_value(spec.default), ConfigSource.DEFAULT_CONFIG))
+    return out
+
+
+def topic_entries(
+    broker_config: BrokerConfig, overrides: Mapping[str, str], keys: set[str] | None = None
+) -> Iterator[ConfigEntry]:
+    """Every topic-level key of a topic with these overrides (or only `keys`)."""
+    for spec in TOPIC_CONFIGS:
+        if keys is not None and spec.name not in keys:
+            continue
+        synonyms: list[tuple[str, str | None, ConfigSource]] = []
+        if spec.name in overrides:
+            synonyms.append((spec.name, overrides[spec.name], ConfigSource.TOPIC_CONFIG))
+        if spec.broker_key is not None:
+            synonyms += _broker_synonyms(broker_config, spec.broker_key)
+            doc = _BROKER_BY_NAME[spec.broker_key].doc or None
+        else:
+            synonyms.append((spec.name, format_value(spec.default), ConfigSource.DEFAULT_CONFIG))
+            doc = None
+        name, value, source = synonyms[0]
+        if source != ConfigSource.TOPIC_CONFIG:
+            # Reported under the topic's key name, with the broker-level value.
+            value = format_broker_value(default_value(spec, broker_config))
+        yield ConfigEntry(
+            name=spec.name,
+            value=value,
+            source=source,
+            read_only=False,
+            sensitive=False,
+            type=spec.type,
+            documentation=doc,
+            synonyms=tuple(synonyms),
+        )
+
+
+def broker_entries(broker_config: BrokerConfig, keys: set[str] | None = None) -> Iterator[ConfigEntry]:
+    """Every broker key. All are read-only: this broker has no dynamic broker configs."""
+    for spec, value in broker_config.describe():
+        if keys is not None and spec.name not in keys:
+            continue
+        yield ConfigEntry(
+            name=spec.name,
+            value=None if spec.sensitive else format_broker_value(value),
+            source=_broker_source(broker_config, spec.name),
+            read_only=True,
+            sensitive=spec.sensitive,
+            type=spec.type,
+            documentation=spec.doc or None,
+            synonyms=tuple(
+                (n, None if spec.sensitive else v, s) for n, v, s in _broker_synonyms(broker_config, spec.name)
+            ),
+        )
+
+
+def check_broker_resource(broker: Broker, name: str, *, allow_default: bool = True) -> None:
+    """A BROKER resource must name this broker (or be "", the cluster default)."""
+    if name == "" and allow_default:
+        return
+    if name != str(broker.node_id):
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+        )

@@ -1,0 +1,261 @@
+"""Fetch (key 1), versions 4+: file regions out of the segments, with sessions and waits.
+
+The response's record data is never read into Python: each partition's `records` is a
+file region that the connection sends with os.sendfile. A fetch that finds fewer than
+min_bytes waits in the fetch purgatory (up to max_wait_ms) without holding a handler
+task, and is answered when a produce to one of its partitions wakes it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from trio_broker.cluster.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    CachedPartition,
+    FetchSession,
+    FetchSessionCache,
+)
+from trio_broker.cluster.purgatory import DelayedOperation
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.fetch_response import (
+    FetchableTopicResponse,
+    FetchResponse,
+    PartitionData,
+)
+from trio_broker.server.requests import DELAYED
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+READ_COMMITTED = 1
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@attrs.frozen
+class FileRegions:
+    """Several file regions sent back to back as one `records` field."""
+
+    regions: tuple[Any, ...]
+    size: int
+
+
+@attrs.define
+class _Fetch:
+    broker: Broker
+    request: Request
+    partitions: list[CachedPartition]  # what to read, in order
+    errors: dict[tuple[str, int], int]  # partitions answered with an error instead
+    session: FetchSession | None
+    incremental: bool
+    mentioned: set[tuple[str, int]]  # partitions named in an incremental request
+    min_bytes: int
+    max_bytes: int
+    read_committed: bool
+    response: FetchResponse | None = None
+    total_bytes: int = 0
+
+    def build(self) -> bool:
+        """Read every partition; returns whether the answer can go now (min_bytes reached)."""
+        topics: dict[tuple[str, uuid.UUID], list[PartitionData]] = {}
+        remaining = self.max_bytes
+        total = 0
+        any_error = bool(self.errors)
+        version = self.request.api_version
+        for p in self.partitions:
+            key = (p.topic, p.partition)
+            data = PartitionData(partition_index=p.partition, records=None)
+            data.aborted_transactions = [] if self.read_committed else None
+            error = self.errors.get(key)
+            log = None if error else self.broker.topics.get_log(p.topic, p.partition)
+            if error is None and log is None:
+                error = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            if error is None:
+                error = _check_epoch(self.broker, p)
+            if error is None and log is not None:
+                hw = log.high_watermark
+                data.high_watermark = hw
+                data.last_stable_offset = hw
+                data.log_start_offset = log.log_start_offset
+                try:
+                    result = log.read(
+                        p.fetch_offset,
+                        min(p.partition_max_bytes, remaining),
+                        max_offset=hw,
+                        min_one_message=total == 0,
+                    )
+                except KafkaError as exc:
+                    error = exc.code
+                else:
+                    if result.size:
+                        regions = result.regions
+                        data.records = (
+                            regions[0]
+                            if len(regions) == 1
+                            else FileRegions(tuple(regions), result.size)
+                        )
+                        total += result.size
+                        remaining = max(remaining - result.size, 0)
+            if error:
+                any_error = True
+                data.error_code = error
+                data.high_watermark = -1 if log is None else log.high_watermark
+                data.log_start_offset = -1 if log is None else log.log_start_offset
+            if self.incremental and not _changed(p, data, key in self.mentioned):
+                continue
+            p.high_watermark = data.high_watermark
+            p.log_start_offset = data.log_start_offset
+            p.last_stable_offset = data.last_stable_offset
+            topics.setdefault((p.topic, p.topic_id), []).append(data)
+        self.total_bytes = total
+        self.response = FetchResponse(
+            error_code=ErrorCode.NONE,
+            session_id=self.session.id if self.session is not None else 0,
+            responses=[
+                FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=parts)
+                for (name, topic_id), parts in topics.items()
+            ],
+        )
+        return any_error or total >= self.min_bytes
+
+    async def answer(self) -> None:
+        self.build()
+        await self.request.respond(self.response)
+
+
+def _changed(p: CachedPartition, data: PartitionData, mentioned: bool) -> bool:
+    return (
+        mentioned
+        or data.records is not None
+        or data.error_code != 0
+        or data.high_watermark != p.high_watermark
+        or data.log_start_offset != p.log_start_offset
+        or data.last_stable_offset != p.last_stable_offset
+    )
+
+
+def _check_epoch(broker: Broker, p: CachedPartition) -> int | None:
+    if p.current_leader_epoch < 0:
+        return None
+    topic = broker.metadata.topics.get(p.topic)
+    state = topic.partitions.get(p.partition) if topic else None
+    if state is None:
+        return None
+    if p.current_leader_epoch < state.leader_epoch:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    if p.current_leader_epoch > state.leader_epoch:
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+    return None
+
+
+def _sessions(broker: Broker) -> FetchSessionCache:
+    cache = getattr(broker, "fetch_sessions", None)
+    if cache is None:
+        cache = broker.fetch_sessions = FetchSessionCache()
+    return cache
+
+
+def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition], dict, list]:
+    """The request's partitions with their topic names resolved (by id from v13)."""
+    body = request.body
+    by_id = request.api_version >= 13
+    out: list[CachedPartition] = []
+    errors: dict[tuple[str, int], int] = {}
+    for t in body.topics:
+        name, topic_id = t.topic, t.topic_id
+        if by_id:
+            state = broker.metadata.topic_by_id(t.topic_id)
+            name = state.name if state is not None else f"<unknown {t.topic_id}>"
+        else:
+            state = broker.metadata.topics.get(name)
+            topic_id = state.topic_id if state is not None else ZERO_UUID
+        for fp in t.partitions:
+            cached = CachedPartition(
+                topic=name,
+                partition=fp.partition,
+                topic_id=topic_id,
+                fetch_offset=fp.fetch_offset,
+                partition_max_bytes=fp.partition_max_bytes,
+                current_leader_epoch=fp.current_leader_epoch,
+            )
+            out.append(cached)
+            if state is None:
+                errors[(name, fp.partition)] = (
+                    ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+    forgotten = []
+    for f in body.forgotten_topics_data or []:
+        name = f.topic
+        if by_id:
+            state = broker.metadata.topic_by_id(f.topic_id)
+            name = state.name if state is not None else None
+        if name is not None:
+            forgotten.extend((name, p) for p in f.partitions)
+    return out, errors, forgotten
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    body = request.body
+    version = request.api_version
+    if body.replica_id >= 0 or (version >= 15 and body.replica_state.replica_id >= 0):
+        # Follower fetches arrive with replication; until then no broker may fetch as one.
+        return FetchResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    requested, errors, forgotten = _requested(broker, request)
+    session = None
+    incremental = False
+    partitions = requested
+    if version >= 7:
+        cache = _sessions(broker)
+        sid, epoch = body.session_id, body.session_epoch
+        try:
+            if epoch == FINAL_EPOCH:
+                if sid:
+                    cache.close(sid)
+            elif epoch == INITIAL_EPOCH:
+                if sid:
+                    cache.close(sid)
+                session = cache.new_session(requested)
+            else:
+                session = cache.incremental(sid, epoch)
+                incremental = True
+                for key in forgotten:
+                    session.partitions.pop(key, None)
+                for p in requested:
+                    old = session.partitions.get((p.topic, p.partition))
+                    if old is not None:
+                        p.high_watermark = old.high_watermark
+                        p.log_start_offset = old.log_start_offset
+                        p.last_stable_offset = old.last_stable_offset
+                    session.partitions[(p.topic, p.partition)] = p
+                partitions = list(session.partitions.values())
+        except KafkaError as exc:
+            return FetchResponse(error_code=exc.code, session_id=0)
+    fetch = _Fetch(
+        broker=broker,
+        request=request,
+        partitions=partitions,
+        errors=errors,
+        session=session,
+        incremental=incremental,
+        mentioned={(p.topic, p.partition) for p in requested},
+        min_bytes=body.min_bytes,
+        max_bytes=body.max_bytes,
+        read_committed=body.isolation_level == READ_COMMITTED,
+    )
+    if fetch.build() or body.max_wait_ms <= 0 or not partitions:
+        return fetch.response
+    broker.fetch_purgatory.park(
+        DelayedOperation(
+            keys=tuple((p.topic, p.partition) for p in partitions),
+            deadline=trio.current_time() + body.max_wait_ms / 1000,
+            try_complete=fetch.build,
+            complete=fetch.answer,
+        )
+    )
+    return DELAYED

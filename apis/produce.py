@@ -1,0 +1,152 @@
+"""Produce (key 0), versions 3+: magic 2 batches only, as in Kafka 4.
+
+The hot path treats a batch as opaque bytes: validate the header and CRC (in C), assign
+offsets by rewriting the header in place, append. Records are looked at one by one only
+where Kafka's semantics need them: compacted topics, whose records must all have keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.produce_response import (
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from trio_broker.protocol._generated.produce_response import (
+    BatchIndexAndErrorMessage as RecordError,
+)
+from trio_broker.protocol.records import Compression, InvalidRecords, iter_records, validate_batches
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+logger = logging.getLogger(__name__)
+
+
+def _check_keys(records: memoryview) -> list[RecordError]:
+    # Kafka's LogValidator: a compacted topic refuses a batch with a record without key.
+    missing = [
+        RecordError(
+            batch_index=i,
+            batch_index_error_message="Compacted topic cannot accept message without key in topic partition",
+        )
+        for i, record in enumerate(iter_records(records))
+        if record.key is None
+    ]
+    return missing
+
+
+def append_partition(
+    broker: Broker, topic: str, partition: int, records: memoryview | None, acks: int, version: int
+) -> PartitionProduceResponse:
+    answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
+    log = broker.topics.get_log(topic, partition)
+    state = broker.metadata.topics.get(topic)
+    if log is None or state is None or partition not in state.partitions:
+        answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return answer
+    pstate = state.partitions[partition]
+    if records is None or len(records) == 0:
+        answer.error_code = ErrorCode.INVALID_RECORD
+        answer.error_message = "Produce request has no records"
+        return answer
+    try:
+        config = log.config
+        headers = validate_batches(
+            records, max_batch_size=config.max_message_bytes, single_batch=True
+        )
+        header = headers[0]
+        if header.compression == Compression.ZSTD and version < 7:
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce version 7 or later"
+            )
+        if header.is_transactional:
+            raise KafkaError(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactions are not supported by this broker yet",
+            )
+        if "compact" in config.cleanup_policy:
+            errors = _check_keys(records)
+            if errors:
+                answer.error_code = ErrorCode.INVALID_RECORD
+                answer.record_errors = errors
+                answer.error_message = "One or more records have been rejected"
+                return answer
+        min_isr = _min_isr(broker, state.configs)
+        if acks == -1 and len(pstate.isr) < min_isr:
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"The size of the current ISR {pstate.isr} is insufficient to satisfy "
+                f"the min.isr requirement of {min_isr}",
+            )
+        result = log.append_as_leader(
+            records, headers, leader_epoch=pstate.leader_epoch, log_append_time_ms=None
+        )
+    except InvalidRecords as exc:
+        answer.error_code = exc.code
+        answer.error_message = exc.message
+        return answer
+    except KafkaError as exc:
+        answer.error_code = exc.code
+        answer.error_message = exc.message
+        return answer
+    if result.flush_needed:
+        broker.schedule_flush(log)
+    # One broker: the ISR is the leader, so what is appended is committed.
+    log.high_watermark = log.log_end_offset
+    broker.fetch_purgatory.wake(((topic, partition),))
+    answer.base_offset = result.first_offset
+    answer.log_append_time_ms = result.log_append_time_ms
+    answer.log_start_offset = result.log_start_offset
+    return answer
+
+
+def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
+    text = overrides.get("min.insync.replicas")
+    return int(text) if text is not None else broker.config.min_insync_replicas
+
+
+async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
+    body = request.body
+    version = request.api_version
+    acks = body.acks
+    responses = []
+    if acks not in (0, 1, -1):
+        code = ErrorCode.INVALID_REQUIRED_ACKS
+        responses = [
+            TopicProduceResponse(
+                name=t.name,
+                partition_responses=[
+                    PartitionProduceResponse(index=p.index, error_code=code, base_offset=-1)
+                    for p in t.partition_data
+                ],
+            )
+            for t in body.topic_data
+        ]
+        return ProduceResponse(responses=responses)
+    for topic in body.topic_data:
+        partitions = [
+            append_partition(broker, topic.name, p.index, p.records, acks, version)
+            for p in topic.partition_data
+        ]
+        responses.append(TopicProduceResponse(name=topic.name, partition_responses=partitions))
+    if acks == 0:
+        # No answer; a failed append shows up for the client only as missing records,
+        # as with Kafka (which closes the connection; the client reconnects).
+        failed = [
+            (t.name, p.index, p.error_code)
+            for t in responses
+            for p in t.partition_responses
+            if p.error_code
+        ]
+        if failed:
+            logger.info("[conn %s] acks=0 produce failed for %s; closing",
+                        request.connection.id, failed)
+            request.connection.close()
+        return None
+    return ProduceResponse(responses=responses)
