@@ -90,6 +90,7 @@ class GroupMetadata:
     static_members: dict[str, str] = attrs.Factory(dict)  # group.instance.id -> member id
     pending_members: set[str] = attrs.Factory(set)  # got MEMBER_ID_REQUIRED, not yet back
     offsets: dict[tuple[str, int], OffsetAndMetadata] = attrs.Factory(dict)
+    in_initial_delay: bool = False  # a rebalance from Empty waits group.initial.rebalance.delay.ms
     new_member_added: bool = False  # extends the initial rebalance delay
     rebalance_timer: Any = None
 

@@ -83,9 +83,13 @@ class Broker:
         self.log_manager.open(topic_configs)
         self.topics = TopicManager(config, self.metadata, self.log_manager)
         self.topics.open()
+        from trio_broker.cluster.producer_ids import ProducerIdManager
+
+        self.producer_ids = ProducerIdManager(first / "producer-id-block")
         # Long-lived parts with background work (coordinators, purgatory): each has
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
+        self.services.append(__import__("trio_broker.cluster.group_coordinator", fromlist=["GroupCoordinator"]).GroupCoordinator(self))
         from trio_broker.cluster.purgatory import Purgatory
 
         self.fetch_purgatory = Purgatory("fetch")

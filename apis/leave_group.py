@@ -1,0 +1,13 @@
+"""LeaveGroup (key 13), one member (v0-2) or a batch (v3+)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    return broker.group_coordinator.leave_group(request.body, api_version=request.api_version)

@@ -1,0 +1,13 @@
+"""OffsetFetch (key 9), one group (v0-7) or several (v8+)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    return broker.group_coordinator.offsets.fetch_offsets(request.body, api_version=request.api_version)

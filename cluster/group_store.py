@@ -1,0 +1,114 @@
+"""Where groups and offsets are kept: the `__consumer_offsets` partitions of this broker.
+
+The store creates the topic on first use (as Kafka does on the first FindCoordinator),
+appends the coordinator's records to the partition a group maps to, and replays the
+partitions at start. Until a partition is replayed, its groups answer
+COORDINATOR_LOAD_IN_PROGRESS.
+
+The topic is compacted, with `min.compaction.lag.ms` set from
+`offsets.commit.min.compaction.lag.ms` (one day by default, where Kafka has 0): the
+cleaner leaves the last day of commits alone so that the nightly report sees every commit
+of the day, not only the latest per partition.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import trio
+
+from trio_broker.cluster.group_records import OFFSETS_TOPIC, LoadedGroup, partition_for, replay
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol.records import build_batch, validate_batches
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GroupStore"]
+
+
+class GroupStore:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.num_partitions: int = broker.config.offsets_topic_num_partitions
+        self.loaded: set[int] = set()
+        topic = broker.metadata.topics.get(OFFSETS_TOPIC)
+        if topic is not None:
+            # An existing topic decides the partition count, as in Kafka.
+            self.num_partitions = len(topic.partitions)
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def is_loaded(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loaded
+
+    def topic_configs(self) -> dict[str, str]:
+        config = self.broker.config
+        return {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(config.offsets_topic_segment_bytes),
+            "min.compaction.lag.ms": str(config.offsets_commit_min_compaction_lag_ms),
+        }
+
+    def ensure_topic(self) -> None:
+        """Create `__consumer_offsets` if it does not exist yet; its partitions start loaded."""
+        if OFFSETS_TOPIC in self.broker.metadata.topics:
+            return
+        self.broker.topics.create_topic(
+            OFFSETS_TOPIC,
+            self.num_partitions,
+            self.broker.config.offsets_topic_replication_factor,
+            self.topic_configs(),
+            internal=True,
+        )
+        self.loaded = set(range(self.num_partitions))
+
+    async def load_all(self, on_loaded) -> None:
+        """Replay every partition of the topic; `on_loaded(partition, groups)` after each."""
+        if OFFSETS_TOPIC not in self.broker.metadata.topics:
+            self.loaded = set(range(self.num_partitions))
+            return
+        started = time.monotonic()
+        count = 0
+        for partition in range(self.num_partitions):
+            log = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+            groups: dict[str, LoadedGroup] = {} if log is None else replay(log)
+            on_loaded(partition, groups)
+            self.loaded.add(partition)
+            count += len(groups)
+            # A checkpoint between partitions keeps the broker answering while it loads.
+            await trio.sleep(0)
+        logger.info(
+            "loaded %d group(s) from %d partitions of %s in %.3f s",
+            count,
+            self.num_partitions,
+            OFFSETS_TOPIC,
+            time.monotonic() - started,
+        )
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Append keyed records for `group_id` as one batch; returns the first offset.
+
+        Raises KafkaError(COORDINATOR_NOT_AVAILABLE) when the partition is not here.
+        """
+        self.ensure_topic()
+        partition = self.partition_for(group_id)
+        log = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+        if log is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no log for {OFFSETS_TOPIC}-{partition}")
+        now = int(time.time() * 1000)
+        batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
+        headers = validate_batches(batch, from_client=False)
+        state = self.broker.metadata.topics[OFFSETS_TOPIC].partitions.get(partition)
+        epoch = state.leader_epoch if state is not None else 0
+        result = log.append_as_leader(batch, headers, leader_epoch=epoch, log_append_time_ms=None)
+        # A single broker is the whole ISR: the append is committed at once.
+        log.high_watermark = log.log_end_offset
+        return result.first_offset

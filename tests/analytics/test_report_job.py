@@ -1,0 +1,326 @@
+"""The nightly report over a log written by trio-broker's own log, with a known history.
+
+One Spark session (local[2]) for the module. The log (see `_write_scenario`) holds:
+
+- `orders-0`: 10 minutes from T0, each minute two batches of 5 records, batch j of minute
+  m at T0 + m min + j s, records 100 ms apart; offsets 10m + 5j .. 10m + 5j + 4.
+- `orders-1`: empty.
+- `users-0`: a compacted segment: [0, 2, 4] (last offset 4), [7, 9] (last offset 9),
+  [10..14]; 15 offsets, 10 records.
+- `crashy-0`: 3 batches, then half a batch (a torn tail).
+- commits in `__consumer_offsets` (commit timestamps known), see each test.
+
+The report window is [T0, T0 + 10 min), so "report time" is T0 + 600 s.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (extra 'analytics')")
+if shutil.which("java") is None:
+    pytest.skip("Java 17 is needed for Spark and is not installed", allow_module_level=True)
+
+from trio_broker.analytics.job import ReportOptions, build_session, run_report  # noqa: E402
+from trio_broker.analytics.segments import (  # noqa: E402
+    list_segments,
+    pack_segments,
+    scan_batch_headers,
+)
+from trio_broker.log import LogConfig, LogManager  # noqa: E402
+from trio_broker.protocol._generated.offset_commit_key import OffsetCommitKey  # noqa: E402
+from trio_broker.protocol._generated.offset_commit_value import OffsetCommitValue  # noqa: E402
+from trio_broker.protocol.records import Record, build_batch, validate_batches  # noqa: E402
+
+T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
+MIN = 60_000
+UNTIL = T0 + 10 * MIN
+VALUE = b"v" * 40
+
+
+def _orders_batches() -> list[bytes]:
+    out = []
+    for m in range(10):
+        for j in range(2):
+            start = T0 + m * MIN + j * 1000
+            out.append(
+                build_batch([(b"k%d" % i, VALUE, [], start + 100 * i) for i in range(5)])
+            )
+    return out
+
+
+def _append(log, batch: bytes) -> None:
+    buf = bytearray(batch)
+    log.append_as_leader(buf, validate_batches(buf), leader_epoch=0)
+
+
+def _commit_record(group: str, topic: str, partition: int, offset: int, ts: int):
+    key = struct.pack(">h", 1) + bytes(
+        OffsetCommitKey(group=group, topic=topic, partition=partition).encode(1)
+    )
+    value = struct.pack(">h", 3) + bytes(
+        OffsetCommitValue(offset=offset, leader_epoch=0, metadata="", commit_timestamp=ts).encode(3)
+    )
+    return (key, value, [], ts)
+
+
+# group -> [(topic, partition, committed offset, commit time)]
+COMMITS = {
+    # keeps up: commits the log end offset 30 s into each minute
+    "fast": [("orders", 0, 10 * (m + 1), T0 + m * MIN + 30_000) for m in range(10)],
+    # advances at half the produce rate: lag grows 5 per commit
+    "slow": [("orders", 0, 5 * (m + 1), T0 + m * MIN + 30_000) for m in range(10)],
+    # committed three times, then went quiet
+    "quitter": [("orders", 0, 5 * (m + 1), T0 + m * MIN + 30_000) for m in range(3)],
+    # commits the same offset every minute
+    "stuck": [("orders", 0, 5, T0 + m * MIN + 30_000) for m in range(10)],
+    # reset its offsets back to 5 after the third commit
+    "rewinder": [
+        ("orders", 0, off, T0 + m * MIN + 30_000) for m, off in enumerate([5, 10, 15, 5, 10, 15])
+    ],
+    # on the compacted topic
+    "users-reader": [("users", 0, 5, T0 + 250_000)],
+}
+
+
+def _write_scenario(log_dir: Path) -> dict[str, int]:
+    manager = LogManager([log_dir], node_id=1, cluster_id="report-test")
+    manager.open()
+    orders = manager.create_log("orders", 0)
+    for batch in _orders_batches():
+        _append(orders, batch)
+    manager.create_log("orders", 1)
+    crashy = manager.create_log("crashy", 0)
+    for n in range(3):
+        _append(crashy, build_batch([(None, VALUE, [], T0 + n * 1000)]))
+    offsets = manager.create_log("__consumer_offsets", 0)
+    # One batch per commit, as the group coordinator appends them, in commit-time order.
+    everything = sorted(
+        (ts, group, topic, partition, offset)
+        for group, rows in COMMITS.items()
+        for topic, partition, offset, ts in rows
+    )
+    for ts, group, topic, partition, offset in everything:
+        _append(offsets, build_batch([_commit_record(group, topic, partition, offset, ts)]))
+    manager.checkpoint()
+    manager.close()
+
+    # What the cleaner leaves of a compacted partition: gaps inside and between batches.
+    users = log_dir / "users-0"
+    users.mkdir()
+    compacted = [
+        build_batch(
+            [Record(offset=o, timestamp=T0 + 100_000 + 100 * i, key=b"u%d" % o, value=VALUE)
+             for i, o in enumerate((0, 2, 4))],
+            base_offset=0,
+            last_offset_delta=4,
+        ),
+        build_batch(
+            [Record(offset=o, timestamp=T0 + 200_000 + 100 * i, key=b"u%d" % o, value=VALUE)
+             for i, o in enumerate((7, 9))],
+            base_offset=5,
+            last_offset_delta=4,
+        ),
+        build_batch(
+            [Record(offset=10 + i, timestamp=T0 + 300_000 + 100 * i, key=b"w%d" % i, value=VALUE)
+             for i in range(5)],
+            base_offset=10,
+        ),
+    ]
+    (users / "00000000000000000000.log").write_bytes(b"".join(compacted))
+
+    # A crash in the middle of writing a fourth batch.
+    torn = build_batch([(None, VALUE, [], T0 + 3000)])
+    with open(log_dir / "crashy-0" / "00000000000000000000.log", "ab") as f:
+        f.write(torn[: len(torn) // 2])
+    return {"orders_batch_bytes": len(_orders_batches()[0])}
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = build_session("local[2]", "trio-broker-report-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def report(spark, tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    log_dir = root / "logs"
+    facts = _write_scenario(log_dir)
+    options = ReportOptions(
+        log_dirs=(str(log_dir),), out=str(root / "out"), since_ms=T0, until_ms=UNTIL
+    )
+    result = run_report(spark, options)
+    return result, facts
+
+
+def _read(spark, result, table):
+    return [r.asDict() for r in spark.read.parquet(str(result.out / table)).collect()]
+
+
+def _at_report(spark, result):
+    rows = _read(spark, result, "group_partition_lag")
+    return {(r["group"], r["topic"], r["partition"]): r for r in rows if r["kind"] == "report"}
+
+
+# -- the scan, without Spark ----------------------------------------------------------------
+
+
+def test_torn_tail_and_empty_partition_scan(tmp_path):
+    _write_scenario(tmp_path)
+    segs = {(s.topic, s.partition): s for s in list_segments([tmp_path])}
+    assert segs[("orders", 1)].size == 0
+    assert list(scan_batch_headers(segs[("orders", 1)])) == []
+    crashy = list(scan_batch_headers(segs[("crashy", 0)]))
+    assert [row[4] for row in crashy] == [0, 1, 2]  # base offsets; the torn 4th is skipped
+    users = list(scan_batch_headers(segs[("users", 0)]))
+    # (base offset, last offset, record count)
+    assert [(r[4], r[5], r[6]) for r in users] == [(0, 4, 3), (5, 9, 2), (10, 14, 5)]
+
+
+def test_pack_segments_keeps_big_ones_alone():
+    from trio_broker.analytics.segments import SegmentFile
+
+    def seg(n, size):
+        return SegmentFile(path=f"/x/{n}", topic="t", partition=0, base_offset=n, size=size)
+
+    mib = 1024 * 1024
+    big = [seg(i, 200 * mib) for i in range(3)]
+    small = [seg(100 + i, 1 * mib) for i in range(50)]
+    packs = pack_segments(big + small, max_partition_bytes=128 * mib, parallelism=2)
+    assert sorted(len(p) for p in packs if p[0].size == 200 * mib) == [1, 1, 1]
+    packed_small = [p for p in packs if p[0].size == mib]
+    assert sum(len(p) for p in packed_small) == 50
+    assert all(sum(s.size + 4 * mib for s in p) <= 128 * mib for p in packed_small)
+    assert len(packed_small) == 2  # 50 x 5 MiB of cost over 128 MiB packs
+
+
+# -- the tables -----------------------------------------------------------------------------
+
+
+def test_batches_table(spark, report):
+    result, facts = report
+    rows = _read(spark, result, "batches")
+    orders = sorted((r for r in rows if r["topic"] == "orders"), key=lambda r: r["base_offset"])
+    assert len(orders) == 20
+    assert orders[3]["base_offset"] == 15 and orders[3]["last_offset"] == 19
+    assert orders[3]["base_timestamp"] == T0 + MIN + 1000
+    assert orders[3]["max_timestamp"] == T0 + MIN + 1400
+    assert orders[3]["batch_bytes"] == facts["orders_batch_bytes"]
+    assert orders[3]["codec"] == "none" and not orders[3]["is_control"]
+    assert str(orders[0]["date"]) == "2024-05-01"
+    assert sorted(r["base_offset"] for r in rows if r["topic"] == "crashy") == [0, 1, 2]
+    assert not any(r["topic"] == "__consumer_offsets" for r in rows)
+
+
+def test_partition_state(spark, report):
+    result, _ = report
+    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    assert state[("orders", 0)]["log_start_offset"] == 0
+    assert state[("orders", 0)]["log_end_offset"] == 100
+    assert state[("orders", 0)]["records"] == 100
+    assert state[("orders", 0)]["segments"] == 1
+    empty = state[("orders", 1)]
+    assert (empty["log_end_offset"], empty["records"], empty["batches"]) == (0, 0, 0)
+    assert empty["first_timestamp"] is None
+    users = state[("users", 0)]
+    assert (users["log_end_offset"], users["records"], users["batches"]) == (15, 10, 3)
+    assert state[("crashy", 0)]["log_end_offset"] == 3
+
+
+def test_topic_throughput(spark, report):
+    result, facts = report
+    rows = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "orders"]
+    assert len(rows) == 10  # one bucket per minute
+    size = facts["orders_batch_bytes"]
+    for r in rows:
+        assert (r["batches"], r["records"], r["bytes"]) == (2, 10, 2 * size)
+        assert r["records_per_sec"] == pytest.approx(10 / 60)
+        assert r["bytes_per_sec"] == pytest.approx(2 * size / 60)
+        assert r["p50_batch_bytes"] == size and r["p99_batch_bytes"] == size
+        assert r["p50_batch_records"] == 5 and r["p99_batch_records"] == 5
+
+
+def test_lag_at_each_commit(spark, report):
+    result, _ = report
+    rows = _read(spark, result, "group_partition_lag")
+    slow = sorted(
+        (r for r in rows if r["group"] == "slow" and r["kind"] == "commit"),
+        key=lambda r: r["timestamp"],
+    )
+    assert [r["committed_offset"] for r in slow] == [5 * (m + 1) for m in range(10)]
+    # Every batch of minute m is in the log 30 s into minute m: log end 10(m+1).
+    assert [r["log_end_offset"] for r in slow] == [10 * (m + 1) for m in range(10)]
+    assert [r["lag_records"] for r in slow] == [5 * (m + 1) for m in range(10)]
+    # The first unconsumed record opens batch m+1: at minute (m+1)//2, second (m+1)%2.
+    assert [r["lag_seconds"] for r in slow] == [
+        (m * MIN + 30_000 - ((m + 1) // 2 * MIN + (m + 1) % 2 * 1000)) / 1000 for m in range(10)
+    ]
+    assert slow[0]["consume_rate"] is None
+    assert [r["consume_rate"] for r in slow[1:]] == [pytest.approx(5 / 60)] * 9
+    assert [r["produce_rate"] for r in slow[1:]] == [pytest.approx(10 / 60)] * 9
+    # Burrow: one commit is a window whose offset never moved (STALL); then lag only grows.
+    assert [r["status"] for r in slow] == ["STALL"] + ["WARN"] * 9
+    fast = [r for r in rows if r["group"] == "fast" and r["kind"] == "commit"]
+    assert {(r["lag_records"], r["lag_seconds"], r["status"]) for r in fast} == {(0, 0.0, "OK")}
+
+
+def test_lag_and_status_at_report_time(spark, report):
+    result, _ = report
+    now = _at_report(spark, result)
+    fast = now[("fast", "orders", 0)]
+    assert (fast["log_end_offset"], fast["lag_records"], fast["lag_seconds"]) == (100, 0, 0.0)
+    assert fast["status"] == "OK"
+    slow = now[("slow", "orders", 0)]
+    # Offset 50 opens minute 5's first batch (T0 + 300 s); report time is T0 + 600 s.
+    assert (slow["committed_offset"], slow["lag_records"], slow["lag_seconds"]) == (50, 50, 300.0)
+    assert slow["status"] == "WARN"
+    quitter = now[("quitter", "orders", 0)]
+    # Last commit 15 at T0 + 150 s: offset 15 opens T0 + 61 s's batch.
+    assert (quitter["lag_records"], quitter["lag_seconds"]) == (85, 539.0)
+    # 450 s since the last commit > 120 s spanned by the window: stopped committing.
+    assert quitter["status"] == "STOP"
+    stuck = now[("stuck", "orders", 0)]
+    assert (stuck["lag_records"], stuck["lag_seconds"], stuck["status"]) == (95, 599.0, "STALL")
+    assert now[("rewinder", "orders", 0)]["status"] == "REWIND"
+
+
+def test_compacted_topic_lag(spark, report):
+    result, _ = report
+    rows = _read(spark, result, "group_partition_lag")
+    commit = next(r for r in rows if r["group"] == "users-reader" and r["kind"] == "commit")
+    # At T0 + 250 s the log holds offsets 0-9 (5 records); 5 and 6 were compacted away, so
+    # the next record (7) opens the batch stamped T0 + 200 s.
+    assert (commit["log_end_offset"], commit["lag_offsets"], commit["lag_records"]) == (10, 5, 2)
+    assert commit["lag_seconds"] == 50.0
+    now = _at_report(spark, result)[("users-reader", "users", 0)]
+    assert (now["log_end_offset"], now["lag_offsets"], now["lag_records"]) == (15, 10, 7)
+    assert now["lag_seconds"] == 400.0
+    assert now["status"] == "STOP"
+
+
+def test_group_summary_and_report_files(spark, report):
+    result, _ = report
+    summary = {r["group"]: r for r in _read(spark, result, "group_summary")}
+    assert summary["fast"]["status"] == "OK"
+    assert summary["slow"]["status"] == "WARN"
+    assert summary["quitter"]["status"] == "ERR"
+    assert summary["quitter"]["stopped_partitions"] == 1
+    assert summary["stuck"]["stalled_partitions"] == 1
+    assert summary["slow"]["total_lag_records"] == 50
+    assert summary["slow"]["max_lag_seconds"] == 300.0
+    assert str(summary["slow"]["date"]) == "2024-05-01"
+    html = result.html_path.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "<svg" in html
+    assert "<script" not in html and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', ""
+    )
+    assert "quitter" in html and "STOP" in html
+    md = result.markdown_path.read_text()
+    assert "| slow | WARN | 50 | 300.0 | 0 | 0 |" in md

@@ -1,0 +1,214 @@
+"""Produce and Fetch on the wire: error codes for bad input, idempotent retries, waits."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+from wire import encode_request, read_response, request_of, roundtrip
+
+from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
+from trio_broker.protocol._generated.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from trio_broker.protocol.records import iter_records
+from trio_broker.protocol.records import build_batch as make_batch
+
+PRODUCE_V = 9
+FETCH_V = 12
+
+
+def connect(broker):
+    return socket.create_connection((broker.host, broker.port), timeout=20)
+
+
+def create_topic(sock, name, partitions=1):
+    # Metadata with auto-creation, as a producer would.
+    meta = roundtrip(sock, request_of(3, topics=[_meta_topic(name)], allow_auto_topic_creation=True), 9)
+    assert meta.topics[0].error_code == 0, meta.topics[0]
+
+
+def _meta_topic(name):
+    from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
+
+    return MetadataRequestTopic(name=name)
+
+
+def produce(sock, topic, batch, *, acks=1, partition=0, version=PRODUCE_V, cid=1):
+    request = ProduceRequest(
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[TopicProduceData(name=topic, partition_data=[
+            PartitionProduceData(index=partition, records=batch)])],
+    )
+    response = roundtrip(sock, request, version, cid)
+    return response.responses[0].partition_responses[0]
+
+
+def fetch(sock, topic, offset, *, max_wait_ms=0, min_bytes=0, cid=2):
+    request = FetchRequest(
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=50 * 1024 * 1024,
+        session_epoch=-1,
+        topics=[FetchTopic(topic=topic, partitions=[
+            FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=10 * 1024 * 1024)])],
+    )
+    response = roundtrip(sock, request, FETCH_V, cid)
+    return response.responses[0].partitions[0]
+
+
+def batch(values, **kw):
+    return make_batch([(None, v, (), 1_700_000_000_000 + i) for i, v in enumerate(values)], **kw)
+
+
+def log_files(broker, topic):
+    d = broker.log_dir / f"{topic}-0"
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix == ".log"}
+
+
+def test_produce_then_fetch_returns_the_same_bytes_with_offsets(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "raw")
+    first = produce(sock, "raw", batch([b"a", b"b", b"c"]))
+    second = produce(sock, "raw", batch([b"d"]))
+    assert (first.error_code, first.base_offset) == (0, 0)
+    assert (second.error_code, second.base_offset) == (0, 3)
+    data = fetch(sock, "raw", 0)
+    assert data.error_code == 0 and data.high_watermark == 4
+    assert [(r.offset, r.value) for r in iter_records(data.records[:len(batch([b'a', b'b', b'c']))])] == [
+        (0, b"a"), (1, b"b"), (2, b"c")]
+
+
+@pytest.mark.parametrize(
+    "damage,expected",
+    [
+        ("flip_crc_covered_bit", 2),  # CORRUPT_MESSAGE
+        ("bad_magic", 2),  # CORRUPT_MESSAGE (magic 5 is not a format)
+        ("old_magic", 87),  # INVALID_RECORD (produce v3+ carries magic 2 only)
+        ("truncate", 2),  # CORRUPT_MESSAGE
+        ("codec_7", 76),  # UNSUPPORTED_COMPRESSION_TYPE (CRC fixed up)
+        ("count_mismatch", 87),  # INVALID_RECORD (CRC fixed up)
+    ],
+)
+def test_bad_batches_get_kafka_errors_and_leave_disk_alone(kafka_broker, damage, expected):
+    from trio_broker.protocol.records import compute_crc
+
+    sock = connect(kafka_broker)
+    create_topic(sock, "guarded")
+    assert produce(sock, "guarded", batch([b"ok"])).base_offset == 0
+    before = log_files(kafka_broker, "guarded")
+    bad = bytearray(batch([b"x" * 100, b"y"]))
+    if damage == "flip_crc_covered_bit":
+        bad[80] ^= 0x10
+    elif damage == "bad_magic":
+        bad[16] = 5
+    elif damage == "old_magic":
+        bad[16] = 1
+    elif damage == "truncate":
+        bad = bad[:-5]
+    elif damage == "codec_7":
+        bad[22] |= 0x07
+        bad[17:21] = compute_crc(bad).to_bytes(4, "big")
+    elif damage == "count_mismatch":
+        bad[57:61] = (5).to_bytes(4, "big")
+        bad[17:21] = compute_crc(bad).to_bytes(4, "big")
+    answer = produce(sock, "guarded", bytes(bad))
+    assert answer.error_code == expected, answer
+    assert log_files(kafka_broker, "guarded") == before
+    # Still serving on the same connection.
+    assert produce(sock, "guarded", batch([b"after"])).base_offset == 1
+
+
+def test_unknown_topic_and_invalid_name(kafka_broker_factory):
+    broker = kafka_broker_factory({"auto.create.topics.enable": "false"})
+    sock = connect(broker)
+    assert produce(sock, "missing", batch([b"x"])).error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    meta = roundtrip(sock, request_of(3, topics=[_meta_topic("bad name!")]), 9)
+    assert meta.topics[0].error_code in (3, 17)
+
+
+def test_invalid_topic_name_on_auto_create(kafka_broker):
+    sock = connect(kafka_broker)
+    meta = roundtrip(sock, request_of(3, topics=[_meta_topic("no spaces allowed")],
+                                      allow_auto_topic_creation=True), 9)
+    assert meta.topics[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
+
+
+def test_idempotent_retry_after_dropped_connection_is_not_duplicated(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "retry")
+    pid = roundtrip(sock, request_of(22, transactional_id=None, transaction_timeout_ms=60000), 4)
+    assert pid.error_code == 0
+    first = batch([b"one", b"two"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
+                  base_sequence=0)
+    # The request reaches the broker, but the connection drops before the answer is read.
+    sock.sendall(encode_request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
+        TopicProduceData(name="retry", partition_data=[PartitionProduceData(index=0, records=first)])
+    ]), PRODUCE_V, 9))
+    sock.close()
+    time.sleep(0.2)
+    sock = connect(kafka_broker)
+    retried = produce(sock, "retry", first, acks=-1)
+    assert (retried.error_code, retried.base_offset) == (0, 0)
+    nxt = batch([b"three"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
+                base_sequence=2)
+    assert produce(sock, "retry", nxt, acks=-1).base_offset == 2
+    gap = batch([b"five"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
+                base_sequence=4)
+    assert produce(sock, "retry", gap, acks=-1).error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+    data = fetch(sock, "retry", 0)
+    assert data.high_watermark == 3
+
+
+def test_fetch_waits_for_min_bytes_until_a_produce_arrives(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "waiting")
+    result = {}
+
+    def waiter():
+        s = connect(kafka_broker)
+        start = time.monotonic()
+        result["data"] = fetch(s, "waiting", 0, max_wait_ms=20000, min_bytes=1)
+        result["waited"] = time.monotonic() - start
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.5)
+    assert thread.is_alive()  # parked in the purgatory, not answered empty
+    produce(sock, "waiting", batch([b"wake up"]))
+    thread.join(20)
+    data = result["data"]
+    assert data.error_code == 0 and data.high_watermark == 1
+    assert [r.value for r in iter_records(data.records)] == [b"wake up"]
+    assert result["waited"] < 15
+
+
+def test_fetch_max_wait_expires_with_empty_answer(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "quiet")
+    data = fetch(sock, "quiet", 0, max_wait_ms=300, min_bytes=1)
+    assert data.error_code == 0 and data.records is None and data.high_watermark == 0
+
+
+def test_fetch_out_of_range(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "short")
+    produce(sock, "short", batch([b"a"]))
+    data = fetch(sock, "short", 5)
+    assert data.error_code == 1  # OFFSET_OUT_OF_RANGE
+    assert data.high_watermark == 1
+
+
+def test_acks_zero_gets_no_answer_but_is_appended(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topic(sock, "fire")
+    sock.sendall(encode_request(ProduceRequest(acks=0, timeout_ms=1000, topic_data=[
+        TopicProduceData(name="fire", partition_data=[PartitionProduceData(index=0, records=batch([b"f"]))])
+    ]), PRODUCE_V, 11))
+    # The next request's answer is the first thing on the wire.
+    data = fetch(sock, "fire", 0, cid=12)
+    assert data.high_watermark == 1
