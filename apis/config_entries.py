@@ -93,14 +93,20 @@ def format_broker_value(value: Any) -> str | None:
 
 
 def _broker_source(config: BrokerConfig, name: str) -> ConfigSource:
-    return ConfigSource.DEFAULT_CONFIG if config.is_default(name) else ConfigSource.STATIC_BROKER_CONFIG
+    return (
+        ConfigSource.DEFAULT_CONFIG
+        if config.is_default(name)
+        else ConfigSource.STATIC_BROKER_CONFIG
+    )
 
 
 def _broker_synonyms(config: BrokerConfig, name: str) -> list[tuple[str, str | None, ConfigSource]]:
     spec = _BROKER_BY_NAME[name]
     out: list[tuple[str, str | None, ConfigSource]] = []
     if not config.is_default(name):
-        out.append((name, format_broker_value(config.value(name)), ConfigSource.STATIC_BROKER_CONFIG))
+        out.append(
+            (name, format_broker_value(config.value(name)), ConfigSource.STATIC_BROKER_CONFIG)
+        )
     out.append((name, format_broker_value(spec.default), ConfigSource.DEFAULT_CONFIG))
     return out
 
@@ -137,7 +143,9 @@ def topic_entries(
         )
 
 
-def broker_entries(broker_config: BrokerConfig, keys: set[str] | None = None) -> Iterator[ConfigEntry]:
+def broker_entries(
+    broker_config: BrokerConfig, keys: set[str] | None = None
+) -> Iterator[ConfigEntry]:
     """Every broker key. All are read-only: this broker has no dynamic broker configs."""
     for spec, value in broker_config.describe():
         if keys is not None and spec.name not in keys:
@@ -151,7 +159,8 @@ def broker_entries(broker_config: BrokerConfig, keys: set[str] | None = None) ->
             type=spec.type,
             documentation=spec.doc or None,
             synonyms=tuple(
-                (n, None if spec.sensitive else v, s) for n, v, s in _broker_synonyms(broker_config, spec.name)
+                (n, None if spec.sensitive else v, s)
+                for n, v, s in _broker_synonyms(broker_config, spec.name)
             ),
         )
 

@@ -73,6 +73,8 @@ async def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
             )
             continue
         results.append(
-            CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE, error_message=None)
+            CreatePartitionsTopicResult(
+                name=topic.name, error_code=ErrorCode.NONE, error_message=None
+            )
         )
     return CreatePartitionsResponse(results=results)

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from trio_broker.server.requests import Request
 
 
-def _delete(broker: Broker, topic: str, partition: int, offset: int) -> DeleteRecordsPartitionResult:
+def _delete(
+    broker: Broker, topic: str, partition: int, offset: int
+) -> DeleteRecordsPartitionResult:
     try:
         _, log = leader_log(broker, topic, partition)
         low_watermark = log.delete_records_before(offset)
@@ -40,7 +42,9 @@ async def handle(broker: Broker, request: Request) -> DeleteRecordsResponse:
         topics=[
             DeleteRecordsTopicResult(
                 name=t.name,
-                partitions=[_delete(broker, t.name, p.partition_index, p.offset) for p in t.partitions],
+                partitions=[
+                    _delete(broker, t.name, p.partition_index, p.offset) for p in t.partitions
+                ],
             )
             for t in request.body.topics
         ]

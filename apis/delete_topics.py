@@ -29,9 +29,7 @@ _ZERO = uuid.UUID(int=0)
 
 def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> DeletableTopicResult:
     if name is not None and topic_id != _ZERO:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST, "Topic name and topic id cannot both be set."
-        )
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Topic name and topic id cannot both be set.")
     if name is None:
         if topic_id == _ZERO:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Neither topic name nor id were specified.")

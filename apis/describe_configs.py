@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from trio_broker.server.requests import Request
 
 
-def _result(entry: ConfigEntry, include_synonyms: bool, include_docs: bool) -> DescribeConfigsResourceResult:
+def _result(
+    entry: ConfigEntry, include_synonyms: bool, include_docs: bool
+) -> DescribeConfigsResourceResult:
     return DescribeConfigsResourceResult(
         name=entry.name,
         value=entry.value,
@@ -45,7 +47,9 @@ def _result(entry: ConfigEntry, include_synonyms: bool, include_docs: bool) -> D
     )
 
 
-def _entries(broker: Broker, resource_type: int, name: str, keys: set[str] | None) -> list[ConfigEntry]:
+def _entries(
+    broker: Broker, resource_type: int, name: str, keys: set[str] | None
+) -> list[ConfigEntry]:
     if resource_type == ResourceType.TOPIC:
         validate_topic_name(name)
         topic = broker.metadata.topics.get(name)

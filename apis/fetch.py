@@ -70,7 +70,8 @@ class _Fetch:
         version = self.request.api_version
         for p in self.partitions:
             key = (p.topic, p.partition)
-            data = PartitionData(partition_index=p.partition, records=None)
+            # Empty, never null: librdkafka refuses a null record set (MessageSetSize -1).
+            data = PartitionData(partition_index=p.partition, records=b"")
             data.aborted_transactions = [] if self.read_committed else None
             error = self.errors.get(key)
             log = None if error else self.broker.topics.get_log(p.topic, p.partition)
@@ -132,7 +133,7 @@ class _Fetch:
 def _changed(p: CachedPartition, data: PartitionData, mentioned: bool) -> bool:
     return (
         mentioned
-        or data.records is not None
+        or bool(data.records)
         or data.error_code != 0
         or data.high_watermark != p.high_watermark
         or data.log_start_offset != p.log_start_offset

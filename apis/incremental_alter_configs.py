@@ -53,7 +53,9 @@ def _topic_overrides(broker: Broker, resource: AlterConfigsResource) -> dict[str
         op = c.config_operation
         if op == OpType.SET:
             if c.value is None:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}")
+                raise KafkaError(
+                    ErrorCode.INVALID_REQUEST, f"Null value not supported for : {c.name}"
+                )
             overrides[c.name] = c.value
         elif op == OpType.DELETE:
             overrides.pop(c.name, None)
@@ -75,7 +77,9 @@ def _topic_overrides(broker: Broker, resource: AlterConfigsResource) -> dict[str
                 new = [v for v in old if v not in given]
             overrides[c.name] = ",".join(new)
         else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {c.name}")
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"Unknown config operation {op} for {c.name}"
+            )
     return overrides
 
 

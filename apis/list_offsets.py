@@ -99,7 +99,9 @@ async def handle(broker: Broker, request: Request) -> ListOffsetsResponse:
             ListOffsetsTopicResponse(
                 name=t.name,
                 partitions=[
-                    _partition(broker, t.name, p, isolation, counts[(t.name, p.partition_index)] > 1)
+                    _partition(
+                        broker, t.name, p, isolation, counts[(t.name, p.partition_index)] > 1
+                    )
                     for p in t.partitions
                 ],
             )

@@ -87,6 +87,18 @@ class TopicManager:
         if adopted:
             logger.warning("adopted partition directories missing from the metadata file")
             self.metadata.save()
+        self._become_leader()
+
+    def _become_leader(self) -> None:
+        """Kafka's leader HW rule: the high watermark is the smallest log end offset in the
+        ISR. While this broker is the ISR alone, that is its own log end offset; after an
+        unclean stop the checkpointed HW lags, and this catches it up."""
+        node = self.config.node_id
+        for topic in self.metadata.topics.values():
+            for p in topic.partitions.values():
+                log = self.logs.get_log(topic.name, p.partition)
+                if log is not None and p.leader == node and p.isr == [node]:
+                    log.high_watermark = log.log_end_offset
 
     def _new_partition(self, topic: str, partition: int) -> PartitionState:
         node = self.config.node_id

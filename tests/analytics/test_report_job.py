@@ -2,7 +2,7 @@
 
 One Spark session (local[2]) for the module. The log (see `_write_scenario`) holds:
 
-- `orders-0`: 10 minutes from T0, each minute two batches of 5 records, batch j of minute
+- `orders-0` (produced through a real broker with confluent-kafka): 10 minutes from T0, each minute two batches of 5 records, batch j of minute
   m at T0 + m min + j s, records 100 ms apart; offsets 10m + 5j .. 10m + 5j + 4.
 - `orders-1`: empty.
 - `users-0`: a compacted segment: [0, 2, 4] (last offset 4), [7, 9] (last offset 9),
@@ -87,13 +87,48 @@ COMMITS = {
 }
 
 
-def _write_scenario(log_dir: Path) -> dict[str, int]:
+def _produce_orders(broker_dir: Path) -> None:
+    """Write `orders` through the broker's real produce path (confluent-kafka)."""
+    from confluent_kafka import Producer
+
+    from trio_broker.testing import BrokerThread
+
+    config = {"log.dirs": str(broker_dir), "num.partitions": "2"}
+    with BrokerThread(config) as broker:
+        # batch.num.messages=5 with a long linger makes each batch exactly 5 records.
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "linger.ms": 1000,
+                "batch.num.messages": 5,
+                "compression.type": "none",
+                "enable.idempotence": False,
+            }
+        )
+        failures = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                failures.append(err)
+
+        for m in range(10):
+            for j in range(2):
+                start = T0 + m * MIN + j * 1000
+                for i in range(5):
+                    producer.produce(
+                        "orders", key=b"k%d" % i, value=VALUE, partition=0,
+                        timestamp=start + 100 * i, on_delivery=on_delivery,
+                    )
+                assert producer.flush(10) == 0
+        assert failures == []
+
+
+def _write_scenario(root: Path) -> dict[str, int]:
+    """`root/broker`: the broker's log dir; `root/logs`: written with the log API."""
+    _produce_orders(root / "broker")
+    log_dir = root / "logs"
     manager = LogManager([log_dir], node_id=1, cluster_id="report-test")
     manager.open()
-    orders = manager.create_log("orders", 0)
-    for batch in _orders_batches():
-        _append(orders, batch)
-    manager.create_log("orders", 1)
     crashy = manager.create_log("crashy", 0)
     for n in range(3):
         _append(crashy, build_batch([(None, VALUE, [], T0 + n * 1000)]))
@@ -137,7 +172,10 @@ def _write_scenario(log_dir: Path) -> dict[str, int]:
     torn = build_batch([(None, VALUE, [], T0 + 3000)])
     with open(log_dir / "crashy-0" / "00000000000000000000.log", "ab") as f:
         f.write(torn[: len(torn) // 2])
-    return {"orders_batch_bytes": len(_orders_batches()[0])}
+    return {
+        "orders_batch_bytes": len(_orders_batches()[0]),
+        "log_dirs": [root / "broker", root / "logs"],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +189,9 @@ def spark():
 @pytest.fixture(scope="module")
 def report(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
-    log_dir = root / "logs"
-    facts = _write_scenario(log_dir)
+    facts = _write_scenario(root)
     options = ReportOptions(
-        log_dirs=(str(log_dir),), out=str(root / "out"), since_ms=T0, until_ms=UNTIL
+        log_dirs=(str(root / "broker"), str(root / "logs")), out=str(root / "out"), since_ms=T0, until_ms=UNTIL
     )
     result = run_report(spark, options)
     return result, facts
@@ -172,9 +209,9 @@ def _at_report(spark, result):
 # -- the scan, without Spark ----------------------------------------------------------------
 
 
-def test_torn_tail_and_empty_partition_scan(tmp_path):
-    _write_scenario(tmp_path)
-    segs = {(s.topic, s.partition): s for s in list_segments([tmp_path])}
+def test_torn_tail_and_empty_partition_scan(report):
+    result, facts = report
+    segs = {(s.topic, s.partition): s for s in list_segments(facts["log_dirs"])}
     assert segs[("orders", 1)].size == 0
     assert list(scan_batch_headers(segs[("orders", 1)])) == []
     crashy = list(scan_batch_headers(segs[("crashy", 0)]))

@@ -69,7 +69,10 @@ def test_describe_topic_sources_and_synonyms(kafka_broker_factory):
     assert (policy.value, policy.source) == ("compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
     assert not policy.is_default and not policy.is_read_only
     retention = configs["retention.ms"]
-    assert (retention.value, retention.source) == ("86400000", ConfigSource.STATIC_BROKER_CONFIG.value)
+    assert (retention.value, retention.source) == (
+        "86400000",
+        ConfigSource.STATIC_BROKER_CONFIG.value,
+    )
     segment = configs["segment.bytes"]
     assert (segment.value, segment.source) == ("1073741824", ConfigSource.DEFAULT_CONFIG.value)
     assert segment.is_default
@@ -105,7 +108,9 @@ def test_describe_raw_with_documentation_and_types(kafka_broker):
         4,
         resources=[
             DescribeConfigsResource(
-                resource_type=4, resource_name="1", configuration_keys=["num.partitions", "log.dirs"]
+                resource_type=4,
+                resource_name="1",
+                configuration_keys=["num.partitions", "log.dirs"],
             ),
             DescribeConfigsResource(resource_type=4, resource_name="7", configuration_keys=None),
         ],
@@ -148,7 +153,9 @@ def test_incremental_alter_topic_and_persistence(kafka_broker):
         incremental_configs=[
             ConfigEntry("retention.ms", "5000", incremental_operation=AlterConfigOpType.SET),
             ConfigEntry("segment.bytes", None, incremental_operation=AlterConfigOpType.DELETE),
-            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+            ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND
+            ),
         ],
     )
     (future,) = client.incremental_alter_configs([resource]).values()
@@ -192,12 +199,16 @@ def test_incremental_validate_only_and_subtract(kafka_broker):
         ResourceType.TOPIC,
         "policy",
         incremental_configs=[
-            ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT)
+            ConfigEntry(
+                "cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT
+            )
         ],
     )
     (future,) = client.incremental_alter_configs([resource], validate_only=True).values()
     future.result(TIMEOUT)
-    assert describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"].value == "delete,compact"
+    assert (
+        describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"].value == "delete,compact"
+    )
     (future,) = client.incremental_alter_configs([resource]).values()
     future.result(TIMEOUT)
     assert describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"].value == "compact"

@@ -11,7 +11,11 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.admin import KafkaAdminClient
-from kafka.errors import InvalidReplicationFactorError, TopicAlreadyExistsError
+from kafka.errors import (
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+)
 from wire import request_of, roundtrip
 
 from trio_broker.errors import ErrorCode
@@ -55,7 +59,9 @@ def test_create_topics_confluent(kafka_broker):
     client = admin(kafka_broker)
     futures = client.create_topics(
         [
-            NewTopic("orders", 3, 1, config={"retention.ms": "3600000", "cleanup.policy": "compact"}),
+            NewTopic(
+                "orders", 3, 1, config={"retention.ms": "3600000", "cleanup.policy": "compact"}
+            ),
             NewTopic("bad/name", 1, 1),
             NewTopic("three-replicas", 1, 3),
             NewTopic("bad-config", 1, 1, config={"retention.ms": "soon"}),
@@ -132,6 +138,8 @@ def test_kafka_python_create_and_delete(kafka_broker_factory):
             client.create_topics({"kp-topic": {"num_partitions": 2, "replication_factor": 1}})
         with pytest.raises(InvalidReplicationFactorError):
             client.create_topics({"kp-rf3": {"num_partitions": 1, "replication_factor": 3}})
+        with pytest.raises(InvalidTopicError):
+            client.create_topics({"..": {"num_partitions": 1, "replication_factor": 1}})
         assert partition_dirs(broker, "kp-topic") == ["kp-topic-0", "kp-topic-1"]
         client.delete_topics(["kp-topic"])
         assert "kp-topic" not in client.list_topics()
@@ -146,14 +154,20 @@ def test_delete_topics_confluent_and_by_id(kafka_broker_factory):
     for f in client.create_topics([NewTopic("by-name", 2, 1), NewTopic("by-id", 1, 1)]).values():
         f.result(TIMEOUT)
     client.delete_topics(["by-name"])["by-name"].result(TIMEOUT)
-    assert error_of(client.delete_topics(["by-name"])["by-name"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert (
+        error_of(client.delete_topics(["by-name"])["by-name"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    )
     # By id: the id from CreateTopics/Metadata, through a raw v6 request.
     meta = raw(broker, 3, 12, topics=None, allow_auto_topic_creation=False)
     topic_id = {t.name: t.topic_id for t in meta.topics}["by-id"]
-    response = raw(broker, 20, 6, topics=[DeleteTopicState(name=None, topic_id=topic_id)], timeout_ms=5000)
+    response = raw(
+        broker, 20, 6, topics=[DeleteTopicState(name=None, topic_id=topic_id)], timeout_ms=5000
+    )
     (result,) = response.responses
     assert (result.error_code, result.name, result.topic_id) == (ErrorCode.NONE, "by-id", topic_id)
-    again = raw(broker, 20, 6, topics=[DeleteTopicState(name=None, topic_id=topic_id)], timeout_ms=5000)
+    again = raw(
+        broker, 20, 6, topics=[DeleteTopicState(name=None, topic_id=topic_id)], timeout_ms=5000
+    )
     assert again.responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
     wait_until(
         lambda: not any(broker.log_dir.glob("by-*")), "partition dirs (and -delete dirs) removed"

@@ -191,7 +191,7 @@ def test_fetch_max_wait_expires_with_empty_answer(kafka_broker):
     sock = connect(kafka_broker)
     create_topic(sock, "quiet")
     data = fetch(sock, "quiet", 0, max_wait_ms=300, min_bytes=1)
-    assert data.error_code == 0 and data.records is None and data.high_watermark == 0
+    assert data.error_code == 0 and len(data.records) == 0 and data.high_watermark == 0
 
 
 def test_fetch_out_of_range(kafka_broker):

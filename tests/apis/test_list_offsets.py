@@ -1,0 +1,174 @@
+"""ListOffsets, DeleteRecords and OffsetForLeaderEpoch against data produced with
+confluent-kafka, through confluent-kafka's and kafka-python's admin clients."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from kafka.admin import KafkaAdminClient
+from kafka.structs import TopicPartition as KpTopicPartition
+from wire import request_of, roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.list_offsets_request import (
+    ListOffsetsPartition,
+    ListOffsetsTopic,
+)
+from trio_broker.protocol._generated.offset_for_leader_epoch_request import (
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+
+TIMEOUT = 30
+BASE_TS = 1_700_000_000_000
+
+
+def raw(broker, api_key: int, version: int, **fields):
+    with socket.create_connection((broker.host, broker.port), timeout=TIMEOUT) as sock:
+        return roundtrip(sock, request_of(api_key, **fields), version)
+
+
+def produce(broker, topic: str, timestamps: list[int]) -> None:
+    """One record per batch (flush after each), with the given CreateTime timestamps."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    delivered = []
+
+    def on_delivery(err, msg):
+        assert err is None, err
+        delivered.append(msg.offset())
+
+    for i, ts in enumerate(timestamps):
+        producer.produce(
+            topic, value=b"v%d" % i, partition=0, timestamp=ts, on_delivery=on_delivery
+        )
+        producer.flush(TIMEOUT)
+    assert len(delivered) == len(timestamps)
+
+
+@pytest.fixture
+def topic_with_data(kafka_broker):
+    client = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    client.create_topics([NewTopic("timed", 1, 1)])["timed"].result(TIMEOUT)
+    # Out of order on purpose: the max timestamp is the third record's.
+    produce(
+        kafka_broker,
+        "timed",
+        [BASE_TS, BASE_TS + 1000, BASE_TS + 5000, BASE_TS + 2000, BASE_TS + 3000],
+    )
+    return kafka_broker, client
+
+
+def list_offsets(client: AdminClient, spec: OffsetSpec, topic: str = "timed", partition: int = 0):
+    tp = TopicPartition(topic, partition)
+    return client.list_offsets({tp: spec})[tp].result(TIMEOUT)
+
+
+def test_list_offsets_confluent(topic_with_data):
+    broker, client = topic_with_data
+    assert list_offsets(client, OffsetSpec.earliest()).offset == 0
+    latest = list_offsets(client, OffsetSpec.latest())
+    assert latest.offset == 5 and latest.leader_epoch == 0
+    found = list_offsets(client, OffsetSpec.for_timestamp(BASE_TS + 1500))
+    assert (found.offset, found.timestamp) == (2, BASE_TS + 5000)
+    exact = list_offsets(client, OffsetSpec.for_timestamp(BASE_TS + 3000))
+    assert (exact.offset, exact.timestamp) == (2, BASE_TS + 5000)
+    first = list_offsets(client, OffsetSpec.for_timestamp(0))
+    assert (first.offset, first.timestamp) == (0, BASE_TS)
+    none = list_offsets(client, OffsetSpec.for_timestamp(BASE_TS + 10_000))
+    assert none.offset == -1
+    biggest = list_offsets(client, OffsetSpec.max_timestamp())
+    assert (biggest.offset, biggest.timestamp) == (2, BASE_TS + 5000)
+
+
+def test_list_offsets_raw_fencing_and_special_timestamps(topic_with_data):
+    broker, _ = topic_with_data
+
+    def ask(timestamp: int, epoch: int = -1, partition: int = 0):
+        response = raw(
+            broker,
+            2,
+            9,
+            replica_id=-1,
+            isolation_level=1,
+            topics=[
+                ListOffsetsTopic(
+                    name="timed",
+                    partitions=[
+                        ListOffsetsPartition(
+                            partition_index=partition,
+                            current_leader_epoch=epoch,
+                            timestamp=timestamp,
+                        )
+                    ],
+                )
+            ],
+        )
+        return response.topics[0].partitions[0]
+
+    assert ask(-1).offset == 5  # read_committed: the last stable offset
+    assert ask(-4).offset == 0  # earliest local
+    assert (ask(-5).offset, ask(-5).error_code) == (-1, ErrorCode.NONE)  # nothing tiered
+    assert ask(-1, epoch=0).error_code == ErrorCode.NONE
+    assert ask(-1, epoch=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+    assert ask(-1, partition=7).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_kafka_python_list_offsets_by_timestamp(topic_with_data):
+    broker, _ = topic_with_data
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        tp = KpTopicPartition("timed", 0)
+        result = kp.list_partition_offsets({tp: BASE_TS + 1500})
+    finally:
+        kp.close()
+    assert result[tp].offset == 2
+
+
+def test_delete_records(topic_with_data):
+    broker, client = topic_with_data
+    tp = TopicPartition("timed", 0, 3)
+    deleted = client.delete_records([tp])[tp].result(TIMEOUT)
+    assert deleted.low_watermark == 3
+    assert list_offsets(client, OffsetSpec.earliest()).offset == 3
+    # Timestamps below the new start find the first record still there.
+    assert list_offsets(client, OffsetSpec.for_timestamp(0)).offset == 3
+    beyond = TopicPartition("timed", 0, 6)
+    with pytest.raises(KafkaException) as info:
+        client.delete_records([beyond])[beyond].result(TIMEOUT)
+    assert info.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
+    broker.restart()
+    client = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert list_offsets(client, OffsetSpec.earliest()).offset == 3
+    # kafka-python, with -1: up to the high watermark.
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        kp.delete_records({KpTopicPartition("timed", 0): -1})
+    finally:
+        kp.close()
+    assert list_offsets(client, OffsetSpec.earliest()).offset == 5
+    assert list_offsets(client, OffsetSpec.latest()).offset == 5
+
+
+def test_offset_for_leader_epoch(topic_with_data):
+    broker, _ = topic_with_data
+    response = raw(
+        broker,
+        23,
+        4,
+        replica_id=-1,
+        topics=[
+            OffsetForLeaderTopic(
+                topic="timed",
+                partitions=[
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
+                    OffsetForLeaderPartition(partition=3, current_leader_epoch=-1, leader_epoch=0),
+                ],
+            )
+        ],
+    )
+    ok, missing = response.topics[0].partitions
+    assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.NONE, 0, 5)
+    assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
