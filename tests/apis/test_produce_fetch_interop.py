@@ -118,3 +118,65 @@ def test_kcat_produce_and_consume(kafka_broker, kcat):
     assert [(m["offset"], m["key"], m["payload"]) for m in msgs] == [
         (i, f"k{i}", f"value {i}") for i in range(100)
     ]
+
+
+def test_kafka_python_producer_and_consumer(kafka_broker):
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5)
+    futures = [
+        producer.send("kp", key=f"k{i}".encode(), value=f"v{i}".encode(),
+                      headers=[("i", str(i).encode())], timestamp_ms=1_600_000_000_000 + i)
+        for i in range(500)
+    ]
+    producer.flush()
+    assert sorted(f.get(timeout=10).offset for f in futures) == list(range(500))
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000, enable_auto_commit=False)
+    from kafka import TopicPartition as KTP
+
+    consumer.assign([KTP("kp", 0)])
+    consumer.seek_to_beginning()
+    got = [(m.offset, m.key, m.value, m.headers, m.timestamp) for m in consumer]
+    consumer.close()
+    assert got == [
+        (i, f"k{i}".encode(), f"v{i}".encode(), [("i", str(i).encode())], 1_600_000_000_000 + i)
+        for i in range(500)
+    ]
+
+
+def test_aiokafka_producer_and_consumer(kafka_broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    async def main():
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+        await producer.start()
+        try:
+            for i in range(300):
+                await producer.send("aio", key=b"%d" % i, value=b"aio-%d" % i)
+            await producer.flush()
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap,
+                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        try:
+            consumer.assign([ATP("aio", 0)])
+            await consumer.seek_to_beginning(ATP("aio", 0))
+            out = []
+            while len(out) < 300:
+                batch = await consumer.getmany(timeout_ms=5000)
+                if not batch:
+                    break
+                for msgs in batch.values():
+                    out.extend((m.offset, m.key, m.value) for m in msgs)
+            return out
+        finally:
+            await consumer.stop()
+
+    got = asyncio.run(main())
+    assert got == [(i, b"%d" % i, b"aio-%d" % i) for i in range(300)]

@@ -62,6 +62,6 @@ def test_kafka_python_reencodes_our_bytes(name: str, version: int) -> None:
     def check(msg: object) -> None:
         data = bytes(msg.encode(version))
         theirs = THEIRS[name].decode(data, version=version)
-        assert bytes(theirs.encode(version=version)) == data
+        assert bytes(theirs.encode()) == data  # a decoded object keeps its version
 
     check()
