@@ -97,8 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", help="end of the window (with --since; default: now)")
     parser.add_argument("--master", help="Spark master: local[*], spark://host:7077, yarn")
     parser.add_argument("--bucket", default="1m", type=parse_bucket, help="throughput bucket")
-    parser.add_argument("--intervals", type=int, default=10,
-                        help="commits per partition Burrow's rules look at (default 10)")
+    parser.add_argument(
+        "--intervals",
+        type=int,
+        default=10,
+        help="commits per partition Burrow's rules look at (default 10)",
+    )
     parser.add_argument("--no-html", action="store_true", help="write the tables only")
 
 
@@ -176,17 +180,24 @@ def run_report(spark, options: ReportOptions) -> ReportResult:
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
     logger.info(
         "%d segments, %d bytes in %s; %d shuffle partitions",
-        len(segments), total_bytes, options.log_dirs, shuffle,
+        len(segments),
+        total_bytes,
+        options.log_dirs,
+        shuffle,
     )
 
     paths = ",".join(str(Path(d).resolve()) for d in options.log_dirs)
     reader_opts = {"paths": paths, "parallelism": str(parallelism)}
     batches = (
-        spark.read.format("trio_batches").options(**reader_opts).load()
+        spark.read.format("trio_batches")
+        .options(**reader_opts)
+        .load()
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     commits = (
-        spark.read.format("trio_commits").options(**reader_opts).load()
+        spark.read.format("trio_commits")
+        .options(**reader_opts)
+        .load()
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     starts = read_log_start_offsets(options.log_dirs)
@@ -241,7 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trio-broker-report", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         options = options_from_args(args)
     except ValueError as exc:

@@ -14,14 +14,26 @@ from pathlib import Path
 
 import attrs
 
-__all__ = ["ReportData", "collect_report_data", "line_chart", "render_html", "render_markdown",
-           "write_report"]
+__all__ = [
+    "ReportData",
+    "collect_report_data",
+    "line_chart",
+    "render_html",
+    "render_markdown",
+    "write_report",
+]
 
 _TOP_SERIES = 8
 _WORST_PARTITIONS = 20
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-_STATUS_COLOURS = {"OK": "#2ca02c", "WARN": "#ff9f0e", "ERR": "#d62728", "STOP": "#d62728",
-                   "STALL": "#d62728", "REWIND": "#9467bd"}
+_STATUS_COLOURS = {
+    "OK": "#2ca02c",
+    "WARN": "#ff9f0e",
+    "ERR": "#d62728",
+    "STOP": "#d62728",
+    "STALL": "#d62728",
+    "REWIND": "#9467bd",
+}
 
 Series = dict[str, list[tuple[int, float]]]
 
@@ -48,8 +60,11 @@ def collect_report_data(frames: dict, window) -> ReportData:
     topics = [
         r.asDict()
         for r in tp.groupBy("topic")
-        .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes"),
-             F.sum("batches").alias("batches"))
+        .agg(
+            F.sum("records").alias("records"),
+            F.sum("bytes").alias("bytes"),
+            F.sum("batches").alias("batches"),
+        )
         .orderBy(F.col("bytes").desc())
         .collect()
     ]
@@ -58,8 +73,9 @@ def collect_report_data(frames: dict, window) -> ReportData:
     byte_rate: Series = {t: [] for t in top_topics}
     for r in (
         tp.filter(F.col("topic").isin(top_topics) if top_topics else F.lit(False))
-        .select("topic", F.unix_millis("bucket_start").alias("ms"), "records_per_sec",
-                "bytes_per_sec")
+        .select(
+            "topic", F.unix_millis("bucket_start").alias("ms"), "records_per_sec", "bytes_per_sec"
+        )
         .orderBy("topic", "ms")
         .collect()
     ):
@@ -72,13 +88,16 @@ def collect_report_data(frames: dict, window) -> ReportData:
     top_groups = [g["group"] for g in ranked[:_TOP_SERIES]]
     lag_series: Series = {g: [] for g in top_groups}
     series = group_lag_series(lag, window)
-    for r in series.filter(F.col("group").isin(top_groups) if top_groups else F.lit(False)).collect():
+    for r in series.filter(
+        F.col("group").isin(top_groups) if top_groups else F.lit(False)
+    ).collect():
         lag_series[r.group].append((r.bucket_ms, float(r.lag_records)))
     worst = [
         r.asDict()
         for r in lag.filter(F.col("kind") == "report")
-        .orderBy(F.col("lag_seconds").desc(), F.col("lag_records").desc(), "group", "topic",
-                 "partition")
+        .orderBy(
+            F.col("lag_seconds").desc(), F.col("lag_records").desc(), "group", "topic", "partition"
+        )
         .limit(_WORST_PARTITIONS)
         .collect()
     ]
@@ -105,8 +124,15 @@ def _fmt_num(value: float) -> str:
     return f"{value:.3g}"
 
 
-def line_chart(series: Series, *, title: str, x_range: tuple[int, int], unit: str,
-               width: int = 760, height: int = 260) -> str:
+def line_chart(
+    series: Series,
+    *,
+    title: str,
+    x_range: tuple[int, int],
+    unit: str,
+    width: int = 760,
+    height: int = 260,
+) -> str:
     """An inline SVG line chart of time series (x in epoch ms)."""
     left, right, top, bottom = 60, 150, 28, 30
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -122,15 +148,18 @@ def line_chart(series: Series, *, title: str, x_range: tuple[int, int], unit: st
     for i in range(5):
         y_val = y_max * i / 4
         y = top + plot_h - plot_h * i / 4
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" '
-                     'stroke="#eee"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
-                     f"{_fmt_num(y_val)}</text>")
+        parts.append(
+            f'<line x1="{left}" x2="{left + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+        )
+        parts.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{_fmt_num(y_val)}</text>'
+        )
     for i in range(5):
         ms = x0 + (x1 - x0) * i // 4
         x = left + plot_w * i / 4
-        parts.append(f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">'
-                     f"{_fmt_time(ms)[11:]}</text>")
+        parts.append(
+            f'<text x="{x:.1f}" y="{height - 10}" text-anchor="middle">{_fmt_time(ms)[11:]}</text>'
+        )
     parts.append(f'<text x="{left}" y="{top - 4}" fill="#666">{esc(unit)}</text>')
     for n, (name, points) in enumerate(series.items()):
         colour = _COLOURS[n % len(_COLOURS)]
@@ -143,15 +172,19 @@ def line_chart(series: Series, *, title: str, x_range: tuple[int, int], unit: st
             parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="2.5" fill="{colour}"/>')
         elif coords:
             path = " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{colour}" '
-                         'stroke-width="1.5"/>')
+            parts.append(
+                f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.5"/>'
+            )
         ly = top + 12 + 16 * n
-        parts.append(f'<rect x="{left + plot_w + 10}" y="{ly - 8}" width="10" height="10" '
-                     f'fill="{colour}"/>')
+        parts.append(
+            f'<rect x="{left + plot_w + 10}" y="{ly - 8}" width="10" height="10" fill="{colour}"/>'
+        )
         parts.append(f'<text x="{left + plot_w + 24}" y="{ly + 1}">{esc(name[:20])}</text>')
     if not series:
-        parts.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" '
-                     'text-anchor="middle" fill="#999">no data</text>')
+        parts.append(
+            f'<text x="{left + plot_w / 2}" y="{top + plot_h / 2}" '
+            'text-anchor="middle" fill="#999">no data</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -164,7 +197,11 @@ def _table(rows: Sequence[dict], columns: Sequence[str]) -> str:
         cells = []
         for c in columns:
             value = row.get(c)
-            text = f"{value:.1f}" if isinstance(value, float) else ("" if value is None else str(value))
+            text = (
+                f"{value:.1f}"
+                if isinstance(value, float)
+                else ("" if value is None else str(value))
+            )
             style = ""
             if c == "status" and text in _STATUS_COLOURS:
                 style = f' style="color:{_STATUS_COLOURS[text]};font-weight:bold"'
@@ -173,11 +210,28 @@ def _table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-_GROUP_COLUMNS = ("group", "status", "partitions", "total_lag_records", "max_lag_records",
-                  "max_lag_seconds", "warn_partitions", "stalled_partitions",
-                  "stopped_partitions", "rewind_partitions")
-_WORST_COLUMNS = ("group", "topic", "partition", "status", "committed_offset", "log_end_offset",
-                  "lag_records", "lag_seconds")
+_GROUP_COLUMNS = (
+    "group",
+    "status",
+    "partitions",
+    "total_lag_records",
+    "max_lag_records",
+    "max_lag_seconds",
+    "warn_partitions",
+    "stalled_partitions",
+    "stopped_partitions",
+    "rewind_partitions",
+)
+_WORST_COLUMNS = (
+    "group",
+    "topic",
+    "partition",
+    "status",
+    "committed_offset",
+    "log_end_offset",
+    "lag_records",
+    "lag_seconds",
+)
 
 
 def render_html(data: ReportData) -> str:
@@ -224,8 +278,11 @@ def render_markdown(data: ReportData) -> str:
         )
     if data.worst:
         w = data.worst[0]
-        lines += ["", f"Worst partition: {w['group']} on {w['topic']}-{w['partition']}, "
-                      f"{w['lag_records']} records / {w['lag_seconds']:.1f} s behind ({w['status']})."]
+        lines += [
+            "",
+            f"Worst partition: {w['group']} on {w['topic']}-{w['partition']}, "
+            f"{w['lag_records']} records / {w['lag_seconds']:.1f} s behind ({w['status']}).",
+        ]
     return "\n".join(lines) + "\n"
 
 

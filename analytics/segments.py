@@ -152,7 +152,9 @@ def _reach(segments: list[SegmentFile]) -> tuple[int, int]:
     return (segments[-1].base_offset, segments[-1].size)
 
 
-def read_log_start_offsets(log_dirs: Sequence[str | os.PathLike[str]]) -> dict[tuple[str, int], int]:
+def read_log_start_offsets(
+    log_dirs: Sequence[str | os.PathLike[str]],
+) -> dict[tuple[str, int], int]:
     """`log-start-offset-checkpoint` of each log dir (version 0 text format), merged."""
     starts: dict[tuple[str, int], int] = {}
     for log_dir in log_dirs:
@@ -323,7 +325,9 @@ def iter_commits(segment: SegmentFile) -> Iterator[tuple]:
                     yield from done
             continue
         for record in records:
-            row = _decode_commit(record.key, record.value, record.offset, OffsetCommitKey, OffsetCommitValue)
+            row = _decode_commit(
+                record.key, record.value, record.offset, OffsetCommitKey, OffsetCommitValue
+            )
             if row is None:
                 continue
             if transactional:

@@ -72,9 +72,7 @@ def batches_table(batches: DataFrame, window: ReportWindow) -> DataFrame:
     )
 
 
-def partition_state(
-    batches: DataFrame, segments: DataFrame, window: ReportWindow
-) -> DataFrame:
+def partition_state(batches: DataFrame, segments: DataFrame, window: ReportWindow) -> DataFrame:
     """One row per partition: offsets, bytes, segments and timestamps, as scanned.
 
     `segments` has topic, partition, base_offset, size and start_checkpoint (the log dir's
@@ -155,8 +153,8 @@ def topic_throughput(batches: DataFrame, window: ReportWindow) -> DataFrame:
 def _batch_positions(batches: DataFrame) -> DataFrame:
     """Batches with the number of data records stored before each (running sum by offset)."""
     records = F.when(~F.col("is_control"), F.col("record_count")).otherwise(0)
-    before = Window.partitionBy(*_TP).orderBy("base_offset").rowsBetween(
-        Window.unboundedPreceding, -1
+    before = (
+        Window.partitionBy(*_TP).orderBy("base_offset").rowsBetween(Window.unboundedPreceding, -1)
     )
     return batches.select(
         *_TP,
@@ -282,9 +280,9 @@ def group_partition_lag(
     starts = F.broadcast(state.select(*_TP, "log_start_offset"))
     events = events.join(starts, _TP, "left")
 
-    leo = F.greatest(
-        F.coalesce("log_end_offset", "log_start_offset", F.lit(0)), F.lit(0)
-    ).cast("long")
+    leo = F.greatest(F.coalesce("log_end_offset", "log_start_offset", F.lit(0)), F.lit(0)).cast(
+        "long"
+    )
     lag = F.greatest(leo - F.col("committed_offset"), F.lit(0))
     b = F.col("_b")
     c = F.col("committed_offset")
@@ -303,16 +301,17 @@ def group_partition_lag(
             "lag_records",
             F.when(F.col("lag_offsets") == 0, F.lit(0).cast("long")).otherwise(
                 F.greatest(
-                    F.coalesce("records_through", F.lit(0)) - F.coalesce(records_before_c, F.lit(0)),
+                    F.coalesce("records_through", F.lit(0))
+                    - F.coalesce(records_before_c, F.lit(0)),
                     F.lit(0),
                 )
             ),
         )
         .withColumn(
             "lag_seconds",
-            F.when(
-                (F.col("lag_offsets") == 0) | b.isNull(), F.lit(0.0)
-            ).otherwise(F.greatest(F.col("t") - first_ts, F.lit(0)) / 1000.0),
+            F.when((F.col("lag_offsets") == 0) | b.isNull(), F.lit(0.0)).otherwise(
+                F.greatest(F.col("t") - first_ts, F.lit(0)) / 1000.0
+            ),
         )
     )
 
@@ -338,7 +337,9 @@ def group_partition_lag(
             F.when(dt > 0, (F.col("log_end_offset") - F.lag("log_end_offset").over(by_time)) / dt),
         )
     )
-    last_commit = Window.partitionBy(*_GTP).orderBy(F.col("t").desc(), F.col("record_offset").desc())
+    last_commit = Window.partitionBy(*_GTP).orderBy(
+        F.col("t").desc(), F.col("record_offset").desc()
+    )
     tails = (
         commit_rows.withColumn("_n", F.row_number().over(last_commit))
         .filter(F.col("_n") == 1)
@@ -377,9 +378,7 @@ def group_summary(lag: DataFrame) -> DataFrame:
     OK < WARN < ERR, where STOP, STALL and REWIND partitions count as ERR)."""
     now = lag.filter(F.col("kind") == "report")
     s = F.col("status")
-    worst = F.max(
-        F.when(s.isin(*_ERROR_STATUSES), 2).when(s == "WARN", 1).otherwise(0)
-    )
+    worst = F.max(F.when(s.isin(*_ERROR_STATUSES), 2).when(s == "WARN", 1).otherwise(0))
     return (
         now.groupBy("group")
         .agg(
@@ -397,8 +396,9 @@ def group_summary(lag: DataFrame) -> DataFrame:
         )
         .select(
             "group",
-            F.element_at(F.array(F.lit("OK"), F.lit("WARN"), F.lit("ERR")), F.col("_worst") + 1)
-            .alias("status"),
+            F.element_at(
+                F.array(F.lit("OK"), F.lit("WARN"), F.lit("ERR")), F.col("_worst") + 1
+            ).alias("status"),
             "partitions",
             "total_lag_offsets",
             "total_lag_records",
@@ -424,8 +424,6 @@ def group_lag_series(lag: DataFrame, window: ReportWindow) -> DataFrame:
     )
     return (
         per_partition.groupBy("group", "bucket_ms")
-        .agg(
-            F.sum("lag_records").alias("lag_records"), F.max("lag_seconds").alias("lag_seconds")
-        )
+        .agg(F.sum("lag_records").alias("lag_records"), F.max("lag_seconds").alias("lag_seconds"))
         .orderBy("group", "bucket_ms")
     )

@@ -10,4 +10,4 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator. only empty groups; their offsets go too:offsets.delete_groups(request.body)
+    return broker.group_coordinator.offsets.delete_groups(request.body)

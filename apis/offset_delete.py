@@ -10,4 +10,4 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator. offsets of topics the group does not subscribe to:offsets.delete_offsets(request.body)
+    return broker.group_coordinator.offsets.delete_offsets(request.body)

@@ -114,9 +114,12 @@ def main() -> None:
 
     datasource.register(spark)
     t = time.monotonic()
-    df = spark.read.format("trio_batches").option("paths", str(logs)).option(
-        "parallelism", str(spark.sparkContext.defaultParallelism)
-    ).load()
+    df = (
+        spark.read.format("trio_batches")
+        .option("paths", str(logs))
+        .option("parallelism", str(spark.sparkContext.defaultParallelism))
+        .load()
+    )
     batches = df.count()
     scan = time.monotonic() - t
 
@@ -127,8 +130,10 @@ def main() -> None:
     result = run_report(spark, options)
     report = time.monotonic() - t
     spark.stop()
-    print(f"segments: {result.segments}, bytes: {result.segment_bytes / 1024**3:.2f} GiB, "
-          f"batches: {batches}")
+    print(
+        f"segments: {result.segments}, bytes: {result.segment_bytes / 1024**3:.2f} GiB, "
+        f"batches: {batches}"
+    )
     print(f"spark start-up: {startup:.1f} s")
     print(f"header scan (count): {scan:.1f} s ({result.segment_bytes / 1024**2 / scan:.0f} MiB/s)")
     print(f"full report (scan + tables + parquet + html): {report:.1f} s")

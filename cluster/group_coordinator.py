@@ -146,7 +146,7 @@ class GroupCoordinator:
         self, body: Any, *, api_version: int, client_id: str, client_host: str, reply: Reply
     ) -> None:
         def fail(code: ErrorCode, member_id: str = body.member_id) -> None:
-            reply(JoinGroupResponse(error_code=code, member_id=member_id, protocol_name=None))
+            reply(JoinGroupResponse(error_code=code, member_id=member_id))
 
         error = self.check_group(body.group_id)
         if error:
@@ -601,3 +601,7 @@ async def _respond(request: Any, response: Any) -> None:
         await request.respond(response)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         logger.debug("client of a parked request went away before its answer")
+    except Exception:
+        # A bug in a response must cost that connection, not the coordinator.
+        logger.exception("cannot answer a parked request; closing its connection")
+        request.connection.close()

@@ -40,8 +40,16 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy
     max_message_bytes: int = 1024 * 1024 + 12  # max.message.bytes
     producer_id_expiration_ms: int = DAY_MS  # producer.id.expiration.ms (broker-level)
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    delete_retention_ms: int = DAY_MS  # delete.retention.ms: how long tombstones stay readable
 
     @property
     def deletes(self) -> bool:
         """Whether time/size retention applies (cleanup.policy contains "delete")."""
         return "delete" in self.cleanup_policy
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the cleaner keeps only the latest record per key (contains "compact")."""
+        return "compact" in self.cleanup_policy

@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="set one configuration key (repeatable; wins over --config)")
     serve.add_argument("--log-level", default="INFO",
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # Their modules import nothing heavy at the top; pyspark and confluent-kafka are
+    # imported only when those subcommands run.
+    from trio_broker import perf, report_cli
+
+    report_cli.add_parser(sub)
+    perf.add_parser(sub)
     return parser
 
 
@@ -86,6 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     _configure_logging(getattr(args, "log_level", "INFO"))
     if args.command == "serve":
         return _serve(args)
+    if args.command == "report":
+        from trio_broker import report_cli
+
+        return report_cli.run(args)
+    if args.command == "perf":
+        from trio_broker import perf
+
+        return perf.run(args)
     raise AssertionError(args.command)
 
 

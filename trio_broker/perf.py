@@ -151,12 +151,10 @@ def run_produce(args: argparse.Namespace) -> dict:
                 p.poll(0.01)
         if interval:
             next_send += interval
-            delay = next_send - time.perf_counter()
-            if delay > 0:
-                p.poll(0)
-                # Sleeping in poll() serves delivery callbacks while we pace the load.
-                for q in producers:
-                    q.poll(delay / count)
+            # Waiting in poll() serves delivery callbacks while pacing; poll() returns early
+            # whenever it served one, hence the loop.
+            while (delay := next_send - time.perf_counter()) > 0:
+                p.poll(min(delay, 0.001))
         elif i & 1023 == 0:
             p.poll(0)
     for p in producers:
@@ -226,13 +224,22 @@ def run_consume(args: argparse.Namespace) -> dict:
         start = time.perf_counter()
         first_at = None
         stop_at_eof = args.until_eof
+        idle_exit = False
+        last_at = None
         while True:
-            msgs = consumer.consume(10_000, 0.2)
+            # consume(n) waits for n records or the timeout, which would add up to the
+            # timeout to every latency sample; --e2e takes records one at a time instead.
+            if args.e2e:
+                m = consumer.poll(0.2)
+                msgs = [m] if m is not None else []
+            else:
+                msgs = consumer.consume(10_000, 0.2)
             now_ns = time.time_ns() if args.e2e else 0
             if not msgs:
                 if idle_deadline is None:
                     idle_deadline = time.monotonic() + args.idle_timeout
                 elif time.monotonic() > idle_deadline:
+                    idle_exit = True
                     break
                 continue
             idle_deadline = None
@@ -246,6 +253,7 @@ def run_consume(args: argparse.Namespace) -> dict:
                         first_error = first_error or str(err)
                     continue
                 eof.discard(m.partition())
+                last_at = time.perf_counter()
                 v = m.value()
                 if first_at is None:
                     first_at = time.perf_counter()
@@ -259,7 +267,9 @@ def run_consume(args: argparse.Namespace) -> dict:
                 break
             if stop_at_eof and len(eof) == len(parts) and records:
                 break
-        elapsed = time.perf_counter() - start
+        # Waiting out the idle timeout is not consuming: stop the clock at the last record.
+        end = last_at if idle_exit and last_at else time.perf_counter()
+        elapsed = end - start
     finally:
         consumer.close()
     result = {
@@ -269,6 +279,8 @@ def run_consume(args: argparse.Namespace) -> dict:
         "first_record_s": round(first_at - start, 4) if first_at else None,
         "records_per_s": records / elapsed if elapsed else 0.0,
         "mb_per_s": nbytes / elapsed / 1e6 if elapsed else 0.0,
+        # From the first record on: excludes metadata, assignment and the first fetch wait.
+        "steady_mb_per_s": nbytes / (end - first_at) / 1e6 if first_at and end > first_at else 0.0,
         "errors": errors,
         "first_error": first_error,
     }
@@ -295,31 +307,51 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     prod.add_argument("--acks", default="1", choices=["0", "1", "-1", "all"])
     prod.add_argument("--linger-ms", type=float, default=5)
     prod.add_argument("--batch-size", type=int, default=1_048_576)
-    prod.add_argument("--batch-num-messages", type=int, default=0,
-                      help="records per batch cap (1 = one record per Produce request)")
-    prod.add_argument("--compression", default="none",
-                      choices=["none", "gzip", "snappy", "lz4", "zstd"])
-    prod.add_argument("--throughput", type=float, default=0,
-                      help="records/s to pace at (0 = as fast as possible)")
-    prod.add_argument("--connections", type=int, default=1,
-                      help="independent producer clients, each with its own connection")
-    prod.add_argument("--partitions", type=int, default=0,
-                      help="create the topic with this many partitions first")
-    prod.add_argument("--stamp", action="store_true",
-                      help="put the send time in each value, for consume --e2e")
+    prod.add_argument(
+        "--batch-num-messages",
+        type=int,
+        default=0,
+        help="records per batch cap (1 = one record per Produce request)",
+    )
+    prod.add_argument(
+        "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+    )
+    prod.add_argument(
+        "--throughput", type=float, default=0, help="records/s to pace at (0 = as fast as possible)"
+    )
+    prod.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        help="independent producer clients, each with its own connection",
+    )
+    prod.add_argument(
+        "--partitions", type=int, default=0, help="create the topic with this many partitions first"
+    )
+    prod.add_argument(
+        "--stamp", action="store_true", help="put the send time in each value, for consume --e2e"
+    )
     prod.add_argument("--producer-prop", action="append", default=[], metavar="key=value")
 
     cons = sub.add_parser("consume", parents=[common], help="consumer throughput")
     cons.add_argument("--num-records", type=int, default=0)
     cons.add_argument("--bytes", type=int, default=0)
-    cons.add_argument("--until-eof", action="store_true",
-                      help="stop when every partition reaches its end")
-    cons.add_argument("--idle-timeout", type=float, default=10,
-                      help="stop after this many seconds without a record")
+    cons.add_argument(
+        "--until-eof", action="store_true", help="stop when every partition reaches its end"
+    )
+    cons.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=10,
+        help="stop after this many seconds without a record",
+    )
     cons.add_argument("--fetch-max-bytes", type=int, default=52_428_800)
     cons.add_argument("--fetch-wait-max-ms", type=int, default=100)
-    cons.add_argument("--e2e", action="store_true",
-                      help="measure end-to-end latency from values made by produce --stamp")
+    cons.add_argument(
+        "--e2e",
+        action="store_true",
+        help="measure end-to-end latency from values made by produce --stamp",
+    )
     cons.add_argument("--ready-file", help="write this file once assigned")
     return perf
 

@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     for group in result.summary:
         logger.info(
             "group %s: %s, lag %s records, %.1f s",
-            group["group"], group["status"], group["total_lag_records"],
+            group["group"],
+            group["status"],
+            group["total_lag_records"],
             group["max_lag_seconds"] or 0.0,
         )
     return 0

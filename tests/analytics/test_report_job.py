@@ -31,7 +31,7 @@ from trio_broker.analytics.segments import (  # noqa: E402
     pack_segments,
     scan_batch_headers,
 )
-from trio_broker.log import LogConfig, LogManager  # noqa: E402
+from trio_broker.log import LogManager  # noqa: E402
 from trio_broker.protocol._generated.offset_commit_key import OffsetCommitKey  # noqa: E402
 from trio_broker.protocol._generated.offset_commit_value import OffsetCommitValue  # noqa: E402
 from trio_broker.protocol.records import Record, build_batch, validate_batches  # noqa: E402
@@ -47,9 +47,7 @@ def _orders_batches() -> list[bytes]:
     for m in range(10):
         for j in range(2):
             start = T0 + m * MIN + j * 1000
-            out.append(
-                build_batch([(b"k%d" % i, VALUE, [], start + 100 * i) for i in range(5)])
-            )
+            out.append(build_batch([(b"k%d" % i, VALUE, [], start + 100 * i) for i in range(5)]))
     return out
 
 
@@ -116,8 +114,12 @@ def _produce_orders(broker_dir: Path) -> None:
                 start = T0 + m * MIN + j * 1000
                 for i in range(5):
                     producer.produce(
-                        "orders", key=b"k%d" % i, value=VALUE, partition=0,
-                        timestamp=start + 100 * i, on_delivery=on_delivery,
+                        "orders",
+                        key=b"k%d" % i,
+                        value=VALUE,
+                        partition=0,
+                        timestamp=start + 100 * i,
+                        on_delivery=on_delivery,
                     )
                 assert producer.flush(10) == 0
         assert failures == []
@@ -149,20 +151,26 @@ def _write_scenario(root: Path) -> dict[str, int]:
     users.mkdir()
     compacted = [
         build_batch(
-            [Record(offset=o, timestamp=T0 + 100_000 + 100 * i, key=b"u%d" % o, value=VALUE)
-             for i, o in enumerate((0, 2, 4))],
+            [
+                Record(offset=o, timestamp=T0 + 100_000 + 100 * i, key=b"u%d" % o, value=VALUE)
+                for i, o in enumerate((0, 2, 4))
+            ],
             base_offset=0,
             last_offset_delta=4,
         ),
         build_batch(
-            [Record(offset=o, timestamp=T0 + 200_000 + 100 * i, key=b"u%d" % o, value=VALUE)
-             for i, o in enumerate((7, 9))],
+            [
+                Record(offset=o, timestamp=T0 + 200_000 + 100 * i, key=b"u%d" % o, value=VALUE)
+                for i, o in enumerate((7, 9))
+            ],
             base_offset=5,
             last_offset_delta=4,
         ),
         build_batch(
-            [Record(offset=10 + i, timestamp=T0 + 300_000 + 100 * i, key=b"w%d" % i, value=VALUE)
-             for i in range(5)],
+            [
+                Record(offset=10 + i, timestamp=T0 + 300_000 + 100 * i, key=b"w%d" % i, value=VALUE)
+                for i in range(5)
+            ],
             base_offset=10,
         ),
     ]
@@ -191,7 +199,10 @@ def report(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     facts = _write_scenario(root)
     options = ReportOptions(
-        log_dirs=(str(root / "broker"), str(root / "logs")), out=str(root / "out"), since_ms=T0, until_ms=UNTIL
+        log_dirs=(str(root / "broker"), str(root / "logs")),
+        out=str(root / "out"),
+        since_ms=T0,
+        until_ms=UNTIL,
     )
     result = run_report(spark, options)
     return result, facts
@@ -361,3 +372,40 @@ def test_group_summary_and_report_files(spark, report):
     assert "quitter" in html and "STOP" in html
     md = result.markdown_path.read_text()
     assert "| slow | WARN | 50 | 300.0 | 0 | 0 |" in md
+
+
+# -- the command line -----------------------------------------------------------------------
+
+
+def test_report_subcommand_arguments():
+    import argparse
+
+    from trio_broker import report_cli
+    from trio_broker.analytics.job import options_from_args
+
+    parser = argparse.ArgumentParser(prog="trio-broker")
+    report_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(
+        ["report", "--log-dirs", "/a,/b", "--out", "/o", "--date", "2024-05-01", "--bucket", "5m"]
+    )
+    opts = options_from_args(args)
+    assert opts.log_dirs == ("/a", "/b")
+    assert (opts.since_ms, opts.until_ms, opts.bucket_ms) == (T0, T0 + 86_400_000, 300_000)
+    args = parser.parse_args(
+        [
+            "report",
+            "--log-dirs",
+            "/a",
+            "--out",
+            "/o",
+            "--since",
+            "2024-05-01T00:00:00Z",
+            "--until",
+            str(UNTIL),
+        ]
+    )
+    assert (options_from_args(args).since_ms, options_from_args(args).until_ms) == (T0, UNTIL)
+    yesterday = options_from_args(
+        parser.parse_args(["report", "--log-dirs", "/a", "--out", "/o"]), now_ms=T0 + 3_600_000
+    )
+    assert (yesterday.since_ms, yesterday.until_ms) == (T0 - 86_400_000, T0)

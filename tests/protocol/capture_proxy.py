@@ -108,7 +108,9 @@ class RecordingProxy:
             while chunk := src.recv(65536):
                 dst.sendall(chunk)
                 pending += chunk
-                frames = [CapturedFrame(connection=connection, data=f) for f in split_frames(pending)]
+                frames = [
+                    CapturedFrame(connection=connection, data=f) for f in split_frames(pending)
+                ]
                 if frames:
                     with self._lock:
                         self._frames += frames

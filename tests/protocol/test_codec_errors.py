@@ -102,7 +102,9 @@ def test_negative_lengths_other_than_null() -> None:
         ProduceRequest.decode(frame, 3)
     # Topics array null where the spec forbids it.
     with pytest.raises(DecodeError, match="non-nullable"):
-        ProduceRequest.decode(b"\x00\x02tx" + b"\xff\xff" + b"\x00\x00\x00\x64" + b"\xff\xff\xff\xff", 3)
+        ProduceRequest.decode(
+            b"\x00\x02tx" + b"\xff\xff" + b"\x00\x00\x00\x64" + b"\xff\xff\xff\xff", 3
+        )
     # An array claiming more elements than there are bytes left.
     with pytest.raises(DecodeError, match="elements"):
         ProduceRequest.decode(b"\xff\xff\xff\xff\x00\x00\x00\x64\x7f\xff\xff\xff", 3)

@@ -136,7 +136,9 @@ def test_produce_request_v9_records_are_a_zero_copy_view() -> None:
 
 
 def test_produce_request_null_records() -> None:
-    msg = ProduceRequest(topic_data=[TopicProduceData(name="t", partition_data=[PartitionProduceData()])])
+    msg = ProduceRequest(
+        topic_data=[TopicProduceData(name="t", partition_data=[PartitionProduceData()])]
+    )
     data = bytes(msg.encode(3))
     assert data.endswith(b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff")  # index 0, records null
     assert ProduceRequest.decode(data, 3)[0].topic_data[0].partition_data[0].records is None
@@ -167,7 +169,9 @@ def test_api_versions_response_v3_tagged_fields_sorted_and_only_when_set() -> No
     msg = ApiVersionsResponse(
         api_keys=[ApiVersion(api_key=0, min_version=0, max_version=11)],
         finalized_features_epoch=5,
-        finalized_features=[FinalizedFeatureKey(name="mv", max_version_level=1, min_version_level=1)],
+        finalized_features=[
+            FinalizedFeatureKey(name="mv", max_version_level=1, min_version_level=1)
+        ],
     )
     frame = (
         b"\x00\x00"  # ErrorCode: 0
@@ -200,7 +204,9 @@ def test_tagged_struct_written_when_not_default() -> None:
     req = FetchRequest(replica_state=ReplicaState(replica_id=1, replica_epoch=2))
     data = bytes(req.encode(15))
     # replica state is tag 1 (ClusterId, tag 0, is null so absent): 4 + 8 + 1 bytes.
-    assert data.endswith(b"\x01" + b"\x01\x0d" + b"\x00\x00\x00\x01" + b"\x00" * 7 + b"\x02" + b"\x00")
+    assert data.endswith(
+        b"\x01" + b"\x01\x0d" + b"\x00\x00\x00\x01" + b"\x00" * 7 + b"\x02" + b"\x00"
+    )
     assert FetchRequest.decode(data, 15)[0] == req
     assert bytes(FetchRequest().encode(15)).endswith(b"\x00")  # default: no tagged fields
 
@@ -223,7 +229,9 @@ def test_records_file_region_is_spliced_not_copied(version: int) -> None:
 
     region = Region()
     req = ProduceRequest(
-        topic_data=[TopicProduceData(name="t", partition_data=[PartitionProduceData(records=region)])]
+        topic_data=[
+            TopicProduceData(name="t", partition_data=[PartitionProduceData(records=region)])
+        ]
     )
     regions: list = []
     buf = bytearray(b"HDR")
@@ -243,7 +251,9 @@ def test_file_region_without_regions_list_is_an_error() -> None:
         size = 10
 
     req = ProduceRequest(
-        topic_data=[TopicProduceData(name="t", partition_data=[PartitionProduceData(records=Region())])]
+        topic_data=[
+            TopicProduceData(name="t", partition_data=[PartitionProduceData(records=Region())])
+        ]
     )
     with pytest.raises(ValueError, match="regions"):
         req.encode(3)

@@ -12,9 +12,9 @@ import pkgutil
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from test_codec_roundtrip import message_strategy  # same directory, on sys.path under pytest
 
 import trio_broker.protocol._generated as generated
-from test_codec_roundtrip import message_strategy  # same directory, on sys.path under pytest
 
 kafka_protocol = pytest.importorskip("kafka.protocol")
 api_message = pytest.importorskip("kafka.protocol.api_message")
@@ -32,13 +32,22 @@ def _kafka_python_classes() -> dict[str, type]:
     return found
 
 
+# Where kafka-python departs from the plain spec on purpose, not a codec difference.
+_SKIP = {
+    # kafka-python re-encodes an ApiVersions error response as v0, the broker-side quirk.
+    "ApiVersionsResponse",
+    # kafka-python overrides encode() here and needs a request header to re-encode.
+    "DeleteTopicsRequest",
+}
+
+
 def _cases() -> list[tuple[str, int]]:
     theirs = _kafka_python_classes()
     cases = []
     for key in sorted(generated.API_NAMES):
         for suffix in ("Request", "Response"):
             name = generated.API_NAMES[key] + suffix
-            if name not in theirs:
+            if name not in theirs or name in _SKIP:
                 continue
             ours = generated.message_class(name)
             other = theirs[name]
@@ -57,7 +66,7 @@ def test_kafka_python_reencodes_our_bytes(name: str, version: int) -> None:
     cls = generated.message_class(name)
     module = importlib.import_module(cls.__module__)
 
-    @settings(max_examples=5, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(message_strategy(cls, module, version))
     def check(msg: object) -> None:
         data = bytes(msg.encode(version))

@@ -72,7 +72,7 @@ def default_spec_dir() -> Path:
 # -- spec model ------------------------------------------------------------------------
 
 
-def parse_versions(text: str | None, *, empty_is_none: bool = True) -> Range | None:
+def parse_versions(text: str | None) -> Range | None:
     if text is None or text == "" or text == "none":
         return None
     text = str(text).strip()
@@ -141,11 +141,17 @@ class MessageSpec:
 
 def load_json(path: Path) -> dict:
     # Kafka's files carry `//` comment lines; JSON has no comments.
-    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.lstrip().startswith("//")]
+    lines = [
+        ln
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if not ln.lstrip().startswith("//")
+    ]
     return json.loads("\n".join(lines))
 
 
-def _parse_fields(raw: list[dict], defined: dict[str, StructSpec], order: list[StructSpec]) -> list[FieldSpec]:
+def _parse_fields(
+    raw: list[dict], defined: dict[str, StructSpec], order: list[StructSpec]
+) -> list[FieldSpec]:
     out = []
     for f in raw:
         fs = FieldSpec(
@@ -232,7 +238,12 @@ def select_specs(spec_dir: Path) -> list[MessageSpec]:
             chosen.append((p, f"messages/{p.name}"))
             resp = p.with_name(p.name[: -len("Request.json")] + "Response.json")
             chosen.append((resp, f"messages/{resp.name}"))
-    for stem in ("RequestHeader", "ResponseHeader", "ConsumerProtocolSubscription", "ConsumerProtocolAssignment"):
+    for stem in (
+        "RequestHeader",
+        "ResponseHeader",
+        "ConsumerProtocolSubscription",
+        "ConsumerProtocolAssignment",
+    ):
         chosen.append((messages / f"{stem}.json", f"messages/{stem}.json"))
     for p in sorted((spec_dir / "coordinator-records").glob("*.json")):
         chosen.append((p, f"coordinator-records/{p.name}"))
@@ -422,7 +433,9 @@ def _emit_encode_value(fn: _Func, fl: FieldLayout, expr: str, buf: str, ind: int
         body = ind
         if fl.nullable:
             fn.add(ind, "if lst is None:")
-            fn.add(ind + 1, f"{buf}.append(0)" if fl.compact else f'{buf} += b"\\xff\\xff\\xff\\xff"')
+            fn.add(
+                ind + 1, f"{buf}.append(0)" if fl.compact else f'{buf} += b"\\xff\\xff\\xff\\xff"'
+            )
             fn.add(ind, "else:")
             body = ind + 1
         w = fn.helper("write_compact_array_len" if fl.compact else "write_array_len")
@@ -644,10 +657,15 @@ def render_message(msg: MessageSpec) -> str:
     for st in msg.structs:
         is_root = st is msg.root
         base = "(Message)" if is_root else ""
-        class_lines += ["@attrs.define(kw_only=True, slots=True, eq=True)", f"class {st.name}{base}:"]
+        class_lines += [
+            "@attrs.define(kw_only=True, slots=True, eq=True)",
+            f"class {st.name}{base}:",
+        ]
         if is_root:
             flex_min = msg.flexible[0] if msg.flexible else None
-            kind = {"request": "request", "response": "response", "header": "header"}.get(msg.kind, "data")
+            kind = {"request": "request", "response": "response", "header": "header"}.get(
+                msg.kind, "data"
+            )
             doc = f"{msg.name}: Kafka {kind}, versions {msg.valid[0]}-{msg.valid[1]}"
             doc += f", flexible from {flex_min}." if flex_min is not None else ", never flexible."
             class_lines.append(f'    """{doc}"""')
@@ -665,7 +683,9 @@ def render_message(msg: MessageSpec) -> str:
             if f.tagged is not None:
                 # Tagged fields exist only where the message is flexible.
                 present = _intersect(present, msg.flexible)
-            schema.append(f"({_q(f.attr)}, {_q(f.type)}, {_range_repr(present)}, {_range_repr(f.nullable)})")
+            schema.append(
+                f"({_q(f.attr)}, {_q(f.type)}, {_range_repr(present)}, {_range_repr(f.nullable)})"
+            )
         if schema:
             class_lines.append("    _SCHEMA = (")
             class_lines += [f"        {s}," for s in schema]
@@ -689,7 +709,9 @@ def render_message(msg: MessageSpec) -> str:
 
     func_lines: list[str] = []
     for layout in layouts.order:
-        func_lines += _render_func(f"_enc_{layout.suffix}", "o, buf, regions", _emit_encoder(mod, layout))
+        func_lines += _render_func(
+            f"_enc_{layout.suffix}", "o, buf, regions", _emit_encoder(mod, layout)
+        )
         func_lines += _render_func(f"_dec_{layout.suffix}", "data, pos", _emit_decoder(mod, layout))
 
     out = [
@@ -885,9 +907,13 @@ def write(files: dict[str, str], out_dir: Path = OUT_DIR) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trio_broker.protocol.generator", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m trio_broker.protocol.generator", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--spec-dir", type=Path, default=None, help="Kafka's protocol definitions")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed files are stale")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the committed files are stale"
+    )
     args = parser.parse_args(argv)
     spec_dir = args.spec_dir or default_spec_dir()
     if not (spec_dir / "messages").is_dir():
@@ -897,7 +923,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = stale_files(files)
         if stale:
-            print("stale generated files (run python -m trio_broker.protocol.generator):", file=sys.stderr)
+            print(
+                "stale generated files (run python -m trio_broker.protocol.generator):",
+                file=sys.stderr,
+            )
             for name in stale:
                 print(f"  {OUT_DIR / name}", file=sys.stderr)
             return 1

