@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.produce_response import (
+    BatchIndexAndErrorMessage as RecordError,
+)
+from trio_broker.protocol._generated.produce_response import (
     PartitionProduceResponse,
     ProduceResponse,
     TopicProduceResponse,
-)
-from trio_broker.protocol._generated.produce_response import (
-    BatchIndexAndErrorMessage as RecordError,
 )
 from trio_broker.protocol.records import Compression, InvalidRecords, iter_records, validate_batches
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import Any
 
 import attrs
 import trio

@@ -53,7 +53,7 @@ def test_confluent_roundtrip_every_codec(kafka_broker, codec):
     assert sorted(m.offset() for m in delivered) == list(range(2000))
     got = consume(kafka_broker.bootstrap, topic, 0, 2000)
     assert [m.offset() for m in got] == list(range(2000))
-    for rec, msg in zip(records, got):
+    for rec, msg in zip(records, got, strict=True):
         assert msg.key() == rec["key"]
         assert msg.value() == (rec["value"] if rec["value"] is not None else None)
         assert (msg.headers() or None) == rec["headers"]

@@ -1,12 +1,11 @@
 """Produce and Fetch on the wire: error codes for bad input, idempotent retries, waits."""
 
-import os
 import socket
 import threading
 import time
 
 import pytest
-from wire import encode_request, read_response, request_of, roundtrip
+from wire import encode_request, request_of, roundtrip
 
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.produce_request import (
@@ -14,8 +13,8 @@ from trio_broker.protocol._generated.produce_request import (
     ProduceRequest,
     TopicProduceData,
 )
-from trio_broker.protocol.records import iter_records
 from trio_broker.protocol.records import build_batch as make_batch
+from trio_broker.protocol.records import iter_records
 
 PRODUCE_V = 9
 FETCH_V = 12

@@ -8,10 +8,9 @@ import sys
 import time
 
 import trio
-
-import trio_broker
 from wire import encode_request, request_of
 
+import trio_broker
 from trio_broker.protocol._generated import response_class
 from trio_broker.protocol._generated.response_header import ResponseHeader
 

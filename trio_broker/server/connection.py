@@ -56,7 +56,7 @@ class Connection:
         self._closing = False
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
-            self.peer = "%s:%s" % stream.socket.getpeername()[:2]
+            self.peer = "{}:{}".format(*stream.socket.getpeername()[:2])
         except OSError:
             self.peer = "?"
 
