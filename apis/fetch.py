@@ -54,7 +54,6 @@ class _Fetch:
     errors: dict[tuple[str, int], int]  # partitions answered with an error instead
     session: FetchSession | None
     incremental: bool
-    mentioned: set[tuple[str, int]]  # partitions named in an incremental request
     min_bytes: int
     max_bytes: int
     read_committed: bool
@@ -76,7 +75,11 @@ class _Fetch:
             error = self.errors.get(key)
             log = None if error else self.broker.topics.get_log(p.topic, p.partition)
             if error is None and log is None:
-                error = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                error = (
+                    ErrorCode.UNKNOWN_TOPIC_ID
+                    if version >= 13
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
             if error is None:
                 error = _check_epoch(self.broker, p)
             if error is None and log is not None:
@@ -108,7 +111,7 @@ class _Fetch:
                 data.error_code = error
                 data.high_watermark = -1 if log is None else log.high_watermark
                 data.log_start_offset = -1 if log is None else log.log_start_offset
-            if self.incremental and not _changed(p, data, key in self.mentioned):
+            if self.incremental and not _changed(p, data):
                 continue
             p.high_watermark = data.high_watermark
             p.log_start_offset = data.log_start_offset
@@ -130,10 +133,11 @@ class _Fetch:
         await self.request.respond(self.response)
 
 
-def _changed(p: CachedPartition, data: PartitionData, mentioned: bool) -> bool:
+def _changed(p: CachedPartition, data: PartitionData) -> bool:
+    # Kafka's CachedPartition.maybeUpdateResponseData: being named in the request is not
+    # enough; only news is sent.
     return (
-        mentioned
-        or bool(data.records)
+        bool(data.records)
         or data.error_code != 0
         or data.high_watermark != p.high_watermark
         or data.log_start_offset != p.log_start_offset
@@ -244,7 +248,6 @@ async def handle(broker: Broker, request: Request) -> Any:
         errors=errors,
         session=session,
         incremental=incremental,
-        mentioned={(p.topic, p.partition) for p in requested},
         min_bytes=body.min_bytes,
         max_bytes=body.max_bytes,
         read_committed=body.isolation_level == READ_COMMITTED,

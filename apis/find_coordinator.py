@@ -36,13 +36,23 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
         if not key:
             error = ErrorCode.INVALID_REQUEST
     else:
-        error = ErrorCode.COORDINATOR_NOT_AVAILABLE if key_type == TRANSACTION else ErrorCode.INVALID_REQUEST
+        error = (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE
+            if key_type == TRANSACTION
+            else ErrorCode.INVALID_REQUEST
+        )
     if error or node is None:
         return Coordinator(
-            key=key, node_id=-1, host="", port=-1,
-            error_code=error or ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=None,
+            key=key,
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=error or ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message=None,
         )
-    return Coordinator(key=key, node_id=node.node_id, host=node.host, port=node.port, error_message=None)
+    return Coordinator(
+        key=key, node_id=node.node_id, host=node.host, port=node.port, error_message=None
+    )
 
 
 async def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:

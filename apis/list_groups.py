@@ -10,4 +10,6 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator.offsets.list_groups(request.body, api_version=request.api_version)
+    return broker.group_coordinator.offsets.list_groups(
+        request.body, api_version=request.api_version
+    )

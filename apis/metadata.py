@@ -71,7 +71,9 @@ async def handle(broker: Broker, request: Request) -> MetadataResponse:
                         continue
             if topic is None:
                 topics.append(
-                    MetadataResponseTopic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
+                    MetadataResponseTopic(
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name
+                    )
                 )
             else:
                 topics.append(_topic(topic))

@@ -145,8 +145,9 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
             if p.error_code
         ]
         if failed:
-            logger.info("[conn %s] acks=0 produce failed for %s; closing",
-                        request.connection.id, failed)
+            logger.info(
+                "[conn %s] acks=0 produce failed for %s; closing", request.connection.id, failed
+            )
             request.connection.close()
         return None
     return ProduceResponse(responses=responses)

@@ -13,5 +13,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     coordinator = broker.group_coordinator
     return coordinator.call(
         request,
-        lambda reply: coordinator.sync_group(request.body, api_version=request.api_version, reply=reply),
+        lambda reply: coordinator.sync_group(
+            request.body, api_version=request.api_version, reply=reply
+        ),
     )

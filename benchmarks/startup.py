@@ -56,12 +56,21 @@ p.terminate(); p.wait()
 def main() -> None:
     first, warm, answer = [], [], []
     for _ in range(RUNS):
-        out = subprocess.run([sys.executable, "-c", _IN_PROCESS], capture_output=True, text=True,
-                             check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", _IN_PROCESS], capture_output=True, text=True, check=True
+        ).stdout.split()
         first.append(float(out[0]))
         warm.extend(float(x) for x in out[1:])
-        answer.append(float(subprocess.run([sys.executable, "-c", _FIRST_ANSWER],
-                                           capture_output=True, text=True, check=True).stdout))
+        answer.append(
+            float(
+                subprocess.run(
+                    [sys.executable, "-c", _FIRST_ANSWER],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+        )
     print(f"import + first serve() to listening: median {statistics.median(first):.1f} ms")
     print(f"serve() to listening, later starts:  median {statistics.median(warm):.1f} ms")
     print(f"process start to first answer:       median {statistics.median(answer):.1f} ms")

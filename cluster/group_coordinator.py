@@ -225,10 +225,14 @@ class GroupCoordinator:
             if member.matches(protocols):
                 reply(self._join_response(group, member))
             else:
-                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout, reply)
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout, reply
+                )
         elif group.is_(S.STABLE):
             if member.member_id == group.leader_id or not member.matches(protocols):
-                self._update_member_and_rebalance(group, member, protocols, rebalance_timeout, reply)
+                self._update_member_and_rebalance(
+                    group, member, protocols, rebalance_timeout, reply
+                )
             else:
                 reply(self._join_response(group, member))
         else:
@@ -258,7 +262,9 @@ class GroupCoordinator:
             members=members,
         )
 
-    def _add_member_and_rebalance(self, group: GroupMetadata, member: GroupMember, reply: Reply) -> None:
+    def _add_member_and_rebalance(
+        self, group: GroupMetadata, member: GroupMember, reply: Reply
+    ) -> None:
         member.awaiting_join = reply
         member.is_new = True
         group.add(member)
@@ -279,7 +285,9 @@ class GroupCoordinator:
         if member.awaiting_join is not None:
             # A retried JoinGroup replaces the one parked before (Kafka does the same).
             member.awaiting_join(
-                JoinGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id)
+                JoinGroupResponse(
+                    error_code=ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id
+                )
             )
         member.protocols = protocols
         member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -287,7 +295,9 @@ class GroupCoordinator:
         self._maybe_prepare_rebalance(group, f"updating metadata of member {member.member_id}")
         self._try_complete_join(group)
 
-    def _rejoin_static_member(self, group: GroupMetadata, joined: GroupMember, reply: Reply) -> None:
+    def _rejoin_static_member(
+        self, group: GroupMetadata, joined: GroupMember, reply: Reply
+    ) -> None:
         """KIP-345: a static member back with a new member id takes its old place."""
         instance_id = joined.group_instance_id
         assert instance_id is not None
@@ -308,7 +318,12 @@ class GroupCoordinator:
             # Same subscription: no rebalance, the member syncs to get its assignment back.
             member.rebalance_timeout_ms = joined.rebalance_timeout_ms
             self._store_group(group)
-            logger.info("static member %s of group %s rejoined as %s", instance_id, group.group_id, member.member_id)
+            logger.info(
+                "static member %s of group %s rejoined as %s",
+                instance_id,
+                group.group_id,
+                member.member_id,
+            )
             response = self._join_response(group, member)
             response.members = []  # the leader must not reassign: nothing changed
             reply(response)
@@ -333,7 +348,9 @@ class GroupCoordinator:
             for member in group.members.values():
                 member.assignment = b""
                 if member.awaiting_sync is not None:
-                    member.awaiting_sync(SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS))
+                    member.awaiting_sync(
+                        SyncGroupResponse(error_code=ErrorCode.REBALANCE_IN_PROGRESS)
+                    )
                     member.awaiting_sync = None
         if group.rebalance_timer is not None:
             group.rebalance_timer.cancel()
@@ -350,7 +367,9 @@ class GroupCoordinator:
             remaining = max(group.max_rebalance_timeout_ms() - delay, 0)
             group.new_member_added = False
             group.in_initial_delay = True
-            group.rebalance_timer = self.timer(delay, lambda: self._on_initial_delay(group, delay, remaining))
+            group.rebalance_timer = self.timer(
+                delay, lambda: self._on_initial_delay(group, delay, remaining)
+            )
         else:
             group.rebalance_timer = self.timer(
                 group.max_rebalance_timeout_ms(), lambda: self._complete_join(group)
@@ -381,7 +400,11 @@ class GroupCoordinator:
         group.in_initial_delay = False
         for member in list(group.members.values()):
             if member.awaiting_join is None:
-                logger.info("group %s: member %s did not rejoin in time; removed", group.group_id, member.member_id)
+                logger.info(
+                    "group %s: member %s did not rejoin in time; removed",
+                    group.group_id,
+                    member.member_id,
+                )
                 self._drop_member(group, member)
         group.generation_id += 1
         now = _now_ms()
@@ -412,6 +435,9 @@ class GroupCoordinator:
         def fail(code: ErrorCode) -> None:
             reply(SyncGroupResponse(error_code=code))
 
+        logger.debug(
+            "SyncGroup %s gen %d from %s", body.group_id, body.generation_id, body.member_id
+        )
         error = self.check_group(body.group_id)
         if error:
             return fail(error)
@@ -520,7 +546,11 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: GroupMember) -> None:
         if member.awaiting_join is not None:
-            member.awaiting_join(JoinGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+            member.awaiting_join(
+                JoinGroupResponse(
+                    error_code=ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id
+                )
+            )
             member.awaiting_join = None
         if member.awaiting_sync is not None:
             member.awaiting_sync(SyncGroupResponse(error_code=ErrorCode.UNKNOWN_MEMBER_ID))
@@ -563,7 +593,9 @@ class GroupCoordinator:
             if code == ErrorCode.NONE and group is not None and member_id in group.members:
                 logger.info("member %s is leaving group %s", member_id, group.group_id)
                 self._remove_member_and_update_group(group, group.members[member_id])
-            results.append(MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code))
+            results.append(
+                MemberResponse(member_id=member_id, group_instance_id=instance_id, error_code=code)
+            )
         if api_version < 3:
             return LeaveGroupResponse(error_code=results[0].error_code)
         return LeaveGroupResponse(error_code=ErrorCode.NONE, members=results)

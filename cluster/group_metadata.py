@@ -33,7 +33,9 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
     _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
     _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
     _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
-    _S.DEAD: frozenset({_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}),
+    _S.DEAD: frozenset(
+        {_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.EMPTY, _S.DEAD}
+    ),
 }
 
 
@@ -142,7 +144,10 @@ class GroupMetadata:
         return instance_id is not None and instance_id in self.static_members
 
     def all_joined(self) -> bool:
-        return all(m.awaiting_join is not None for m in self.members.values()) and not self.pending_members
+        return (
+            all(m.awaiting_join is not None for m in self.members.values())
+            and not self.pending_members
+        )
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

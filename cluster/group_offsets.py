@@ -333,7 +333,11 @@ class GroupOffsets:
                     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 elif (t.name, p.partition_index) in group.offsets:
                     doomed.append((t.name, p.partition_index))
-                parts.append(OffsetDeleteResponsePartition(partition_index=p.partition_index, error_code=code))
+                parts.append(
+                    OffsetDeleteResponsePartition(
+                        partition_index=p.partition_index, error_code=code
+                    )
+                )
             topics.append(OffsetDeleteResponseTopic(name=t.name, partitions=parts))
         if doomed:
             try:

@@ -74,7 +74,9 @@ def partition_for(group_id: str, num_partitions: int) -> int:
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return bytes(
-        OffsetCommitKey(group=group, topic=topic, partition=partition).encode(1, bytearray(_INT16.pack(1)))
+        OffsetCommitKey(group=group, topic=topic, partition=partition).encode(
+            1, bytearray(_INT16.pack(1))
+        )
     )
 
 
@@ -156,7 +158,9 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
                 group.offsets.pop(tp, None)
                 return
             (value_version,) = _INT16.unpack_from(value)
-            v, _ = OffsetCommitValue.decode(value, min(value_version, OffsetCommitValue.MAX_VERSION), 2)
+            v, _ = OffsetCommitValue.decode(
+                value, min(value_version, OffsetCommitValue.MAX_VERSION), 2
+            )
             group.offsets[tp] = OffsetAndMetadata(
                 offset=v.offset,
                 leader_epoch=v.leader_epoch,

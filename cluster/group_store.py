@@ -102,7 +102,9 @@ class GroupStore:
         partition = self.partition_for(group_id)
         log = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
         if log is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no log for {OFFSETS_TOPIC}-{partition}")
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no log for {OFFSETS_TOPIC}-{partition}"
+            )
         now = int(time.time() * 1000)
         batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
         headers = validate_batches(batch, from_client=False)

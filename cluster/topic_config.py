@@ -65,32 +65,99 @@ class TopicConfigKey:
 
 
 TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
-    TopicConfigKey("cleanup.policy", "LIST", "log.cleanup.policy", _policy, log_attr="cleanup_policy"),
+    TopicConfigKey(
+        "cleanup.policy", "LIST", "log.cleanup.policy", _policy, log_attr="cleanup_policy"
+    ),
     TopicConfigKey("compression.type", "STRING", None, _compression, default="producer"),
-    TopicConfigKey("delete.retention.ms", "LONG", "log.cleaner.delete.retention.ms", _int, minimum=0,
-                   log_attr="delete_retention_ms"),
-    TopicConfigKey("file.delete.delay.ms", "LONG", "file.delete.delay.ms", _int, minimum=0,
-                   log_attr="file_delete_delay_ms"),
-    TopicConfigKey("flush.messages", "LONG", "log.flush.interval.messages", _int, minimum=1,
-                   log_attr="flush_messages"),
-    TopicConfigKey("flush.ms", "LONG", "log.flush.interval.ms", _int, minimum=0, log_attr="flush_ms"),
-    TopicConfigKey("index.interval.bytes", "INT", "log.index.interval.bytes", _int, minimum=0,
-                   log_attr="index_interval_bytes"),
-    TopicConfigKey("max.message.bytes", "INT", "message.max.bytes", _int, minimum=0,
-                   log_attr="max_message_bytes"),
-    TopicConfigKey("message.timestamp.type", "STRING", "log.message.timestamp.type", _ts_type,
-                   log_attr="message_timestamp_type"),
-    TopicConfigKey("min.cleanable.dirty.ratio", "DOUBLE", "log.cleaner.min.cleanable.ratio", _float,
-                   minimum=0, log_attr="min_cleanable_dirty_ratio"),
-    TopicConfigKey("min.compaction.lag.ms", "LONG", "log.cleaner.min.compaction.lag.ms", _int, minimum=0,
-                   log_attr="min_compaction_lag_ms"),
+    TopicConfigKey(
+        "delete.retention.ms",
+        "LONG",
+        "log.cleaner.delete.retention.ms",
+        _int,
+        minimum=0,
+        log_attr="delete_retention_ms",
+    ),
+    TopicConfigKey(
+        "file.delete.delay.ms",
+        "LONG",
+        "file.delete.delay.ms",
+        _int,
+        minimum=0,
+        log_attr="file_delete_delay_ms",
+    ),
+    TopicConfigKey(
+        "flush.messages",
+        "LONG",
+        "log.flush.interval.messages",
+        _int,
+        minimum=1,
+        log_attr="flush_messages",
+    ),
+    TopicConfigKey(
+        "flush.ms", "LONG", "log.flush.interval.ms", _int, minimum=0, log_attr="flush_ms"
+    ),
+    TopicConfigKey(
+        "index.interval.bytes",
+        "INT",
+        "log.index.interval.bytes",
+        _int,
+        minimum=0,
+        log_attr="index_interval_bytes",
+    ),
+    TopicConfigKey(
+        "max.message.bytes",
+        "INT",
+        "message.max.bytes",
+        _int,
+        minimum=0,
+        log_attr="max_message_bytes",
+    ),
+    TopicConfigKey(
+        "message.timestamp.type",
+        "STRING",
+        "log.message.timestamp.type",
+        _ts_type,
+        log_attr="message_timestamp_type",
+    ),
+    TopicConfigKey(
+        "min.cleanable.dirty.ratio",
+        "DOUBLE",
+        "log.cleaner.min.cleanable.ratio",
+        _float,
+        minimum=0,
+        log_attr="min_cleanable_dirty_ratio",
+    ),
+    TopicConfigKey(
+        "min.compaction.lag.ms",
+        "LONG",
+        "log.cleaner.min.compaction.lag.ms",
+        _int,
+        minimum=0,
+        log_attr="min_compaction_lag_ms",
+    ),
     TopicConfigKey("min.insync.replicas", "INT", "min.insync.replicas", _int, minimum=1),
-    TopicConfigKey("retention.bytes", "LONG", "log.retention.bytes", _int, minimum=-1,
-                   log_attr="retention_bytes"),
-    TopicConfigKey("retention.ms", "LONG", "log.retention.ms", _int, minimum=-1, log_attr="retention_ms"),
-    TopicConfigKey("segment.bytes", "INT", "log.segment.bytes", _int, minimum=14, log_attr="segment_bytes"),
-    TopicConfigKey("segment.index.bytes", "INT", "log.index.size.max.bytes", _int, minimum=4,
-                   log_attr="segment_index_bytes"),
+    TopicConfigKey(
+        "retention.bytes",
+        "LONG",
+        "log.retention.bytes",
+        _int,
+        minimum=-1,
+        log_attr="retention_bytes",
+    ),
+    TopicConfigKey(
+        "retention.ms", "LONG", "log.retention.ms", _int, minimum=-1, log_attr="retention_ms"
+    ),
+    TopicConfigKey(
+        "segment.bytes", "INT", "log.segment.bytes", _int, minimum=14, log_attr="segment_bytes"
+    ),
+    TopicConfigKey(
+        "segment.index.bytes",
+        "INT",
+        "log.index.size.max.bytes",
+        _int,
+        minimum=4,
+        log_attr="segment_index_bytes",
+    ),
     TopicConfigKey("segment.ms", "LONG", "log.roll.ms", _int, minimum=1, log_attr="segment_ms"),
     TopicConfigKey("unclean.leader.election.enable", "BOOLEAN", None, _bool, default=False),
 )
@@ -106,7 +173,9 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         if spec is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
         if text is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}")
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}"
+            )
         try:
             value = spec.parse(text)
         except ValueError as exc:
@@ -131,7 +200,9 @@ def default_value(spec: TopicConfigKey, broker: BrokerConfig) -> Any:
     return value
 
 
-def effective_value(spec: TopicConfigKey, overrides: Mapping[str, str], broker: BrokerConfig) -> Any:
+def effective_value(
+    spec: TopicConfigKey, overrides: Mapping[str, str], broker: BrokerConfig
+) -> Any:
     if spec.name in overrides:
         return spec.parse(overrides[spec.name])
     return default_value(spec, broker)

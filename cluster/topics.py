@@ -32,9 +32,11 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 def validate_topic_name(name: str | None) -> None:
     """Kafka's Topic.validate: raises KafkaError(INVALID_TOPIC_EXCEPTION) with its reason."""
     if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty"
+        )
     if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, 'Topic name cannot be "." or ".."')
     if len(name) > _MAX_NAME_LENGTH:
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -43,15 +45,13 @@ def validate_topic_name(name: str | None) -> None:
     if not _LEGAL.fullmatch(name):
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            f'Topic name "{name}" is illegal, it contains a character other than '
             "ASCII alphanumerics, '.', '_' and '-'",
         )
 
 
 class TopicManager:
-    def __init__(
-        self, config: BrokerConfig, metadata: ClusterMetadata, logs: LogManager
-    ) -> None:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata, logs: LogManager) -> None:
         self.config = config
         self.metadata = metadata
         self.logs = logs
@@ -103,7 +103,12 @@ class TopicManager:
     def _new_partition(self, topic: str, partition: int) -> PartitionState:
         node = self.config.node_id
         return PartitionState(
-            topic=topic, partition=partition, leader=node, leader_epoch=0, replicas=[node], isr=[node]
+            topic=topic,
+            partition=partition,
+            leader=node,
+            leader_epoch=0,
+            replicas=[node],
+            isr=[node],
         )
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
@@ -136,7 +141,9 @@ class TopicManager:
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
         if num_partitions <= 0:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
+            )
         if replication_factor <= 0:
             raise KafkaError(
                 ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
@@ -212,7 +219,9 @@ class TopicManager:
     def check_create_partitions(self, name: str, count: int) -> TopicState:
         topic = self.metadata.topics.get(name)
         if topic is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
         current = len(topic.partitions)
         if count < current:
             raise KafkaError(

@@ -284,7 +284,11 @@ class LogCleaner:
                 self._retired.append((now + log.config.file_delete_delay_ms, old))
 
             result = clean_log(
-                log, first_dirty_offset=checkpoint.get(key, 0), now_ms=now, force=force, retire=retire
+                log,
+                first_dirty_offset=checkpoint.get(key, 0),
+                now_ms=now,
+                force=force,
+                retire=retire,
             )
             if result is None:
                 continue

@@ -15,7 +15,9 @@ def _flexible(cls: type, version: int) -> bool:
     return cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
 
 
-def encode_request(request: Any, version: int, correlation_id: int = 1, client_id: str = "test") -> bytes:
+def encode_request(
+    request: Any, version: int, correlation_id: int = 1, client_id: str = "test"
+) -> bytes:
     header_version = 2 if _flexible(type(request), version) else 1
     body = bytearray()
     RequestHeader(

@@ -89,7 +89,11 @@ class Broker:
         # Long-lived parts with background work (coordinators, purgatory): each has
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
-        self.services.append(__import__("trio_broker.cluster.group_coordinator", fromlist=["GroupCoordinator"]).GroupCoordinator(self))
+        from trio_broker.cluster.group_coordinator import GroupCoordinator
+        from trio_broker.log.cleaner import LogCleaner
+
+        self.services.append(GroupCoordinator(self))
+        self.services.append(LogCleaner(self.log_manager, backoff_ms=config.log_cleaner_backoff_ms))
         from trio_broker.cluster.purgatory import Purgatory
 
         self.fetch_purgatory = Purgatory("fetch")

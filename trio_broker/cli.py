@@ -29,13 +29,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run a broker")
-    serve.add_argument("--config", metavar="server.properties",
-                       help="a Java-style properties file with Kafka's key names")
-    serve.add_argument("--override", metavar="key=value", action="append", default=[],
-                       type=_parse_override,
-                       help="set one configuration key (repeatable; wins over --config)")
-    serve.add_argument("--log-level", default="INFO",
-                       choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--config",
+        metavar="server.properties",
+        help="a Java-style properties file with Kafka's key names",
+    )
+    serve.add_argument(
+        "--override",
+        metavar="key=value",
+        action="append",
+        default=[],
+        type=_parse_override,
+        help="set one configuration key (repeatable; wins over --config)",
+    )
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Their modules import nothing heavy at the top; pyspark and confluent-kafka are
     # imported only when those subcommands run.
     from trio_broker import perf, report_cli

@@ -129,62 +129,311 @@ _DAY_MS = 24 * 3600 * 1000
 BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     # identity and network
     ConfigKey("node.id", "INT", 1, _int, _at_least(0), "The broker's id in the cluster."),
-    ConfigKey("cluster.id", "STRING", "", _str, None, "Cluster id; generated into meta.properties when empty."),
-    ConfigKey("listeners", "LIST", (Listener(name="PLAINTEXT", host="127.0.0.1", port=9092),),
-              _listeners, None, "Where to listen: NAME://host:port, comma separated; port 0 binds a free port."),
-    ConfigKey("advertised.listeners", "LIST", (), _listeners, None,
-              "Addresses given to clients in Metadata; defaults to the bound listeners."),
-    ConfigKey("num.network.threads", "INT", 3, _int, _at_least(1), "Processor tasks (connections are spread over them)."),
+    ConfigKey(
+        "cluster.id",
+        "STRING",
+        "",
+        _str,
+        None,
+        "Cluster id; generated into meta.properties when empty.",
+    ),
+    ConfigKey(
+        "listeners",
+        "LIST",
+        (Listener(name="PLAINTEXT", host="127.0.0.1", port=9092),),
+        _listeners,
+        None,
+        "Where to listen: NAME://host:port, comma separated; port 0 binds a free port.",
+    ),
+    ConfigKey(
+        "advertised.listeners",
+        "LIST",
+        (),
+        _listeners,
+        None,
+        "Addresses given to clients in Metadata; defaults to the bound listeners.",
+    ),
+    ConfigKey(
+        "num.network.threads",
+        "INT",
+        3,
+        _int,
+        _at_least(1),
+        "Processor tasks (connections are spread over them).",
+    ),
     ConfigKey("num.io.threads", "INT", 8, _int, _at_least(1), "Request handler tasks."),
-    ConfigKey("queued.max.requests", "INT", 500, _int, _at_least(1), "Capacity of the request channel."),
-    ConfigKey("socket.request.max.bytes", "INT", 104857600, _int, _at_least(1), "Largest request frame accepted."),
-    ConfigKey("connections.max.idle.ms", "LONG", 600000, _int, _at_least(0), "Idle connections are closed after this."),
-    ConfigKey("shutdown.grace.period.ms", "LONG", 5000, _int, _at_least(0),
-              "How long in-flight requests may finish at shutdown."),
+    ConfigKey(
+        "queued.max.requests", "INT", 500, _int, _at_least(1), "Capacity of the request channel."
+    ),
+    ConfigKey(
+        "socket.request.max.bytes",
+        "INT",
+        104857600,
+        _int,
+        _at_least(1),
+        "Largest request frame accepted.",
+    ),
+    ConfigKey(
+        "connections.max.idle.ms",
+        "LONG",
+        600000,
+        _int,
+        _at_least(0),
+        "Idle connections are closed after this.",
+    ),
+    ConfigKey(
+        "shutdown.grace.period.ms",
+        "LONG",
+        5000,
+        _int,
+        _at_least(0),
+        "How long in-flight requests may finish at shutdown.",
+    ),
     # topics
-    ConfigKey("auto.create.topics.enable", "BOOLEAN", True, _bool, None, "Create topics on first Metadata request."),
+    ConfigKey(
+        "auto.create.topics.enable",
+        "BOOLEAN",
+        True,
+        _bool,
+        None,
+        "Create topics on first Metadata request.",
+    ),
     ConfigKey("num.partitions", "INT", 1, _int, _at_least(1), "Partitions of auto-created topics."),
-    ConfigKey("default.replication.factor", "INT", 1, _int, _at_least(1), "Replication factor of auto-created topics."),
-    ConfigKey("min.insync.replicas", "INT", 1, _int, _at_least(1), "Replicas that must acknowledge acks=all."),
-    ConfigKey("delete.topic.enable", "BOOLEAN", True, _bool, None, "Whether DeleteTopics is allowed."),
-    ConfigKey("message.max.bytes", "INT", 1048588, _int, _at_least(0), "Largest record batch accepted."),
-    ConfigKey("log.message.timestamp.type", "STRING", "CreateTime", _str, _one_of("CreateTime", "LogAppendTime"),
-              "Timestamp type of topics that do not set message.timestamp.type."),
+    ConfigKey(
+        "default.replication.factor",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Replication factor of auto-created topics.",
+    ),
+    ConfigKey(
+        "min.insync.replicas",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Replicas that must acknowledge acks=all.",
+    ),
+    ConfigKey(
+        "delete.topic.enable", "BOOLEAN", True, _bool, None, "Whether DeleteTopics is allowed."
+    ),
+    ConfigKey(
+        "message.max.bytes", "INT", 1048588, _int, _at_least(0), "Largest record batch accepted."
+    ),
+    ConfigKey(
+        "log.message.timestamp.type",
+        "STRING",
+        "CreateTime",
+        _str,
+        _one_of("CreateTime", "LogAppendTime"),
+        "Timestamp type of topics that do not set message.timestamp.type.",
+    ),
     # the log
-    ConfigKey("log.dirs", "LIST", ("./kafka-logs",), _list, None, "Directories holding partition data."),
-    ConfigKey("log.segment.bytes", "INT", 1073741824, _int, _at_least(14), "Segment size before a roll."),
+    ConfigKey(
+        "log.dirs", "LIST", ("./kafka-logs",), _list, None, "Directories holding partition data."
+    ),
+    ConfigKey(
+        "log.segment.bytes", "INT", 1073741824, _int, _at_least(14), "Segment size before a roll."
+    ),
     ConfigKey("log.roll.ms", "LONG", 7 * _DAY_MS, _int, _at_least(1), "Segment age before a roll."),
-    ConfigKey("log.retention.ms", "LONG", 7 * _DAY_MS, _int, _at_least(-1), "How long segments are kept (-1 forever)."),
-    ConfigKey("log.retention.bytes", "LONG", -1, _int, _at_least(-1), "Partition size kept (-1 unbounded)."),
-    ConfigKey("log.retention.check.interval.ms", "LONG", 300000, _int, _at_least(1), "How often retention runs."),
-    ConfigKey("log.index.interval.bytes", "INT", 4096, _int, _at_least(0), "Bytes between offset index entries."),
-    ConfigKey("log.index.size.max.bytes", "INT", 10485760, _int, _at_least(4), "Largest offset index file."),
-    ConfigKey("log.flush.interval.messages", "LONG", 2**63 - 1, _int, _at_least(1),
-              "Messages between fsyncs (default: leave it to the OS)."),
-    ConfigKey("log.flush.interval.ms", "LONG", None, lambda t: _int(t), None,
-              "Milliseconds between fsyncs (default: leave it to the OS)."),
-    ConfigKey("log.flush.offset.checkpoint.interval.ms", "INT", 60000, _int, _at_least(0),
-              "How often the recovery point is checkpointed."),
-    ConfigKey("log.cleanup.policy", "LIST", ("delete",), _list, _policy, "delete, compact, or both."),
-    ConfigKey("log.cleaner.min.compaction.lag.ms", "LONG", 0, _int, _at_least(0), "Minimum age before compaction."),
-    ConfigKey("log.cleaner.min.cleanable.ratio", "DOUBLE", 0.5, float, None, "Dirty ratio that triggers cleaning."),
-    ConfigKey("log.cleaner.delete.retention.ms", "LONG", _DAY_MS, _int, _at_least(0), "How long tombstones are kept."),
-    ConfigKey("log.cleaner.backoff.ms", "LONG", 15000, _int, _at_least(0), "Cleaner sleep when nothing to clean."),
-    ConfigKey("file.delete.delay.ms", "LONG", 60000, _int, _at_least(0), "Delay before deleted segments are unlinked."),
+    ConfigKey(
+        "log.retention.ms",
+        "LONG",
+        7 * _DAY_MS,
+        _int,
+        _at_least(-1),
+        "How long segments are kept (-1 forever).",
+    ),
+    ConfigKey(
+        "log.retention.bytes",
+        "LONG",
+        -1,
+        _int,
+        _at_least(-1),
+        "Partition size kept (-1 unbounded).",
+    ),
+    ConfigKey(
+        "log.retention.check.interval.ms",
+        "LONG",
+        300000,
+        _int,
+        _at_least(1),
+        "How often retention runs.",
+    ),
+    ConfigKey(
+        "log.index.interval.bytes",
+        "INT",
+        4096,
+        _int,
+        _at_least(0),
+        "Bytes between offset index entries.",
+    ),
+    ConfigKey(
+        "log.index.size.max.bytes",
+        "INT",
+        10485760,
+        _int,
+        _at_least(4),
+        "Largest offset index file.",
+    ),
+    ConfigKey(
+        "log.flush.interval.messages",
+        "LONG",
+        2**63 - 1,
+        _int,
+        _at_least(1),
+        "Messages between fsyncs (default: leave it to the OS).",
+    ),
+    ConfigKey(
+        "log.flush.interval.ms",
+        "LONG",
+        None,
+        lambda t: _int(t),
+        None,
+        "Milliseconds between fsyncs (default: leave it to the OS).",
+    ),
+    ConfigKey(
+        "log.flush.offset.checkpoint.interval.ms",
+        "INT",
+        60000,
+        _int,
+        _at_least(0),
+        "How often the recovery point is checkpointed.",
+    ),
+    ConfigKey(
+        "log.cleanup.policy", "LIST", ("delete",), _list, _policy, "delete, compact, or both."
+    ),
+    ConfigKey(
+        "log.cleaner.min.compaction.lag.ms",
+        "LONG",
+        0,
+        _int,
+        _at_least(0),
+        "Minimum age before compaction.",
+    ),
+    ConfigKey(
+        "log.cleaner.min.cleanable.ratio",
+        "DOUBLE",
+        0.5,
+        float,
+        None,
+        "Dirty ratio that triggers cleaning.",
+    ),
+    ConfigKey(
+        "log.cleaner.delete.retention.ms",
+        "LONG",
+        _DAY_MS,
+        _int,
+        _at_least(0),
+        "How long tombstones are kept.",
+    ),
+    ConfigKey(
+        "log.cleaner.backoff.ms",
+        "LONG",
+        15000,
+        _int,
+        _at_least(0),
+        "Cleaner sleep when nothing to clean.",
+    ),
+    ConfigKey(
+        "file.delete.delay.ms",
+        "LONG",
+        60000,
+        _int,
+        _at_least(0),
+        "Delay before deleted segments are unlinked.",
+    ),
     # groups and offsets
-    ConfigKey("offsets.topic.num.partitions", "INT", 50, _int, _at_least(1), "Partitions of __consumer_offsets."),
-    ConfigKey("offsets.topic.replication.factor", "SHORT", 1, _int, _at_least(1), "Replication of __consumer_offsets."),
-    ConfigKey("offsets.topic.segment.bytes", "INT", 104857600, _int, _at_least(1), "Segment size of __consumer_offsets."),
-    ConfigKey("offsets.retention.minutes", "INT", 10080, _int, _at_least(1), "How long an empty group's offsets live."),
-    ConfigKey("offsets.retention.check.interval.ms", "LONG", 600000, _int, _at_least(1), "How often offsets expire."),
-    ConfigKey("offsets.commit.min.compaction.lag.ms", "LONG", _DAY_MS, _int, _at_least(0),
-              "min.compaction.lag.ms of __consumer_offsets: a day of commit history stays for the nightly report."),
-    ConfigKey("group.initial.rebalance.delay.ms", "INT", 3000, _int, _at_least(0), "Delay of a new group's first rebalance."),
-    ConfigKey("group.min.session.timeout.ms", "INT", 6000, _int, _at_least(0), "Smallest session timeout accepted."),
-    ConfigKey("group.max.session.timeout.ms", "INT", 1800000, _int, _at_least(0), "Largest session timeout accepted."),
+    ConfigKey(
+        "offsets.topic.num.partitions",
+        "INT",
+        50,
+        _int,
+        _at_least(1),
+        "Partitions of __consumer_offsets.",
+    ),
+    ConfigKey(
+        "offsets.topic.replication.factor",
+        "SHORT",
+        1,
+        _int,
+        _at_least(1),
+        "Replication of __consumer_offsets.",
+    ),
+    ConfigKey(
+        "offsets.topic.segment.bytes",
+        "INT",
+        104857600,
+        _int,
+        _at_least(1),
+        "Segment size of __consumer_offsets.",
+    ),
+    ConfigKey(
+        "offsets.retention.minutes",
+        "INT",
+        10080,
+        _int,
+        _at_least(1),
+        "How long an empty group's offsets live.",
+    ),
+    ConfigKey(
+        "offsets.retention.check.interval.ms",
+        "LONG",
+        600000,
+        _int,
+        _at_least(1),
+        "How often offsets expire.",
+    ),
+    ConfigKey(
+        "offsets.commit.min.compaction.lag.ms",
+        "LONG",
+        _DAY_MS,
+        _int,
+        _at_least(0),
+        "min.compaction.lag.ms of __consumer_offsets: a day of commit history stays for the nightly report.",
+    ),
+    ConfigKey(
+        "group.initial.rebalance.delay.ms",
+        "INT",
+        3000,
+        _int,
+        _at_least(0),
+        "Delay of a new group's first rebalance.",
+    ),
+    ConfigKey(
+        "group.min.session.timeout.ms",
+        "INT",
+        6000,
+        _int,
+        _at_least(0),
+        "Smallest session timeout accepted.",
+    ),
+    ConfigKey(
+        "group.max.session.timeout.ms",
+        "INT",
+        1800000,
+        _int,
+        _at_least(0),
+        "Largest session timeout accepted.",
+    ),
     ConfigKey("group.max.size", "INT", 2**31 - 1, _int, _at_least(1), "Largest group."),
-    ConfigKey("transactional.id.expiration.ms", "INT", 604800000, _int, _at_least(1), "Producer id expiry."),
-    ConfigKey("producer.id.expiration.ms", "INT", 86400000, _int, _at_least(1), "Idempotent producer state expiry."),
+    ConfigKey(
+        "transactional.id.expiration.ms",
+        "INT",
+        604800000,
+        _int,
+        _at_least(1),
+        "Producer id expiry.",
+    ),
+    ConfigKey(
+        "producer.id.expiration.ms",
+        "INT",
+        86400000,
+        _int,
+        _at_least(1),
+        "Idempotent producer state expiry.",
+    ),
 )
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
@@ -208,7 +457,9 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
     __slots__ = ()
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str], *, warn_unknown: bool = True) -> BrokerConfig:
+    def from_properties(
+        cls, props: Mapping[str, str], *, warn_unknown: bool = True
+    ) -> BrokerConfig:
         values: dict[str, Any] = {}
         unknown: dict[str, str] = {}
         for raw_key, text in props.items():
@@ -224,7 +475,9 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
                 if spec.validate is not None:
                     spec.validate(value)
             except ValueError as exc:
-                raise ConfigError(f"invalid value {text!r} for configuration {key}: {exc}") from None
+                raise ConfigError(
+                    f"invalid value {text!r} for configuration {key}: {exc}"
+                ) from None
             values[spec.attr] = value
         return cls(unknown=unknown, **values)
 

@@ -22,12 +22,22 @@ def free_port():
 
 def start_broker(port, log_dir):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trio_broker", "serve",
-         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-         "--override", f"log.dirs={log_dir}",
-         "--override", "num.partitions=2",
-         "--override", "log.segment.bytes=262144"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trio_broker",
+            "serve",
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            "--override",
+            f"log.dirs={log_dir}",
+            "--override",
+            "num.partitions=2",
+            "--override",
+            "log.segment.bytes=262144",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines = []
     for line in proc.stderr:
@@ -48,11 +58,17 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path):
     stop = threading.Event()
 
     def stream():
-        producer = Producer({
-            "bootstrap.servers": f"127.0.0.1:{port}", "acks": 1, "linger.ms": 2,
-            "message.timeout.ms": 3000, "retries": 0, "reconnect.backoff.max.ms": 100,
-            "log_level": 0,
-        })
+        producer = Producer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "acks": 1,
+                "linger.ms": 2,
+                "message.timeout.ms": 3000,
+                "retries": 0,
+                "reconnect.backoff.max.ms": 100,
+                "log_level": 0,
+            }
+        )
 
         def on_delivery(err, msg):
             if err is None:
@@ -61,8 +77,9 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path):
         i = 0
         while not stop.is_set():
             try:
-                producer.produce("crash", value=b"record-%08d" % i + b"." * (i % 500),
-                                 on_delivery=on_delivery)
+                producer.produce(
+                    "crash", value=b"record-%08d" % i + b"." * (i % 500), on_delivery=on_delivery
+                )
                 i += 1
             except BufferError:
                 producer.poll(0.01)
@@ -83,8 +100,13 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path):
     proc, lines = start_broker(port, log_dir)
     try:
         assert any("not shut down cleanly" in line for line in lines)
-        consumer = Consumer({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "check",
-                             "enable.auto.commit": False})
+        consumer = Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port}",
+                "group.id": "check",
+                "enable.auto.commit": False,
+            }
+        )
         consumer.assign([TopicPartition("crash", p, 0) for p in (0, 1)])
         got = {}
         idle_since = time.monotonic()

@@ -10,7 +10,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 def consume(bootstrap, topic, partition, count, *, timeout_s=30, offset=0, **extra):
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "interop", "enable.auto.commit": False, **extra}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "interop",
+            "enable.auto.commit": False,
+            **extra,
+        }
     )
     consumer.assign([TopicPartition(topic, partition, offset)])
     out = []
@@ -108,11 +113,28 @@ def test_kcat_produce_and_consume(kafka_broker, kcat):
     lines = "".join(f"k{i}:value {i}\n" for i in range(100))
     subprocess.run(
         [kcat, "-b", kafka_broker.bootstrap, "-P", "-t", "kcat-topic", "-K", ":"],
-        input=lines, text=True, check=True, timeout=60,
+        input=lines,
+        text=True,
+        check=True,
+        timeout=60,
     )
     out = subprocess.run(
-        [kcat, "-b", kafka_broker.bootstrap, "-C", "-t", "kcat-topic", "-e", "-J", "-o", "beginning"],
-        capture_output=True, text=True, check=True, timeout=60,
+        [
+            kcat,
+            "-b",
+            kafka_broker.bootstrap,
+            "-C",
+            "-t",
+            "kcat-topic",
+            "-e",
+            "-J",
+            "-o",
+            "beginning",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     msgs = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(m["offset"], m["key"], m["payload"]) for m in msgs] == [
@@ -125,15 +147,24 @@ def test_kafka_python_producer_and_consumer(kafka_broker):
 
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, linger_ms=5)
     futures = [
-        producer.send("kp", key=f"k{i}".encode(), value=f"v{i}".encode(),
-                      headers=[("i", str(i).encode())], timestamp_ms=1_600_000_000_000 + i)
+        producer.send(
+            "kp",
+            key=f"k{i}".encode(),
+            value=f"v{i}".encode(),
+            headers=[("i", str(i).encode())],
+            timestamp_ms=1_600_000_000_000 + i,
+        )
         for i in range(500)
     ]
     producer.flush()
     assert sorted(f.get(timeout=10).offset for f in futures) == list(range(500))
     producer.close()
-    consumer = KafkaConsumer(bootstrap_servers=kafka_broker.bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000, enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka_broker.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+        enable_auto_commit=False,
+    )
     from kafka import TopicPartition as KTP
 
     consumer.assign([KTP("kp", 0)])
@@ -161,8 +192,11 @@ def test_aiokafka_producer_and_consumer(kafka_broker):
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap,
-                                    auto_offset_reset="earliest", enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka_broker.bootstrap,
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         try:
             consumer.assign([ATP("aio", 0)])

@@ -26,7 +26,9 @@ def connect(broker):
 
 def create_topic(sock, name, partitions=1):
     # Metadata with auto-creation, as a producer would.
-    meta = roundtrip(sock, request_of(3, topics=[_meta_topic(name)], allow_auto_topic_creation=True), 9)
+    meta = roundtrip(
+        sock, request_of(3, topics=[_meta_topic(name)], allow_auto_topic_creation=True), 9
+    )
     assert meta.topics[0].error_code == 0, meta.topics[0]
 
 
@@ -40,8 +42,11 @@ def produce(sock, topic, batch, *, acks=1, partition=0, version=PRODUCE_V, cid=1
     request = ProduceRequest(
         acks=acks,
         timeout_ms=5000,
-        topic_data=[TopicProduceData(name=topic, partition_data=[
-            PartitionProduceData(index=partition, records=batch)])],
+        topic_data=[
+            TopicProduceData(
+                name=topic, partition_data=[PartitionProduceData(index=partition, records=batch)]
+            )
+        ],
     )
     response = roundtrip(sock, request, version, cid)
     return response.responses[0].partition_responses[0]
@@ -53,8 +58,16 @@ def fetch(sock, topic, offset, *, max_wait_ms=0, min_bytes=0, cid=2):
         min_bytes=min_bytes,
         max_bytes=50 * 1024 * 1024,
         session_epoch=-1,
-        topics=[FetchTopic(topic=topic, partitions=[
-            FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=10 * 1024 * 1024)])],
+        topics=[
+            FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=10 * 1024 * 1024
+                    )
+                ],
+            )
+        ],
     )
     response = roundtrip(sock, request, FETCH_V, cid)
     return response.responses[0].partitions[0]
@@ -78,8 +91,9 @@ def test_produce_then_fetch_returns_the_same_bytes_with_offsets(kafka_broker):
     assert (second.error_code, second.base_offset) == (0, 3)
     data = fetch(sock, "raw", 0)
     assert data.error_code == 0 and data.high_watermark == 4
-    assert [(r.offset, r.value) for r in iter_records(data.records[:len(batch([b'a', b'b', b'c']))])] == [
-        (0, b"a"), (1, b"b"), (2, b"c")]
+    assert [
+        (r.offset, r.value) for r in iter_records(data.records[: len(batch([b"a", b"b", b"c"]))])
+    ] == [(0, b"a"), (1, b"b"), (2, b"c")]
 
 
 @pytest.mark.parametrize(
@@ -132,8 +146,11 @@ def test_unknown_topic_and_invalid_name(kafka_broker_factory):
 
 def test_invalid_topic_name_on_auto_create(kafka_broker):
     sock = connect(kafka_broker)
-    meta = roundtrip(sock, request_of(3, topics=[_meta_topic("no spaces allowed")],
-                                      allow_auto_topic_creation=True), 9)
+    meta = roundtrip(
+        sock,
+        request_of(3, topics=[_meta_topic("no spaces allowed")], allow_auto_topic_creation=True),
+        9,
+    )
     assert meta.topics[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
 
 
@@ -142,22 +159,40 @@ def test_idempotent_retry_after_dropped_connection_is_not_duplicated(kafka_broke
     create_topic(sock, "retry")
     pid = roundtrip(sock, request_of(22, transactional_id=None, transaction_timeout_ms=60000), 4)
     assert pid.error_code == 0
-    first = batch([b"one", b"two"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
-                  base_sequence=0)
+    first = batch(
+        [b"one", b"two"],
+        producer_id=pid.producer_id,
+        producer_epoch=pid.producer_epoch,
+        base_sequence=0,
+    )
     # The request reaches the broker, but the connection drops before the answer is read.
-    sock.sendall(encode_request(ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[
-        TopicProduceData(name="retry", partition_data=[PartitionProduceData(index=0, records=first)])
-    ]), PRODUCE_V, 9))
+    sock.sendall(
+        encode_request(
+            ProduceRequest(
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    TopicProduceData(
+                        name="retry", partition_data=[PartitionProduceData(index=0, records=first)]
+                    )
+                ],
+            ),
+            PRODUCE_V,
+            9,
+        )
+    )
     sock.close()
     time.sleep(0.2)
     sock = connect(kafka_broker)
     retried = produce(sock, "retry", first, acks=-1)
     assert (retried.error_code, retried.base_offset) == (0, 0)
-    nxt = batch([b"three"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
-                base_sequence=2)
+    nxt = batch(
+        [b"three"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch, base_sequence=2
+    )
     assert produce(sock, "retry", nxt, acks=-1).base_offset == 2
-    gap = batch([b"five"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch,
-                base_sequence=4)
+    gap = batch(
+        [b"five"], producer_id=pid.producer_id, producer_epoch=pid.producer_epoch, base_sequence=4
+    )
     assert produce(sock, "retry", gap, acks=-1).error_code == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
     data = fetch(sock, "retry", 0)
     assert data.high_watermark == 3
@@ -205,9 +240,66 @@ def test_fetch_out_of_range(kafka_broker):
 def test_acks_zero_gets_no_answer_but_is_appended(kafka_broker):
     sock = connect(kafka_broker)
     create_topic(sock, "fire")
-    sock.sendall(encode_request(ProduceRequest(acks=0, timeout_ms=1000, topic_data=[
-        TopicProduceData(name="fire", partition_data=[PartitionProduceData(index=0, records=batch([b"f"]))])
-    ]), PRODUCE_V, 11))
+    sock.sendall(
+        encode_request(
+            ProduceRequest(
+                acks=0,
+                timeout_ms=1000,
+                topic_data=[
+                    TopicProduceData(
+                        name="fire",
+                        partition_data=[PartitionProduceData(index=0, records=batch([b"f"]))],
+                    )
+                ],
+            ),
+            PRODUCE_V,
+            11,
+        )
+    )
     # The next request's answer is the first thing on the wire.
     data = fetch(sock, "fire", 0, cid=12)
     assert data.high_watermark == 1
+
+
+def test_incremental_fetch_session(kafka_broker):
+    """KIP-227: open a session, then fetch incrementally; unchanged partitions are left out."""
+    sock = connect(kafka_broker)
+    create_topic(sock, "sess-a")
+    create_topic(sock, "sess-b")
+    produce(sock, "sess-a", batch([b"a0"]))
+    produce(sock, "sess-b", batch([b"b0"]))
+
+    def session_fetch(epoch, session_id, topics, cid):
+        request = FetchRequest(
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            session_id=session_id,
+            session_epoch=epoch,
+            topics=[
+                FetchTopic(
+                    topic=t,
+                    partitions=[
+                        FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20)
+                    ],
+                )
+                for t, o in topics
+            ],
+        )
+        return roundtrip(sock, request, FETCH_V, cid)
+
+    full = session_fetch(0, 0, [("sess-a", 0), ("sess-b", 0)], 20)
+    assert full.error_code == 0 and full.session_id > 0
+    assert sorted(t.topic for t in full.responses) == ["sess-a", "sess-b"]
+    # Incremental, with the fetch positions moved past what was read: nothing is new, so
+    # the answer names no partition.
+    quiet = session_fetch(1, full.session_id, [("sess-a", 1), ("sess-b", 1)], 21)
+    assert quiet.error_code == 0 and quiet.responses == []
+    # New data on one partition: only that one comes back.
+    produce(sock, "sess-b", batch([b"b1"]))
+    moved = session_fetch(2, full.session_id, [("sess-b", 1)], 22)
+    assert [(t.topic, t.partitions[0].high_watermark) for t in moved.responses] == [("sess-b", 2)]
+    assert [r.value for r in iter_records(moved.responses[0].partitions[0].records)] == [b"b1"]
+    # A stale epoch is refused.
+    assert session_fetch(2, full.session_id, [], 23).error_code == 71  # INVALID_FETCH_SESSION_EPOCH
+    assert session_fetch(1, 12345, [], 24).error_code == 70  # FETCH_SESSION_ID_NOT_FOUND

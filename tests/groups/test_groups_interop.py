@@ -53,7 +53,9 @@ def test_confluent_commit_survives_restart(broker):
     c = consumer(broker.bootstrap, "billing")
     c.subscribe(["orders"])
     poll_until([c], lambda: len(c.assignment()) == 3)
-    c.commit(offsets=[TopicPartition("orders", 0, 5), TopicPartition("orders", 2, 9)], asynchronous=False)
+    c.commit(
+        offsets=[TopicPartition("orders", 0, 5), TopicPartition("orders", 2, 9)], asynchronous=False
+    )
     got = c.committed([TopicPartition("orders", p) for p in range(3)], timeout=10)
     assert [tp.offset for tp in got] == [5, -1001, 9]
     c.close()
@@ -116,7 +118,9 @@ def test_cooperative_sticky_rebalances_incrementally(broker):
     revoked: dict[int, list] = {0: [], 1: [], 2: []}
     members = []
     for i in range(3):
-        c = consumer(broker.bootstrap, "coop-g", **{"partition.assignment.strategy": "cooperative-sticky"})
+        c = consumer(
+            broker.bootstrap, "coop-g", **{"partition.assignment.strategy": "cooperative-sticky"}
+        )
         c.subscribe(["coop"], on_revoke=lambda c, parts, i=i: revoked[i].extend(parts))
         members.append(c)
     poll_until(members, lambda: [len(c.assignment()) for c in members] == [2, 2, 2])
@@ -173,8 +177,12 @@ def test_admin_list_describe_offsets_delete(broker):
         ("adm", 1),
     }
 
-    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live")])["live"].result(10)
-    assert {(tp.topic, tp.partition, tp.offset) for tp in offsets.topic_partitions} == {("adm", 1, 42)}
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live")])[
+        "live"
+    ].result(10)
+    assert {(tp.topic, tp.partition, tp.offset) for tp in offsets.topic_partitions} == {
+        ("adm", 1, 42)
+    }
 
     # A live group cannot be deleted; an empty one can, offsets and all.
     with pytest.raises(Exception, match="NON_EMPTY_GROUP"):
@@ -183,7 +191,9 @@ def test_admin_list_describe_offsets_delete(broker):
     admin.alter_consumer_group_offsets(
         [ConsumerGroupTopicPartitions("live", [TopicPartition("adm", 0, 7)])]
     )["live"].result(10)
-    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live")])["live"].result(10)
+    offsets = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("live")])[
+        "live"
+    ].result(10)
     assert {(tp.topic, tp.partition, tp.offset) for tp in offsets.topic_partitions} == {
         ("adm", 0, 7),
         ("adm", 1, 42),

@@ -71,7 +71,9 @@ def test_tombstones_removed_after_delete_retention(open_log, clock):
 
 
 def test_min_compaction_lag_protects_recent_segments(open_log, clock):
-    log = open_log(LogConfig(cleanup_policy=("compact",), segment_bytes=400, min_compaction_lag_ms=60_000))
+    log = open_log(
+        LogConfig(cleanup_policy=("compact",), segment_bytes=400, min_compaction_lag_ms=60_000)
+    )
     fill(log)
     assert clean_log(log, first_dirty_offset=0, now_ms=T0 + 1_000) is None
     assert clean_log(log, first_dirty_offset=0, now_ms=T0 + 120_000) is not None
@@ -90,7 +92,13 @@ def test_producer_batch_keeps_offsets_and_sequence(open_log, clock):
     log = open_log(COMPACT)
     write(log, [(b"k", b"1"), (b"j", b"1")], producer_id=7, producer_epoch=0, base_sequence=0)
     for i in range(8):
-        write(log, [(b"k", b"%d" % (i + 2)), (b"j", b"%d" % (i + 2))], producer_id=7, producer_epoch=0, base_sequence=2 * (i + 1))
+        write(
+            log,
+            [(b"k", b"%d" % (i + 2)), (b"j", b"%d" % (i + 2))],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=2 * (i + 1),
+        )
     clean_log(log, first_dirty_offset=0, now_ms=clock())
     first = log.segments[0]
     data = os.pread(first.fd, first.size, 0)

@@ -13,7 +13,10 @@ from wire import is_closed, request_of, roundtrip
 def test_kcat_lists_the_broker(kafka_broker, kcat):
     out = subprocess.run(
         [kcat, "-b", kafka_broker.bootstrap, "-L", "-J", "-m", "10"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     meta = json.loads(out.stdout)
     assert [(b["id"], b["name"]) for b in meta["brokers"]] == [(1, kafka_broker.bootstrap)]

@@ -72,10 +72,18 @@ async def test_shutdown_lets_the_request_in_flight_finish(tmp_path):
 def test_cli_starts_logs_port_and_stops_on_sigterm(tmp_path):
     start = time.monotonic()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "trio_broker", "serve",
-         "--override", "listeners=PLAINTEXT://127.0.0.1:0",
-         "--override", f"log.dirs={tmp_path / 'data'}"],
-        stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "trio_broker",
+            "serve",
+            "--override",
+            "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override",
+            f"log.dirs={tmp_path / 'data'}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         port = None

@@ -63,9 +63,7 @@ def _is_flexible(cls: type, version: int) -> bool:
     return first is not None and version >= first
 
 
-def parse_request(
-    frame: memoryview, supported: Mapping[int, tuple[int, int]]
-) -> ParsedRequest:
+def parse_request(frame: memoryview, supported: Mapping[int, tuple[int, int]]) -> ParsedRequest:
     """Decode one frame (without its size prefix) into header and body.
 
     `supported` maps api key -> (min, max) version this broker serves. Anything else

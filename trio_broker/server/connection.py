@@ -90,7 +90,9 @@ class Connection:
                 if self.reader.buffered:
                     logger.info(
                         "[conn %s] %s closed mid-frame (%d bytes buffered)",
-                        self.id, self.peer, self.reader.buffered,
+                        self.id,
+                        self.peer,
+                        self.reader.buffered,
                     )
                 return None
             self.reader.receive_data(data)
@@ -121,7 +123,10 @@ class Connection:
             except (InvalidFrame, InvalidRequest) as exc:
                 logger.warning(
                     "[conn %s] bad request from %s (client %r): %s; closing",
-                    self.id, self.peer, self.client_id, exc,
+                    self.id,
+                    self.peer,
+                    self.client_id,
+                    exc,
                 )
                 return
             self.client_id = parsed.client_id
@@ -139,5 +144,8 @@ class Connection:
         except InvalidFrame as exc:
             logger.warning(
                 "[conn %s] bad frame from %s (client %r): %s; closing",
-                self.id, self.peer, self.client_id, exc,
+                self.id,
+                self.peer,
+                self.client_id,
+                exc,
             )

@@ -81,7 +81,9 @@ class Request:
                 # an answer; it can get a closed connection, and the broker goes on.
                 logger.exception(
                     "[conn %s] cannot encode response to api %d v%d; closing",
-                    self.connection.id, self.api_key, version,
+                    self.connection.id,
+                    self.api_key,
+                    version,
                 )
                 self.connection.close()
                 return

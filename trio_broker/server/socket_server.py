@@ -1,10 +1,10 @@
 """Kafka's SocketServer in trio: one acceptor per listener, N processors, memory channels.
 
-    SocketServer.run                                      its own nursery
-    ├── acceptor task per listener: accept -> round-robin -> a processor's connection channel
-    └── Processor.run x num.network.threads               each with a nursery
-        ├── response task: (connection, response) from the response channel -> connection
-        └── Connection.serve per connection, in its own cancel scope
+SocketServer.run                                      its own nursery
+├── acceptor task per listener: accept -> round-robin -> a processor's connection channel
+└── Processor.run x num.network.threads               each with a nursery
+    ├── response task: (connection, response) from the response channel -> connection
+    └── Connection.serve per connection, in its own cancel scope
 """
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ class Processor:
 
     async def _serve_connection(self, connection: Connection) -> None:
         self.connections.add(connection)
-        logger.debug("[conn %s] accepted from %s on processor %d", connection.id, connection.peer,
-                     self.index)
+        logger.debug(
+            "[conn %s] accepted from %s on processor %d", connection.id, connection.peer, self.index
+        )
         try:
             async with self._requests.clone() as requests:
                 await connection.serve(requests)
@@ -169,9 +170,12 @@ class SocketServer:
                 stream = await sock.accept()
             except OSError as exc:
                 if exc.errno in _ACCEPT_CAPACITY_ERRNOS:
-                    logger.error("accept on %s failed (%s); retrying in %.0f ms",
-                                 listener, errno.errorcode.get(exc.errno, exc.errno),
-                                 _ACCEPT_BACKOFF_S * 1000)
+                    logger.error(
+                        "accept on %s failed (%s); retrying in %.0f ms",
+                        listener,
+                        errno.errorcode.get(exc.errno, exc.errno),
+                        _ACCEPT_BACKOFF_S * 1000,
+                    )
                     await trio.sleep(_ACCEPT_BACKOFF_S)
                     continue
                 raise
