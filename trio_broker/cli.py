@@ -88,10 +88,22 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         trio.run(main)
-    except OSError as exc:
-        logger.error("cannot start: %s", exc)
+    except (OSError, BaseExceptionGroup) as exc:
+        # Trio reports a failed bind from inside the nursery as an exception group.
+        errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+        os_errors = [e for e in _leaves(errors) if isinstance(e, OSError)]
+        if not os_errors:
+            raise
+        logger.error("cannot start: %s", os_errors[0])
         return 1
     return 0
+
+
+def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for e in errors:
+        out.extend(_leaves(e.exceptions) if isinstance(e, BaseExceptionGroup) else [e])
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
