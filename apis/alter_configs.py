@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trio_broker.apis.config_entries import ResourceType, check_broker_resource
 from trio_broker.cluster.topic_config import validate_topic_configs
@@ -77,26 +77,32 @@ def alter_one(broker: Broker, resource: object, validate_only: bool) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
 
 
-async def handle(broker: Broker, request: Request) -> AlterConfigsResponse:
-    body = request.body
+def answer_each(broker: Broker, body: Any, alter: Any, response_cls: type) -> list[Any]:
+    """Apply `alter` to every resource of an (Incremental)AlterConfigs request; one answer
+    per resource, with duplicates refused as Kafka does."""
     duplicates = duplicate_resources(body.resources)
     responses = []
     for resource in body.resources:
-        key = (resource.resource_type, resource.resource_name)
         try:
-            if key in duplicates:
+            if (resource.resource_type, resource.resource_name) in duplicates:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-            alter_one(broker, resource, body.validate_only)
+            alter(broker, resource, body.validate_only)
         except KafkaError as exc:
             code, message = exc.code, exc.message or exc.code.name
         else:
             code, message = ErrorCode.NONE, None
         responses.append(
-            AlterConfigsResourceResponse(
+            response_cls(
                 error_code=code,
                 error_message=message,
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
             )
         )
-    return AlterConfigsResponse(responses=responses)
+    return responses
+
+
+async def handle(broker: Broker, request: Request) -> AlterConfigsResponse:
+    return AlterConfigsResponse(
+        responses=answer_each(broker, request.body, alter_one, AlterConfigsResourceResponse)
+    )

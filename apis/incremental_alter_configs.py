@@ -11,8 +11,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from trio_broker.apis.alter_configs import (
+    answer_each,
     apply_topic_configs,
-    duplicate_resources,
     existing_topic,
     refuse_broker_change,
 )
@@ -98,24 +98,6 @@ def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) 
 
 
 async def handle(broker: Broker, request: Request) -> IncrementalAlterConfigsResponse:
-    body = request.body
-    duplicates = duplicate_resources(body.resources)
-    responses = []
-    for resource in body.resources:
-        try:
-            if (resource.resource_type, resource.resource_name) in duplicates:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate resource.")
-            _alter(broker, resource, body.validate_only)
-        except KafkaError as exc:
-            code, message = exc.code, exc.message or exc.code.name
-        else:
-            code, message = ErrorCode.NONE, None
-        responses.append(
-            AlterConfigsResourceResponse(
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
-    return IncrementalAlterConfigsResponse(responses=responses)
+    return IncrementalAlterConfigsResponse(
+        responses=answer_each(broker, request.body, _alter, AlterConfigsResourceResponse)
+    )
