@@ -1,7 +1,8 @@
 """Opening a partition log: find its segments, recover after a crash, rebuild state.
 
 Kafka's LogLoader, in outline:
-1. Leftovers of interrupted operations (`.deleted`, `.cleaned`, `.swap`, `.tmp`) go.
+1. A cleaner swap that reached its commit point (a `<base>.log.swap` exists) is completed;
+   then leftovers of interrupted operations (`.deleted`, `.cleaned`, `.swap`, `.tmp`) go.
 2. Each `.log` file becomes a segment; a missing or corrupt index marks it for rebuild.
 3. After an unclean shutdown, every segment from the one holding the recovery point on is
    recovered: CRCs checked batch by batch, indexes rebuilt, and the log truncated at the
@@ -17,18 +18,29 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from trio_broker.log.checkpoints import CorruptCheckpointError, read_partition_metadata
+from trio_broker.log.checkpoints import (
+    CorruptCheckpointError,
+    fsync_dir,
+    read_partition_metadata,
+)
 from trio_broker.log.config import LogConfig
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
 from trio_broker.log.producer_state import increment_sequence
-from trio_broker.log.segment import DELETED_SUFFIX, LOG_SUFFIX, LogSegment
+from trio_broker.log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
 from trio_broker.protocol.records import BatchHeader
 
-__all__ = ["load_log", "rebuild_producer_state"]
+__all__ = ["complete_swaps", "load_log", "rebuild_producer_state"]
 
 logger = logging.getLogger(__name__)
 
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+_SWAP_SUFFIX = ".swap"
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", _SWAP_SUFFIX, ".tmp")
 
 
 def load_log(
@@ -58,6 +70,7 @@ def load_log(
     if topic_id is not None and stored_id != topic_id:
         log.write_partition_metadata()
 
+    complete_swaps(directory)
     for path in directory.iterdir():
         if path.name.endswith(_LEFTOVER_SUFFIXES):
             logger.info("removing leftover file %s", path)
@@ -107,6 +120,45 @@ def load_log(
         log.high_watermark,
     )
     return log
+
+
+def complete_swaps(directory: Path) -> list[int]:
+    """Finish the cleaner's swaps that passed their commit point; returns their bases.
+
+    The cleaner (see `trio_broker.log.cleaner`) renames a cleaned segment's indexes, then
+    its log, from `.cleaned` to `.swap`, and then, in the same order, over the old files.
+    So a `<base>.log.swap` holds the new segment's data; with both index `.swap` files
+    beside it they are its complete indexes, and they replace the old ones. With either
+    missing, the swap was interrupted between index renames: the index files present may
+    belong to either segment, so both are removed and rebuilt from the log. `.swap` files
+    without a `.log.swap` are from before the commit point and go with the leftovers.
+    """
+    done = []
+    for log_swap in sorted(directory.glob("*" + LOG_SUFFIX + _SWAP_SUFFIX)):
+        stem = log_swap.name[: -len(LOG_SUFFIX + _SWAP_SUFFIX)]
+        if not stem.isdigit():
+            continue
+        indexes = [directory / (stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        swapped = [path.with_name(path.name + _SWAP_SUFFIX) for path in indexes]
+        if all(path.exists() for path in swapped):
+            for path, new in zip(indexes, swapped, strict=True):
+                os.replace(new, path)
+            how = "with its indexes"
+        else:
+            for path in indexes + swapped:
+                path.unlink(missing_ok=True)
+            how = "rebuilding its indexes"
+        os.replace(log_swap, directory / (stem + LOG_SUFFIX))
+        done.append(int(stem))
+        logger.warning(
+            "completed the interrupted swap of cleaned segment %s in %s, %s",
+            stem,
+            directory,
+            how,
+        )
+    if done:
+        fsync_dir(directory)
+    return done
 
 
 def _recover(log: PartitionLog, recovery_point: int, clean_shutdown: bool) -> None:

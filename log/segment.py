@@ -51,18 +51,23 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_size: int,
         created_ms: int,
+        file_suffix: str = "",
     ) -> None:
+        """`file_suffix` (Kafka's fileSuffix) names all three files with a temporary suffix,
+        as the cleaner does for the segment it writes (`.cleaned`)."""
         self.dir = partition_dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX + file_suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.created_ms = created_ms
         self.bytes_since_last_index_entry = 0
         self.index_needs_rebuild = False
-        index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX)
-        time_index_path = partition_dir / segment_file_name(base_offset, TIME_INDEX_SUFFIX)
+        index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX + file_suffix)
+        time_index_path = partition_dir / segment_file_name(
+            base_offset, TIME_INDEX_SUFFIX + file_suffix
+        )
         # A segment with data but no index files lost them (or predates them): rebuild.
         if self.size and not (index_path.exists() and time_index_path.exists()):
             self.index_needs_rebuild = True
@@ -354,7 +359,23 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the three files from `old_suffix` to `new_suffix`: indexes first, then the
+        log (os.replace: an existing file of the new name is replaced atomically)."""
+        for index in (self.offset_index, self.time_index):
+            index.rename(_with_suffix(index.path, old_suffix, new_suffix))
+        new_log = _with_suffix(self.log_path, old_suffix, new_suffix)
+        os.replace(self.log_path, new_log)
+        self.log_path = new_log
+
     def delete(self) -> None:
         self.close_handlers()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+
+
+def _with_suffix(path: Path, old_suffix: str, new_suffix: str) -> Path:
+    if old_suffix and not path.name.endswith(old_suffix):
+        raise ValueError(f"{path} does not end with {old_suffix!r}")
+    stem = path.name[: len(path.name) - len(old_suffix)] if old_suffix else path.name
+    return path.with_name(stem + new_suffix)

@@ -119,3 +119,129 @@ def test_reopen_after_clean_is_valid(open_log, clock, tmp_path):
     reopened = open_log(COMPACT)
     assert records(reopened) == before
     assert not (tmp_path / "topic-0" / "00000000000000000000.log.cleaned").exists()
+
+
+# -- the cleaner's worker thread and the Trio loop -------------------------------------------
+
+BIG = LogConfig(cleanup_policy=("compact",), segment_bytes=20_000, delete_retention_ms=1000)
+
+
+def big_manager(tmp_path, clock):
+    from trio_broker.log.manager import LogManager
+
+    manager = LogManager(
+        [tmp_path / "data"], node_id=1, cluster_id="abcdefghijklmnopqrstuv", now_ms=clock
+    )
+    manager.open()
+    log = manager.create_log("compacted", 0, config=BIG)
+    for i in range(3000):
+        write(log, [(b"key-%03d" % (i % 100), b"value-%05d" % i + b"." * 40)])
+    return manager, log
+
+
+def temp_files(log):
+    return sorted(n for n in os.listdir(log.dir) if n.endswith((".cleaned", ".swap")))
+
+
+async def test_log_serves_produce_and_fetch_while_the_cleaner_thread_works(tmp_path, clock):
+    import threading
+
+    import trio
+
+    from trio_broker.log.cleaner import LogCleaner
+
+    manager, log = big_manager(tmp_path, clock)
+    closed_segments = len(log.segments) - 1
+    token = trio.lowlevel.current_trio_token()
+    answered = []
+
+    async def produce_and_fetch(n: int) -> tuple[int, list]:
+        produced = write(log, [(b"live", b"live-%d" % n)])
+        read = log.read(produced.first_offset, 1 << 20)
+        region = read.regions[0]
+        data = os.pread(region.fd, region.size, region.position)
+        got = [
+            (r.offset, r.key, r.value) for _, h in iter_batches(data) for r in iter_records(data)
+        ]
+        return produced.first_offset, got
+
+    def in_worker() -> None:
+        # Runs in the cleaner's worker thread, mid-pass: the Trio loop must serve a produce
+        # and a fetch now (on the Trio thread itself from_thread.run raises RuntimeError).
+        assert threading.current_thread() is not threading.main_thread()
+        answered.append(trio.from_thread.run(produce_and_fetch, len(answered), trio_token=token))
+
+    cleaner = LogCleaner(manager, now_ms=clock, on_worker_start=in_worker)
+    [result] = await cleaner.clean_once(force=True)
+    # One offset map, then one job per closed segment: each served a roundtrip meanwhile.
+    assert len(answered) == 1 + closed_segments
+    for n, (offset, got) in enumerate(answered):
+        assert got == [(offset, b"live", b"live-%d" % n)]
+    assert result.records_removed > 0
+    cleaned = [(o, k, v) for o, k, v in records(log) if o < result.end_offset]
+    assert len({k for _, k, _ in cleaned}) == len(cleaned)  # one record per key
+    assert (2907, b"key-007", b"value-02907" + b"." * 40) in cleaned
+    live = [(o, v) for o, k, v in records(log) if k == b"live"]
+    assert live == [(offset, b"live-%d" % n) for n, (offset, _) in enumerate(answered)]
+    assert temp_files(log) == []
+    manager.close()
+
+
+async def test_pass_is_dropped_when_retention_deletes_its_segments_meanwhile(tmp_path, clock):
+    import trio
+
+    from trio_broker.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
+
+    manager, log = big_manager(tmp_path, clock)
+    before = records(log)
+    first, second = log.segments[0], log.segments[1]
+    token = trio.lowlevel.current_trio_token()
+    jobs = []
+
+    def in_worker() -> None:
+        jobs.append(1)
+        if len(jobs) == 2:  # the offset map is built; the first segment is being cleaned
+            trio.from_thread.run_sync(
+                log.delete_records_before, second.base_offset, trio_token=token
+            )
+
+    cleaner = LogCleaner(manager, now_ms=clock, on_worker_start=in_worker)
+    assert await cleaner.clean_once(force=True) == []
+    # Nothing was swapped in: the deleted segment did not come back, no temporary files.
+    assert log.segments[0] is second
+    assert not first.log_path.name.endswith(".log")  # renamed to .deleted by DeleteRecords
+    assert not (log.dir / f"{first.base_offset:020d}.log").exists()
+    assert temp_files(log) == []
+    assert records(log) == [r for r in before if r[0] >= second.base_offset]
+    assert not (log.dir.parent / CLEANER_CHECKPOINT).exists()
+    manager.close()
+
+
+async def test_cancelled_pass_leaves_the_log_as_it_was(tmp_path, clock):
+    import trio
+
+    from trio_broker.log.cleaner import CLEANER_CHECKPOINT, LogCleaner
+
+    manager, log = big_manager(tmp_path, clock)
+    before = records(log)
+    inodes = {p.name: p.stat().st_ino for p in log.dir.iterdir()}
+    token = trio.lowlevel.current_trio_token()
+    jobs = []
+    cleaner = LogCleaner(manager, now_ms=clock)
+
+    with trio.CancelScope() as scope:
+
+        def in_worker() -> None:
+            jobs.append(1)
+            if len(jobs) == 2:  # cancel while the first segment's cleaned copy is written
+                trio.from_thread.run_sync(scope.cancel, trio_token=token)
+
+        cleaner.on_worker_start = in_worker
+        await cleaner.clean_once(force=True)
+    assert scope.cancelled_caught
+    assert len(jobs) == 2  # no job started after the cancellation
+    assert temp_files(log) == []
+    assert {p.name: p.stat().st_ino for p in log.dir.iterdir()} == inodes
+    assert records(log) == before
+    assert not (log.dir.parent / CLEANER_CHECKPOINT).exists()
+    manager.close()

@@ -68,3 +68,33 @@ def test_negative_size_is_invalid():
     reader.receive_data(struct.pack(">i", -5))
     with pytest.raises(InvalidFrame):
         reader.next_frame()
+
+
+def test_receive_into_reader_buffer_small_and_large_frames():
+    big = bytes(range(256)) * 1000  # larger than the 64 KiB chunk
+    bodies = [b"a", big, b"bc", b"", big[:70_000]]
+    data = memoryview(frames(*bodies))
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    got, pos = [], 0
+    while pos < len(data):
+        target = reader.receive_buffer()
+        assert len(target) > 0
+        n = min(len(target), 5_000, len(data) - pos)
+        target[:n] = data[pos : pos + n]
+        reader.received(n)
+        pos += n
+        while (frame := reader.next_frame()) is not NEED_DATA:
+            got.append(frame)
+    assert [bytes(f) for f in got] == bodies
+    # A large frame is handed over as its own buffer, without a copy: writable, exact size.
+    assert len(got[1].obj) == len(big) + 4
+    got[1][0] = 0xFF
+
+
+def test_large_frame_refused_before_its_buffer_exists():
+    reader = FrameReader(max_frame_bytes=1000)
+    target = reader.receive_buffer()
+    target[:4] = struct.pack(">i", 1001)
+    reader.received(4)
+    with pytest.raises(FrameTooLarge):
+        reader.next_frame()

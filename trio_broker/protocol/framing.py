@@ -43,49 +43,100 @@ class FrameReader:
 
     A returned frame is a writable memoryview over a buffer the reader no longer touches,
     so the caller may keep slices of it and rewrite record batch offsets in place.
+
+    Bytes arrive either by copy (`receive_data`) or, on the hot path, straight into the
+    reader's own buffer: `receive_buffer()` is where the next bytes go and `received(n)`
+    says how many went there. Small frames are read many to a chunk and copied out one by
+    one; a frame larger than a chunk gets a buffer of exactly its size once its length
+    prefix is known, so the socket fills it directly and it is handed over whole.
     """
 
-    __slots__ = ("_buf", "_need", "max_frame_bytes")
+    __slots__ = ("_buf", "_chunk", "_end", "_need", "_start", "max_frame_bytes")
 
-    def __init__(self, *, max_frame_bytes: int) -> None:
+    def __init__(self, *, max_frame_bytes: int, chunk_bytes: int = 64 * 1024) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._buf = bytearray()
+        self._chunk = chunk_bytes
+        self._buf = bytearray()  # allocated on first receive: idle connections cost nothing
+        self._start = 0  # unread bytes are _buf[_start:_end]
+        self._end = 0
         self._need = -1  # the current frame's size once its prefix is read
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return self._end - self._start
 
     @property
     def bytes_wanted(self) -> int:
         """How many more bytes complete the current frame (a hint for the receive size)."""
         if self._need < 0:
-            return max(4 - len(self._buf), 1)
-        return max(self._need + 4 - len(self._buf), 1)
+            return max(4 - self.buffered, 1)
+        return max(self._need + 4 - self.buffered, 1)
+
+    def receive_buffer(self) -> memoryview:
+        """A writable view the next received bytes should be written into (never empty)."""
+        want = 4 + self._need if self._need >= 0 else 4
+        pending = self._end - self._start
+        if want > self._chunk and len(self._buf) - self._start < want:
+            # A large frame: its own buffer, exactly its size, holding what we have of it.
+            big = bytearray(want)
+            big[:pending] = memoryview(self._buf)[self._start : self._end]
+            self._buf, self._start, self._end = big, 0, pending
+        elif len(self._buf) - self._end < min(want - pending, 512) or not self._buf:
+            # Little room left at the tail: start a fresh chunk with the unread bytes.
+            # (The old chunk may still back nothing: frames out of it were copies.)
+            fresh = bytearray(max(self._chunk, want))
+            fresh[:pending] = memoryview(self._buf)[self._start : self._end]
+            self._buf, self._start, self._end = fresh, 0, pending
+        return memoryview(self._buf)[self._end :]
+
+    def received(self, n: int) -> None:
+        """`n` bytes were written at the start of the last `receive_buffer()`."""
+        self._end += n
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        self._buf += data
+        view = memoryview(data).cast("B")
+        while view:
+            target = self.receive_buffer()
+            n = min(len(target), len(view))
+            target[:n] = view[:n]
+            self.received(n)
+            view = view[n:]
+            if view:
+                # Make room by taking out complete frames would change the API; instead
+                # grow: a caller handing us many frames at once gets one larger chunk.
+                self._grow(len(view))
+
+    def _grow(self, more: int) -> None:
+        pending = self._end - self._start
+        fresh = bytearray(pending + more + self._chunk)
+        fresh[:pending] = memoryview(self._buf)[self._start : self._end]
+        self._buf, self._start, self._end = fresh, 0, pending
 
     def next_frame(self) -> memoryview | _NeedData:
         buf = self._buf
+        start = self._start
         if self._need < 0:
-            if len(buf) < 4:
+            if self._end - start < 4:
                 return NEED_DATA
-            (size,) = _SIZE.unpack_from(buf, 0)
+            (size,) = _SIZE.unpack_from(buf, start)
             if size < 0:
                 raise InvalidFrame(f"negative frame size {size}")
             if size > self.max_frame_bytes:
                 raise FrameTooLarge(size, self.max_frame_bytes)
             self._need = size
-        end = 4 + self._need
-        if len(buf) < end:
+        end = start + 4 + self._need
+        if self._end < end:
             return NEED_DATA
-        if len(buf) == end:
-            # The common case: hand over the whole buffer without copying.
+        self._need = -1
+        if start == 0 and end == len(buf):
+            # The frame fills its buffer (always so for a large one): hand it over whole.
             frame = memoryview(buf)[4:]
             self._buf = bytearray()
+            self._start = self._end = 0
+            return frame
+        frame = memoryview(bytearray(memoryview(buf)[start + 4 : end]))
+        if end == self._end:
+            self._start = self._end = 0  # all read: reuse the chunk from its start
         else:
-            frame = memoryview(bytearray(memoryview(buf)[4:end]))
-            del buf[:end]
-        self._need = -1
+            self._start = end
         return frame

@@ -1,9 +1,15 @@
-"""Zero-copy writes: record data goes from the segment file to the socket with os.sendfile.
+"""The connection's socket I/O: zero-copy sendfile, and reads and writes without a yield.
 
 Trio has no sendfile of its own, so this is the one place the broker touches a socket's
 file descriptor. The socket is already non-blocking (trio sockets always are): call
 sendfile until EAGAIN, only then wait for writability, and yield to the scheduler every
 few MiB so one large fetch cannot starve other connections.
+
+Plain bytes go the same way. trio's `send_all` and `receive_some` end every call with a
+scheduler checkpoint even when the kernel took or gave the bytes at once; on a
+small-request workload that is one extra scheduler round per request. The connection
+task checkpoints anyway while it waits for each response, so here a read or write that
+succeeds returns at once, and only one that would block waits (a checkpoint).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any, Protocol
 
 import trio
 
-__all__ = ["FileRegionLike", "send_response"]
+__all__ = ["FileRegionLike", "receive_into", "send_bytes", "send_response"]
 
 _CHUNK = 4 * 1024 * 1024  # bytes per sendfile call, and between scheduler checkpoints
 _BROKEN = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN, errno.EBADF)
@@ -58,22 +64,61 @@ async def sendfile(sock: trio.socket.SocketType, region: FileRegionLike) -> None
             since_checkpoint = 0
 
 
+async def receive_into(sock: trio.socket.SocketType, buf: memoryview) -> int:
+    """Read into `buf`; 0 means the peer closed. Waits only when nothing is there yet."""
+    fd = sock.fileno()
+    while True:
+        try:
+            return os.readv(fd, (buf,))
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+        except OSError as exc:
+            if exc.errno in _BROKEN:
+                return 0
+            raise
+
+
+async def send_bytes(sock: trio.socket.SocketType, *parts: Any) -> None:
+    """Write every byte of `parts` (buffers), gathered into as few syscalls as the kernel
+    allows; waits for writability only after EAGAIN."""
+    fd = sock.fileno()
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        try:
+            sent = os.writev(fd, views) if len(views) > 1 else os.write(fd, views[0])
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        except OSError as exc:
+            if exc.errno in _BROKEN:
+                raise trio.BrokenResourceError("peer closed during send") from exc
+            raise
+        while sent:
+            head = views[0]
+            if sent >= len(head):
+                sent -= len(head)
+                views.pop(0)
+            else:
+                views[0] = head[sent:]
+                sent = 0
+
+
 async def send_response(
-    stream: trio.SocketStream, buf: bytearray, regions: Sequence[tuple[int, Any]]
+    sock: trio.socket.SocketType, buf: bytearray, regions: Sequence[tuple[int, Any]]
 ) -> None:
     """Write an encoded response: its bytes, with each file region spliced in at its offset."""
     if not regions:
-        await stream.send_all(buf)
+        await send_bytes(sock, buf)
         return
     view = memoryview(buf)
     pos = 0
     for at, region in regions:
         if at > pos:
-            await stream.send_all(view[pos:at])
+            await send_bytes(sock, view[pos:at])
             pos = at
         # A `records` field may be several regions back to back (a read across segments).
         for part in getattr(region, "regions", (region,)):
             if part.size:
-                await sendfile(stream.socket, part)
+                await sendfile(sock, part)
     if pos < len(buf):
-        await stream.send_all(view[pos:])
+        await send_bytes(sock, view[pos:])

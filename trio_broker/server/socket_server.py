@@ -55,7 +55,25 @@ class Processor:
         ](max(config.queued_max_requests, 1))
 
     async def deliver(self, connection: Connection, response: Response) -> None:
-        await self._responses_send.send((connection, response))
+        try:
+            self._responses_send.send_nowait((connection, response))
+        except trio.WouldBlock:
+            await self._responses_send.send((connection, response))
+
+    async def _close_idle(self, idle_s: float) -> None:
+        """Kafka's connections.max.idle.ms: close connections that have been quiet that long."""
+        interval = min(max(idle_s / 10, 0.01), 30.0)
+        while True:
+            await trio.sleep(interval)
+            now = trio.current_time()
+            for connection in list(self.connections):
+                if connection.idle_for(now) >= idle_s:
+                    logger.info(
+                        "[conn %s] idle for %.0f s; closing",
+                        connection.id,
+                        connection.idle_for(now),
+                    )
+                    connection.close()
 
     async def _response_task(self) -> None:
         async for connection, response in self._responses:
@@ -64,6 +82,8 @@ class Processor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery, self._requests:
             nursery.start_soon(self._response_task)
+            if self._config.connections_max_idle_ms > 0:
+                nursery.start_soon(self._close_idle, self._config.connections_max_idle_ms / 1000)
             task_status.started()
             async with self._new_connections:
                 async for stream, listener in self._new_connections:
@@ -72,7 +92,6 @@ class Processor:
                         self,
                         listener=listener,
                         max_request_bytes=self._config.socket_request_max_bytes,
-                        idle_timeout_s=self._config.connections_max_idle_ms / 1000,
                         supported=self._supported,
                     )
                     nursery.start_soon(self._serve_connection, connection)
