@@ -327,6 +327,7 @@ def run_broker(
         if "a" in only or "e" in only:
             cpu0 = broker.cpu_seconds()
             total = 0
+            client_cpu = 0.0
             for parts in (1, 8):
                 step(f"(a) produce 1 KiB x {sizes.produce_records:,} on {parts} partition(s)")
                 res = perf("produce", broker, *produce_args(
@@ -336,7 +337,9 @@ def run_broker(
                 r[f"a{parts}_p99_ms"] = res["latency_ms"].get("p99")
                 r[f"a{parts}_errors"] = res["errors"]
                 total += res["bytes"]
+                client_cpu += res["client_cpu_s"]
             r["e_produce_cpu_s_gb"] = (broker.cpu_seconds() - cpu0) / (total / 1e9)
+            r["e_produce_client_cpu_s_gb"] = client_cpu / (total / 1e9)
         if "b" in only:
             for conns, n in ((1, sizes.small_records_1), (16, sizes.small_records_16)):
                 step(f"(b) {n:,} single-record requests on {conns} connection(s)")
@@ -359,6 +362,7 @@ def run_broker(
             r["c_read"] = res["records"]
             if res["bytes"]:
                 r["e_consume_cpu_s_gb"] = (broker.cpu_seconds() - cpu0) / (res["bytes"] / 1e9)
+                r["e_consume_client_cpu_s_gb"] = res["client_cpu_s"] / (res["bytes"] / 1e9)
         if "d" in only:
             step(f"(d) end-to-end latency at {sizes.latency_rate:,} records/s")
             res = latency_run(broker, sizes, "d")
@@ -393,6 +397,8 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
     row("(d) achieved produce rate, records/s", "d_achieved_rate", "{:,.0f}")
     row("(e) broker CPU s per GB produced", "e_produce_cpu_s_gb", "{:,.2f}")
     row("(e) broker CPU s per GB consumed", "e_consume_cpu_s_gb", "{:,.2f}")
+    row("(e) client CPU s per GB produced", "e_produce_client_cpu_s_gb", "{:,.2f}")
+    row("(e) client CPU s per GB consumed", "e_consume_client_cpu_s_gb", "{:,.2f}")
     row("(e) broker peak RSS, MB", "e_rss_mb", "{:,.0f}")
     if machine:
         # Machine limits have one value; they sit in the trio-broker column, and the
@@ -404,6 +410,14 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
         if trio.get("a1_mb_s"):
             t.add("trio-broker (a) 1 part / append limit",
                   {TRIO: trio["a1_mb_s"] / machine["append_mb_s"]}, "{:.2f}")  # fmt: skip
+        # Broker and client share the machine's cores: a GB costs both their CPU seconds,
+        # so no broker can go faster than cores / (broker + client CPU s per GB).
+        cores = os.cpu_count() or 1
+        for key, figure in (("produce", "(a)"), ("consume", "(c)")):
+            b, c = trio.get(f"e_{key}_cpu_s_gb"), trio.get(f"e_{key}_client_cpu_s_gb")
+            if b and c:
+                t.add(f"CPU ceiling for {figure} on {cores} cores, MB/s",
+                      {TRIO: cores / (b + c) * 1000})  # fmt: skip
         if trio.get("c_mb_s"):
             t.add("trio-broker (c) / sendfile limit",
                   {TRIO: trio["c_mb_s"] / machine["sendfile_mb_s"]}, "{:.2f}")  # fmt: skip

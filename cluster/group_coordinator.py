@@ -18,7 +18,6 @@ Everything runs on the Trio thread and no state change awaits, so each operation
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from trio_broker.cluster.group_metadata import GroupMember, GroupMetadata, Group
 from trio_broker.cluster.group_records import group_metadata_key, group_metadata_value
 from trio_broker.cluster.group_store import GroupStore
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.partition_log import wall_clock_ms
 from trio_broker.protocol._generated.group_metadata_value import (
     GroupMetadataValue,
     MemberMetadata,
@@ -57,40 +57,56 @@ S = GroupState
 
 
 class Timer:
-    """A restartable deadline that calls `callback()` once when it passes, unless cancelled."""
+    """A restartable deadline that calls `callback()` once when it passes, unless cancelled.
+
+    `reset` only records the new deadline when it is later than the armed one: every
+    heartbeat and offset commit pushes a session deadline back, and moving a trio cancel
+    scope's deadline costs a heap push each time. When the armed deadline passes early, the
+    task sleeps again until the recorded one, so the callback still runs exactly then.
+    """
 
     def __init__(self, nursery: trio.Nursery, delay_ms: float, callback: Callable[[], None]):
-        self.scope = trio.CancelScope(deadline=trio.current_time() + delay_ms / 1000)
+        self.deadline = trio.current_time() + delay_ms / 1000
+        self.scope = trio.CancelScope(deadline=self.deadline)
         self._cancelled = False
         nursery.start_soon(self._run, callback)
 
     async def _run(self, callback: Callable[[], None]) -> None:
-        with self.scope:
-            await trio.sleep_forever()
-        if not self._cancelled:
-            callback()
+        while True:
+            with self.scope:
+                await trio.sleep_forever()
+            if self._cancelled:
+                return
+            if trio.current_time() >= self.deadline:
+                break
+            self.scope = trio.CancelScope(deadline=self.deadline)
+        callback()
 
     def reset(self, delay_ms: float) -> None:
-        self.scope.deadline = trio.current_time() + delay_ms / 1000
+        self.deadline = deadline = trio.current_time() + delay_ms / 1000
+        if deadline < self.scope.deadline:
+            self.scope.deadline = deadline
 
     def cancel(self) -> None:
         self._cancelled = True
         self.scope.cancel()
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class GroupCoordinator:
-    """One broker's group coordinator; a service started in the broker's nursery."""
+    """One broker's group coordinator; a service started in the broker's nursery.
 
-    def __init__(self, broker: Broker) -> None:
+    `now_ms` is the wall clock, in ms, of every group and offset timestamp (state changes,
+    commits, expiry, record timestamps); tests pass one that follows trio's virtual clock.
+    Timers (sessions, rebalances) run on trio's clock.
+    """
+
+    def __init__(self, broker: Broker, *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.broker = broker
         # Handlers reach the coordinator as `broker.group_coordinator`.
         broker.group_coordinator = self
         self.config = broker.config
-        self.store = GroupStore(broker)
+        self.now_ms = now_ms
+        self.store = GroupStore(broker, now_ms=now_ms)
         self.groups: dict[str, GroupMetadata] = {}
         self._nursery: trio.Nursery | None = None
         from trio_broker.cluster.group_offsets import GroupOffsets
@@ -167,7 +183,7 @@ class GroupCoordinator:
             if not unknown:
                 return fail(ErrorCode.UNKNOWN_MEMBER_ID)
             group = self.groups[body.group_id] = GroupMetadata(
-                group_id=body.group_id, state_timestamp_ms=_now_ms()
+                group_id=body.group_id, state_timestamp_ms=self.now_ms()
             )
         if group.is_(S.DEAD):
             # Deleted meanwhile: the client looks the coordinator up again and retries.
@@ -355,7 +371,7 @@ class GroupCoordinator:
         if group.rebalance_timer is not None:
             group.rebalance_timer.cancel()
         initial = group.is_(S.EMPTY)
-        group.transition_to(S.PREPARING_REBALANCE, _now_ms())
+        group.transition_to(S.PREPARING_REBALANCE, self.now_ms())
         logger.info(
             "preparing to rebalance group %s in generation %d (%s)",
             group.group_id,
@@ -407,7 +423,7 @@ class GroupCoordinator:
                 )
                 self._drop_member(group, member)
         group.generation_id += 1
-        now = _now_ms()
+        now = self.now_ms()
         if not group.members:
             group.protocol_name = None
             group.transition_to(S.EMPTY, now)
@@ -476,7 +492,7 @@ class GroupCoordinator:
                     m.awaiting_sync = None
             self._prepare_rebalance(group, "failed to store the assignment")
             return
-        group.transition_to(S.STABLE, _now_ms())
+        group.transition_to(S.STABLE, self.now_ms())
         for m in group.members.values():
             if m.awaiting_sync is not None:
                 m.awaiting_sync(self._sync_response(group, m))

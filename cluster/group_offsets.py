@@ -4,13 +4,14 @@ OffsetCommit, OffsetFetch (one group or several), OffsetDelete, DescribeGroups,
 ListGroups, DeleteGroups; loading the groups a `__consumer_offsets` partition holds; and
 offset expiry: offsets of an empty group expire `offsets.retention.minutes` after the
 group became empty, standalone commits (no group management) that long after their commit,
-and offsets of topics a live consumer group no longer subscribes to likewise (KIP-496).
+and offsets of topics a Stable consumer group no longer subscribes to likewise (KIP-496).
+A group in the middle of a rebalance loses nothing, as in Kafka. A group that empties goes
+Dead with tombstones for its records (none for a GroupMetadata it never wrote: generation 0).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -23,9 +24,9 @@ from trio_broker.cluster.group_metadata import (
 )
 from trio_broker.cluster.group_records import (
     LoadedGroup,
+    encode_offset_commit_value,
     group_metadata_key,
     offset_commit_key,
-    offset_commit_value,
 )
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.delete_groups_response import (
@@ -68,14 +69,11 @@ S = GroupState
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class GroupOffsets:
     def __init__(self, coordinator: GroupCoordinator) -> None:
         self.coordinator = coordinator
         self.store = coordinator.store
+        self.now_ms = coordinator.now_ms
 
     @property
     def groups(self) -> dict[str, GroupMetadata]:
@@ -122,81 +120,92 @@ class GroupOffsets:
     # -- OffsetCommit ----------------------------------------------------------------------
 
     def commit_offsets(self, body: Any, *, api_version: int) -> OffsetCommitResponse:
-        def answer(code_for: Any) -> OffsetCommitResponse:
-            return OffsetCommitResponse(
-                topics=[
-                    OffsetCommitResponseTopic(
-                        name=t.name,
-                        partitions=[
-                            OffsetCommitResponsePartition(
-                                partition_index=p.partition_index, error_code=code_for(t.name, p)
-                            )
-                            for p in t.partitions
-                        ],
-                    )
-                    for t in body.topics
-                ]
-            )
-
-        error = self.coordinator.check_group(body.group_id)
-        if error:
-            return answer(lambda t, p: error)
+        # The hot path of a consumer: one pass builds the response, the records and the
+        # cached values together, and the whole commit is one append to the log.
+        group_id = body.group_id
         generation = body.generation_id_or_member_epoch
-        group = self.groups.get(body.group_id)
-        if group is None:
+        error = self.coordinator.check_group(group_id)
+        group = self.groups.get(group_id)
+        if not error and group is None:
             if generation >= 0:
-                return answer(lambda t, p: ErrorCode.ILLEGAL_GENERATION)
-            # Not managed by the coordinator (assign() or an admin client): a standalone group.
-            group = self.groups[body.group_id] = GroupMetadata(
-                group_id=body.group_id, state_timestamp_ms=_now_ms()
-            )
-        error = self._commit_error(group, body, generation)
+                error = ErrorCode.ILLEGAL_GENERATION
+            else:
+                # Not managed by the coordinator (assign() or an admin client): standalone.
+                group = self.groups[group_id] = GroupMetadata(
+                    group_id=group_id, state_timestamp_ms=self.now_ms()
+                )
+        if not error:
+            assert group is not None
+            error = self._commit_error(group, body, generation)
         if error:
-            return answer(lambda t, p: error)
+            return _commit_answer(body, error)
+        assert group is not None
         member = group.members.get(body.member_id)
         if member is not None:
             self.coordinator._start_session_timer(group, member)
-        now = _now_ms()
+        now = self.now_ms()
+        expire_after = -1
+        if 2 <= api_version <= 4 and body.retention_time_ms >= 0:
+            expire_after = body.retention_time_ms
         topics = self.coordinator.broker.metadata.topics
-        results: dict[tuple[str, int], ErrorCode] = {}
+        answered: list[OffsetCommitResponseTopic] = []
         records: list[tuple[bytes, bytes | None]] = []
-        values: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # (response partition, (topic, partition), offset, leader epoch, metadata, commit ts, expire ts)
+        accepted: list[tuple[Any, tuple[str, int], int, int, str, int, int]] = []
         for topic in body.topics:
-            known = topics.get(topic.name)
+            name = topic.name
+            known = topics.get(name)
+            partitions: list[OffsetCommitResponsePartition] = []
+            answered.append(OffsetCommitResponseTopic(name=name, partitions=partitions))
             for p in topic.partitions:
-                tp = (topic.name, p.partition_index)
+                index = p.partition_index
                 metadata = p.committed_metadata or ""
-                if known is None or p.partition_index not in known.partitions:
-                    results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                    continue
-                if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                    results[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                if known is None or index not in known.partitions:
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(metadata) > OFFSET_METADATA_MAX_BYTES // 4 and (
+                    len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES
+                ):
+                    code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                else:
+                    code = ErrorCode.NONE
+                part = OffsetCommitResponsePartition(partition_index=index, error_code=code)
+                partitions.append(part)
+                if code:
                     continue
                 commit_ts = now
                 if api_version == 1 and p.commit_timestamp >= 0:
                     commit_ts = p.commit_timestamp
-                expire = -1
-                if 2 <= api_version <= 4 and body.retention_time_ms >= 0:
-                    expire = commit_ts + body.retention_time_ms
-                value = OffsetAndMetadata(
-                    offset=p.committed_offset,
-                    leader_epoch=p.committed_leader_epoch if api_version >= 6 else -1,
+                expire = commit_ts + expire_after if expire_after >= 0 else -1
+                epoch = p.committed_leader_epoch if api_version >= 6 else -1
+                offset = p.committed_offset
+                records.append(
+                    (
+                        offset_commit_key(group_id, name, index),
+                        encode_offset_commit_value(offset, epoch, metadata, commit_ts, expire),
+                    )
+                )
+                accepted.append((part, (name, index), offset, epoch, metadata, commit_ts, expire))
+        if records:
+            try:
+                first = self.store.append(group_id, records)
+            except KafkaError as exc:
+                logger.warning("offset commit of group %s failed: %s", group_id, exc)
+                for part, *_ in accepted:
+                    part.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                return OffsetCommitResponse(topics=answered)
+            offsets = group.offsets
+            for record_offset, (_, tp, offset, epoch, metadata, commit_ts, expire) in enumerate(
+                accepted, first
+            ):
+                offsets[tp] = OffsetAndMetadata(
+                    offset=offset,
+                    leader_epoch=epoch,
                     metadata=metadata,
                     commit_timestamp_ms=commit_ts,
                     expire_timestamp_ms=expire,
+                    record_offset=record_offset,
                 )
-                values[tp] = value
-                records.append((offset_commit_key(body.group_id, *tp), offset_commit_value(value)))
-        if records:
-            try:
-                first = self.store.append(body.group_id, records)
-            except KafkaError as exc:
-                logger.warning("offset commit of group %s failed: %s", body.group_id, exc)
-                code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                return answer(lambda t, p: results.get((t, p.partition_index), code))
-            for index, (tp, value) in enumerate(values.items()):
-                group.offsets[tp] = _with_record_offset(value, first + index)
-        return answer(lambda t, p: results.get((t, p.partition_index), ErrorCode.NONE))
+        return OffsetCommitResponse(topics=answered)
 
     def _commit_error(self, group: GroupMetadata, body: Any, generation: int) -> ErrorCode:
         if group.is_(S.DEAD):
@@ -378,10 +387,15 @@ class GroupOffsets:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(group.group_id, *tp), None) for tp in group.offsets
         ]
-        records.append((group_metadata_key(group.group_id), None))
-        self.store.append(group.group_id, records)
+        if group.generation_id > 0:
+            # A group that never went through a rebalance (generation 0: commits only, no
+            # group management) has no GroupMetadata record to delete; Kafka's
+            # cleanupGroupMetadata writes no tombstone for it either.
+            records.append((group_metadata_key(group.group_id), None))
+        if records:
+            self.store.append(group.group_id, records)
         group.offsets.clear()
-        group.transition_to(S.DEAD, _now_ms())
+        group.transition_to(S.DEAD, self.now_ms())
         del self.groups[group.group_id]
         logger.info("deleted group %s", group.group_id)
 
@@ -452,29 +466,24 @@ class GroupOffsets:
         interval_s = self.coordinator.config.offsets_retention_check_interval_ms / 1000
         while True:
             await trio.sleep(interval_s)
-            self.expire_offsets(_now_ms())
+            self.expire_offsets(self.now_ms())
 
     def expire_offsets(self, now_ms: int) -> int:
         """Remove offsets past retention (Kafka's cleanupGroupMetadata); returns how many."""
         retention_ms = self.coordinator.config.offsets_retention_minutes * 60_000
         removed = 0
         for group in list(self.groups.values()):
-            if group.is_(S.DEAD):
+            rule = _expiry_rule(group)
+            if rule is None:
                 continue
-            managed = group.protocol_type is not None
-            subscribed: set[str] | None = set()
-            if managed and not group.is_(S.EMPTY):
-                # A live consumer group keeps the offsets of what it subscribes to (KIP-496).
-                subscribed = group.subscribed_topics()
-                if subscribed is None:
-                    continue
+            subscribed, since_empty = rule
             doomed = []
             for tp, value in group.offsets.items():
                 if tp[0] in subscribed:
                     continue
                 if value.expire_timestamp_ms >= 0:
                     expired = now_ms >= value.expire_timestamp_ms
-                elif managed and group.is_(S.EMPTY) and group.state_timestamp_ms >= 0:
+                elif since_empty:
                     expired = now_ms - group.state_timestamp_ms >= retention_ms
                 else:
                     expired = now_ms - value.commit_timestamp_ms >= retention_ms
@@ -493,7 +502,41 @@ class GroupOffsets:
         return removed
 
 
-def _with_record_offset(value: OffsetAndMetadata, offset: int) -> OffsetAndMetadata:
-    import attrs
+def _expiry_rule(group: GroupMetadata) -> tuple[set[str], bool] | None:
+    """Which offsets of `group` may expire, as Kafka's GroupMetadata.removeExpiredOffsets says:
+    (topics kept whatever their age, whether age counts from the group becoming Empty), or
+    None when nothing of the group expires now."""
+    if group.is_(S.DEAD):
+        return None
+    if group.protocol_type is None:
+        # Standalone (simple) consumers: each offset retention after its commit.
+        return set(), False
+    if group.is_(S.EMPTY):
+        # Retention after the group became Empty; a group stored without that timestamp
+        # (an old GroupMetadataValue) counts from each commit.
+        return set(), group.state_timestamp_ms >= 0
+    if group.is_(S.STABLE):
+        # A Stable consumer group keeps what it subscribes to (KIP-496); a protocol whose
+        # subscriptions cannot be read keeps everything.
+        subscribed = group.subscribed_topics()
+        return None if subscribed is None else (subscribed, False)
+    # PreparingRebalance or CompletingRebalance: the subscriptions are changing.
+    return None
 
-    return attrs.evolve(value, record_offset=offset)
+
+def _commit_answer(body: Any, error: ErrorCode) -> OffsetCommitResponse:
+    """The same error for every partition of the request."""
+    return OffsetCommitResponse(
+        topics=[
+            OffsetCommitResponseTopic(
+                name=t.name,
+                partitions=[
+                    OffsetCommitResponsePartition(
+                        partition_index=p.partition_index, error_code=error
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in body.topics
+        ]
+    )

@@ -10,6 +10,7 @@ value is a tombstone: the offset or group was deleted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import struct
@@ -43,6 +44,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "OFFSETS_TOPIC",
     "LoadedGroup",
+    "encode_offset_commit_value",
     "group_metadata_key",
     "group_metadata_value",
     "java_string_hashcode",
@@ -66,12 +68,19 @@ def java_string_hashcode(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+# Every request about a group asks for its partition, and every commit for its keys: both
+# are pure functions of a few strings, cached rather than rehashed and re-encoded each time.
+_CACHED = 65536
+
+
+@functools.lru_cache(maxsize=_CACHED)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's `Utils.abs(groupId.hashCode) % offsets.topic.num.partitions`."""
     h = java_string_hashcode(group_id)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
+@functools.lru_cache(maxsize=_CACHED)
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return bytes(
         OffsetCommitKey(group=group, topic=topic, partition=partition).encode(
@@ -81,13 +90,30 @@ def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
 
 
 def offset_commit_value(value: OffsetAndMetadata) -> bytes:
-    version = 1 if value.expire_timestamp_ms >= 0 else 3
+    return encode_offset_commit_value(
+        value.offset,
+        value.leader_epoch,
+        value.metadata,
+        value.commit_timestamp_ms,
+        value.expire_timestamp_ms,
+    )
+
+
+def encode_offset_commit_value(
+    offset: int,
+    leader_epoch: int,
+    metadata: str,
+    commit_timestamp_ms: int,
+    expire_timestamp_ms: int,
+) -> bytes:
+    """OffsetCommitValue v3, or v1 when there is an expire timestamp (v3 has no such field)."""
+    version = 1 if expire_timestamp_ms >= 0 else 3
     body = OffsetCommitValue(
-        offset=value.offset,
-        leader_epoch=value.leader_epoch,
-        metadata=value.metadata,
-        commit_timestamp=value.commit_timestamp_ms,
-        expire_timestamp=value.expire_timestamp_ms,
+        offset=offset,
+        leader_epoch=leader_epoch,
+        metadata=metadata,
+        commit_timestamp=commit_timestamp_ms,
+        expire_timestamp=expire_timestamp_ms,
     )
     return bytes(body.encode(version, bytearray(_INT16.pack(version))))
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import trio
 
 from trio_broker.cluster.group_records import OFFSETS_TOPIC, LoadedGroup, partition_for, replay
 from trio_broker.errors import ErrorCode, KafkaError
-from trio_broker.protocol.records import build_batch, validate_batches
+from trio_broker.log.partition_log import wall_clock_ms
+from trio_broker.protocol.records import build_batch, read_header
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
@@ -33,8 +34,9 @@ __all__ = ["GroupStore"]
 
 
 class GroupStore:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, *, now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.broker = broker
+        self.now_ms = now_ms  # the records' timestamps
         self.num_partitions: int = broker.config.offsets_topic_num_partitions
         self.loaded: set[int] = set()
         topic = broker.metadata.topics.get(OFFSETS_TOPIC)
@@ -46,7 +48,7 @@ class GroupStore:
         return partition_for(group_id, self.num_partitions)
 
     def is_loaded(self, group_id: str) -> bool:
-        return self.partition_for(group_id) in self.loaded
+        return partition_for(group_id, self.num_partitions) in self.loaded
 
     def topic_configs(self) -> dict[str, str]:
         config = self.broker.config
@@ -96,21 +98,27 @@ class GroupStore:
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> int:
         """Append keyed records for `group_id` as one batch; returns the first offset.
 
+        The batch is in the log (the page cache) when this returns: on one broker that is the
+        whole ISR, so the append is committed, as Kafka's acks=-1 append of offsets is. Like
+        Kafka it does not fsync; `flush.messages` on the topic, if set, asks for a flush.
         Raises KafkaError(COORDINATOR_NOT_AVAILABLE) when the partition is not here.
         """
         self.ensure_topic()
-        partition = self.partition_for(group_id)
+        partition = partition_for(group_id, self.num_partitions)
         log = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
         if log is None:
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no log for {OFFSETS_TOPIC}-{partition}"
             )
-        now = int(time.time() * 1000)
+        now = self.now_ms()
         batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
-        headers = validate_batches(batch, from_client=False)
+        # We built the batch ourselves: its header is read back, not validated (no CRC pass).
+        headers = [read_header(batch)]
         state = self.broker.metadata.topics[OFFSETS_TOPIC].partitions.get(partition)
         epoch = state.leader_epoch if state is not None else 0
         result = log.append_as_leader(batch, headers, leader_epoch=epoch, log_append_time_ms=None)
         # A single broker is the whole ISR: the append is committed at once.
         log.high_watermark = log.log_end_offset
+        if result.flush_needed:
+            self.broker.schedule_flush(log)
         return result.first_offset

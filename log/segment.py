@@ -26,6 +26,8 @@ __all__ = ["LogSegment", "segment_file_name"]
 
 logger = logging.getLogger(__name__)
 
+_SCAN_BYTES = 8 * 1024  # per read while walking batch headers
+
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
@@ -93,6 +95,9 @@ class LogSegment:
         if self.size >= HEADER_SIZE:
             self.rolling_based_timestamp = self.read_header_at(0).max_timestamp
         self._next_offset: int | None = None if self.size else base_offset
+        # (position, header) of the last batch appended by this process, for fetches at
+        # the log end; None until an append, and after anything that rewrites the tail.
+        self._tail: tuple[int, BatchHeader] | None = None
 
     # -- reading headers -------------------------------------------------------------------
 
@@ -102,10 +107,24 @@ class LogSegment:
     def batches_from(
         self, position: int = 0, end: int | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each whole batch from `position`, by header reads only."""
+        """(position, header) of each whole batch from `position`, by header reads only.
+
+        Headers are parsed out of reads of up to _SCAN_BYTES: finding an offset walks
+        every batch from the index entry before it (index.interval.bytes apart), and
+        small batches make that one pread per batch otherwise, the largest cost of a
+        fetch from a tailing consumer.
+        """
         end = self.size if end is None else end
+        buf = b""
+        buf_start = position
         while end - position >= HEADER_SIZE:
-            header = self.read_header_at(position)
+            at = position - buf_start
+            if at + HEADER_SIZE > len(buf):
+                buf = os.pread(self.fd, min(_SCAN_BYTES, end - position), position)
+                buf_start, at = position, 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = read_header(buf, at)
             if header.batch_length < MIN_BATCH_LENGTH or position + header.size > end:
                 return
             yield position, header
@@ -126,6 +145,11 @@ class LogSegment:
         self, offset: int, start_position: int = 0
     ) -> tuple[int, int, BatchHeader] | None:
         """(position, size, header) of the first batch whose last offset >= `offset`."""
+        tail = self._tail
+        if tail is not None and tail[1].base_offset <= offset <= tail[1].last_offset:
+            # A consumer at the log end asks for what was just appended: no scan.
+            if tail[0] >= start_position:
+                return tail[0], tail[1].size, tail[1]
         _, position = self.offset_index.lookup(offset)
         position = max(position, start_position)
         for pos, header in self.batches_from(position):
@@ -149,6 +173,8 @@ class LogSegment:
         view = data
         while view:
             view = view[os.write(self.fd, view) :]
+        last_size = batches[-1][2]
+        self._tail = (physical + len(data) - last_size, read_header(data, len(data) - last_size))
         for last_offset, max_timestamp, size in batches:
             if max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = max_timestamp
@@ -256,6 +282,7 @@ class LogSegment:
             os.ftruncate(self.fd, valid)
         self.size = valid
         self._next_offset = next_offset
+        self._tail = None
         self.bytes_since_last_index_entry = valid - last_index_entry
         self.rolling_based_timestamp = self.read_header_at(0).max_timestamp if valid else None
         self.time_index.maybe_append(
@@ -276,6 +303,7 @@ class LogSegment:
         os.ftruncate(self.fd, position)
         self.size = position
         self._next_offset = None if position else self.base_offset
+        self._tail = None
         # The time index may have pointed into what was removed; recompute from its tail.
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
             self.time_index.last_entry()

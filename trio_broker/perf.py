@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import resource
 import struct
 import sys
 import time
@@ -69,6 +70,12 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
             return
         time.sleep(0.05)
     raise RuntimeError(f"topic {topic} did not appear in metadata")
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, librdkafka's threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _payload(size: int) -> bytes:
@@ -139,6 +146,7 @@ def run_produce(args: argparse.Namespace) -> dict:
     count = len(producers)
 
     start = time.perf_counter()
+    cpu0 = _cpu_seconds()
     next_send = start
     for i in range(n):
         p = producers[i % count]
@@ -164,6 +172,7 @@ def run_produce(args: argparse.Namespace) -> dict:
             state["errors"] += remaining
             state["first_error"] = state["first_error"] or f"{remaining} not delivered"
     elapsed = time.perf_counter() - start
+    cpu = _cpu_seconds() - cpu0
 
     acked = state["acked"]
     nbytes = acked * args.record_size
@@ -175,6 +184,7 @@ def run_produce(args: argparse.Namespace) -> dict:
         "records_per_s": acked / elapsed if elapsed else 0.0,
         "mb_per_s": nbytes / elapsed / 1e6 if elapsed else 0.0,
         "latency_ms": percentiles(latencies),
+        "client_cpu_s": round(cpu, 3),
         "errors": state["errors"],
         "first_error": state["first_error"],
     }
@@ -223,6 +233,7 @@ def run_consume(args: argparse.Namespace) -> dict:
         errors = 0
         idle_deadline = None
         start = time.perf_counter()
+        cpu0 = _cpu_seconds()
         first_at = None
         stop_at_eof = args.until_eof
         idle_exit = False
@@ -271,6 +282,7 @@ def run_consume(args: argparse.Namespace) -> dict:
         # Waiting out the idle timeout is not consuming: stop the clock at the last record.
         end = last_at if idle_exit and last_at else time.perf_counter()
         elapsed = end - start
+        cpu = _cpu_seconds() - cpu0
     finally:
         consumer.close()
     result = {
@@ -282,6 +294,7 @@ def run_consume(args: argparse.Namespace) -> dict:
         "mb_per_s": nbytes / elapsed / 1e6 if elapsed else 0.0,
         # From the first record on: excludes metadata, assignment and the first fetch wait.
         "steady_mb_per_s": nbytes / (end - first_at) / 1e6 if first_at and end > first_at else 0.0,
+        "client_cpu_s": round(cpu, 3),
         "errors": errors,
         "first_error": first_error,
     }

@@ -145,3 +145,53 @@ async def test_member_not_rejoining_is_dropped_after_rebalance_timeout(coordinat
 async def test_unknown_member_and_bad_session_timeout(coordinator, autojump_clock):
     assert join(coordinator, "nobody")[0].error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert join(coordinator, session_ms=10)[0].error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+
+
+async def stable_group(coordinator, *, session_ms=10_000, instance=None) -> str:
+    """One member through the initial delay and SyncGroup: its member id."""
+    if instance is None:
+        member_id = await joined_member(coordinator)
+        replies = join(coordinator, member_id, session_ms=session_ms)
+    else:
+        replies = join(coordinator, session_ms=session_ms, instance=instance)
+    await trio.sleep(3.1)
+    (joined,) = replies
+    synced: list = []
+    coordinator.sync_group(
+        SyncGroupRequest(group_id="g", generation_id=1, member_id=joined.member_id),
+        api_version=3,
+        reply=synced.append,
+    )
+    assert synced[0].error_code == ErrorCode.NONE
+    return joined.member_id
+
+
+async def test_session_expires_exactly_a_timeout_after_the_last_heartbeat(
+    coordinator, autojump_clock
+):
+    a = await stable_group(coordinator)
+    group = coordinator.groups["g"]
+    # Many heartbeats, each pushing the deadline back: only the last one counts.
+    for _ in range(25):
+        await trio.sleep(0.4)
+        hb = coordinator.heartbeat(HeartbeatRequest(group_id="g", generation_id=1, member_id=a))
+        assert hb.error_code == ErrorCode.NONE
+    await trio.sleep(9.9)
+    assert a in group.members and group.state is GroupState.STABLE
+    await trio.sleep(0.2)
+    assert a not in group.members and group.state is GroupState.EMPTY
+
+
+async def test_static_member_rejoining_with_a_shorter_session_expires_on_it(
+    coordinator, autojump_clock
+):
+    await stable_group(coordinator, session_ms=60_000, instance="i-1")
+    group = coordinator.groups["g"]
+    # Back with a new member id and a 10 s session: same subscription, no rebalance.
+    (rejoined,) = join(coordinator, session_ms=10_000, instance="i-1")
+    assert rejoined.error_code == ErrorCode.NONE
+    assert group.state is GroupState.STABLE
+    await trio.sleep(9.9)
+    assert list(group.members) == [rejoined.member_id]
+    await trio.sleep(0.2)
+    assert group.members == {} and group.state is GroupState.EMPTY

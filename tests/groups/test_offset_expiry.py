@@ -8,11 +8,14 @@ retention after the commit; an OffsetCommit v2-4 retention time sets an explicit
 timestamp that wins. An Empty group left without offsets goes Dead and is removed, and the
 expiry is written as tombstones to `__consumer_offsets`, so a restart does not bring it back.
 
+Kafka expires nothing of a group in the middle of a rebalance (PreparingRebalance,
+CompletingRebalance), and writes no GroupMetadata tombstone for a group that never had a
+generation (commits only), since it never wrote a GroupMetadata record.
+
 The coordinator is driven in-process on trio's autojump clock, as in
-test_group_state_machine.py, with its periodic expiry task running. The coordinator reads
-the wall clock (`_now_ms`), which virtual time does not move, so `virtual_wall_clock` points
-that clock at trio's. Raw sockets with autojump are avoided on purpose: a flush in a worker
-thread lets the clock jump past the deadlines under test.
+test_group_state_machine.py, with its periodic expiry task running. It is given a wall
+clock (`now_ms`) that follows trio's virtual time. Raw sockets with autojump are avoided on
+purpose: a flush in a worker thread lets the clock jump past the deadlines under test.
 
 One check with real clients at the end needs no hour: OffsetCommit v2 with a retention time
 of seconds, against a broker whose expiry task runs every 100 ms.
@@ -28,7 +31,7 @@ import pytest
 import trio
 
 from trio_broker.broker import Broker
-from trio_broker.cluster import group_coordinator, group_offsets
+from trio_broker.cluster.group_coordinator import GroupCoordinator
 from trio_broker.cluster.group_metadata import GroupState
 from trio_broker.cluster.group_records import (
     OFFSETS_TOPIC,
@@ -40,6 +43,7 @@ from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.consumer_protocol_subscription import (
     ConsumerProtocolSubscription,
 )
+from trio_broker.protocol._generated.delete_groups_request import DeleteGroupsRequest
 from trio_broker.protocol._generated.describe_groups_request import DescribeGroupsRequest
 from trio_broker.protocol._generated.heartbeat_request import HeartbeatRequest
 from trio_broker.protocol._generated.join_group_request import (
@@ -79,16 +83,13 @@ def props(log_dir) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def virtual_wall_clock(monkeypatch):
-    """The coordinator's wall clock, in ms, moved by trio's (autojump) clock."""
+def virtual_wall_clock():
+    """A wall clock, in ms, moved by trio's (autojump) clock."""
     base_ms = int(time.time() * 1000)
 
     def now_ms() -> int:
         return base_ms + int(trio.current_time() * 1000)
 
-    monkeypatch.setattr(group_coordinator, "_now_ms", now_ms)
-    monkeypatch.setattr(group_offsets, "_now_ms", now_ms)
     return now_ms
 
 
@@ -98,6 +99,7 @@ class Node:
     def __init__(self, log_dir, nursery: trio.Nursery) -> None:
         self.config = BrokerConfig.from_properties(props(log_dir))
         self.nursery = nursery
+        self.now_ms = virtual_wall_clock()
         self.broker: Broker | None = None
         self.scope: trio.CancelScope | None = None
 
@@ -108,6 +110,8 @@ class Node:
 
     async def start(self) -> None:
         self.broker = Broker(self.config)
+        # Only the coordinator runs here: the one on the virtual clock replaces the broker's.
+        GroupCoordinator(self.broker, now_ms=self.now_ms)
         self.scope = await self.nursery.start(self._run, self.broker)
 
     async def _run(self, broker: Broker, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -130,7 +134,7 @@ class Node:
 
 
 @pytest.fixture
-async def node(tmp_path, nursery, virtual_wall_clock):
+async def node(tmp_path, nursery):
     n = Node(tmp_path, nursery)
     await n.start()
     n.broker.topics.create_topic("orders", 2, 1)
@@ -147,45 +151,57 @@ def subscription(*topics: str) -> bytes:
     return bytes(body.encode(1, bytearray(struct.pack(">h", 1))))
 
 
-async def stable_member(coordinator, group: str, *topics: str) -> tuple[str, int]:
-    """A consumer that joins `group`, subscribed to `topics`, and syncs: (member id, generation)."""
+def join(coordinator, group: str, member_id: str, *topics: str, rebalance_ms: int = 60_000) -> list:
+    """JoinGroup v7 of a consumer subscribed to `topics`: the replies so far (none if parked)."""
+    replies: list = []
+    coordinator.join_group(
+        JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=SESSION_MS,
+            rebalance_timeout_ms=rebalance_ms,
+            member_id=member_id,
+            protocol_type="consumer",
+            protocols=[JoinGroupRequestProtocol(name="range", metadata=subscription(*topics))],
+        ),
+        api_version=7,
+        client_id="c",
+        client_host="/127.0.0.1",
+        reply=replies.append,
+    )
+    return replies
 
-    def join(member_id: str) -> list:
-        replies: list = []
-        coordinator.join_group(
-            JoinGroupRequest(
-                group_id=group,
-                session_timeout_ms=SESSION_MS,
-                rebalance_timeout_ms=60_000,
-                member_id=member_id,
-                protocol_type="consumer",
-                protocols=[JoinGroupRequestProtocol(name="range", metadata=subscription(*topics))],
-            ),
-            api_version=7,
-            client_id="c",
-            client_host="/127.0.0.1",
-            reply=replies.append,
-        )
-        return replies
 
-    (first,) = join("")
+def new_member_id(coordinator, group: str, *topics: str) -> str:
+    (first,) = join(coordinator, group, "", *topics)
     assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
-    replies = join(first.member_id)
-    await trio.sleep(0.1)  # group.initial.rebalance.delay.ms=0 still goes through its timer
-    (joined,) = replies
-    assert joined.error_code == ErrorCode.NONE
+    return first.member_id
+
+
+def sync_as_leader(coordinator, group: str, member_id: str, generation: int) -> None:
     synced: list = []
     coordinator.sync_group(
         SyncGroupRequest(
             group_id=group,
-            generation_id=joined.generation_id,
-            member_id=joined.member_id,
-            assignments=[SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"")],
+            generation_id=generation,
+            member_id=member_id,
+            assignments=[SyncGroupRequestAssignment(member_id=member_id, assignment=b"")],
         ),
         api_version=3,
         reply=synced.append,
     )
     assert synced[0].error_code == ErrorCode.NONE
+
+
+async def stable_member(
+    coordinator, group: str, *topics: str, rebalance_ms: int = 60_000
+) -> tuple[str, int]:
+    """A consumer that joins `group`, subscribed to `topics`, and syncs: (member id, generation)."""
+    member_id = new_member_id(coordinator, group, *topics)
+    replies = join(coordinator, group, member_id, *topics, rebalance_ms=rebalance_ms)
+    await trio.sleep(0.1)  # group.initial.rebalance.delay.ms=0 still goes through its timer
+    (joined,) = replies
+    assert joined.error_code == ErrorCode.NONE
+    sync_as_leader(coordinator, group, joined.member_id, joined.generation_id)
     assert coordinator.groups[group].state is GroupState.STABLE
     return joined.member_id, joined.generation_id
 
@@ -241,20 +257,29 @@ def fetch(coordinator, group: str, *tps: tuple[str, int]) -> dict[tuple[str, int
     }
 
 
-def heartbeat(coordinator, group: str, member_id: str, generation: int) -> None:
+def heartbeat(
+    coordinator, group: str, member_id: str, generation: int, expect: ErrorCode = ErrorCode.NONE
+) -> None:
     response = coordinator.heartbeat(
         HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id)
     )
-    assert response.error_code == ErrorCode.NONE
+    assert response.error_code == expect
 
 
-async def stay_alive(coordinator, group: str, member_id: str, generation: int, minutes: float):
+async def stay_alive(
+    coordinator,
+    group: str,
+    member_id: str,
+    generation: int,
+    minutes: float,
+    expect: ErrorCode = ErrorCode.NONE,
+):
     """Heartbeat every 10 virtual minutes (the session is 30) for `minutes`."""
     left = minutes
     while left > 0:
         step = min(10.0, left)
         await trio.sleep(step * MINUTE)
-        heartbeat(coordinator, group, member_id, generation)
+        heartbeat(coordinator, group, member_id, generation, expect)
         left -= step
 
 
@@ -406,6 +431,141 @@ async def test_standalone_and_v2_retention_time_expire_from_the_commit(node, aut
     await trio.sleep(3 * CHECK_INTERVAL_S)
     assert fetch(c, "manual", ORDERS[0]) == {ORDERS[0]: -1}
     assert "manual" not in c.groups
+
+
+async def test_rebalancing_group_expires_nothing(node, autojump_clock):
+    c = node.coordinator
+    four_hours_ms = 4 * 3_600_000
+    a, gen = await stable_member(c, "billing", "orders", rebalance_ms=four_hours_ms)
+    old = ("old-orders", 0)
+    commit(c, "billing", {ORDERS[0]: 5, old: 7}, member_id=a, generation=gen)
+
+    # A second consumer joins: the group waits in PreparingRebalance for `a` to rejoin (up to
+    # the four-hour rebalance timeout) while `a` keeps heartbeating. Two retention periods
+    # pass; the offset of the topic nobody subscribes to is kept all along.
+    b = new_member_id(c, "billing", "orders")
+    b_replies = join(c, "billing", b, "orders", rebalance_ms=four_hours_ms)
+    assert b_replies == []
+    assert c.groups["billing"].state is GroupState.PREPARING_REBALANCE
+    await stay_alive(
+        c, "billing", a, gen, 2 * RETENTION_MIN, expect=ErrorCode.REBALANCE_IN_PROGRESS
+    )
+    assert described_state(c, "billing") == "PreparingRebalance"
+    assert fetch(c, "billing", ORDERS[0], old) == {ORDERS[0]: 5, old: 7}
+
+    # `a` rejoins: CompletingRebalance until the leader syncs. Still nothing expires.
+    a_replies = join(c, "billing", a, "orders", rebalance_ms=four_hours_ms)
+    (joined,) = a_replies
+    assert joined.error_code == ErrorCode.NONE and joined.leader == a
+    assert c.groups["billing"].state is GroupState.COMPLETING_REBALANCE
+    await trio.sleep(3 * CHECK_INTERVAL_S)
+    assert fetch(c, "billing", ORDERS[0], old) == {ORDERS[0]: 5, old: 7}
+
+    # Stable again: the next check removes the unsubscribed topic's offset, committed two
+    # hours ago, and keeps the subscribed one.
+    sync_as_leader(c, "billing", a, joined.generation_id)
+    assert c.groups["billing"].state is GroupState.STABLE
+    await trio.sleep(2 * CHECK_INTERVAL_S)
+    assert fetch(c, "billing", ORDERS[0], old) == {ORDERS[0]: 5, old: -1}
+    assert group_metadata_key("billing") in last_values(node.broker, "billing")
+
+
+async def test_group_without_generation_writes_no_group_metadata_tombstone(node, autojump_clock):
+    c = node.coordinator
+    # assign() consumers: offsets only, generation 0, no GroupMetadata record ever written.
+    commit(c, "manual", {ORDERS[0]: 11})
+    commit(c, "adhoc", {ORDERS[1]: 4})
+    (deleted,) = c.offsets.delete_groups(DeleteGroupsRequest(groups_names=["adhoc"])).results
+    assert deleted.error_code == ErrorCode.NONE
+    await trio.sleep(RETENTION_MIN * MINUTE + 2 * CHECK_INTERVAL_S)
+    assert "manual" not in c.groups
+
+    # Both are gone through offset tombstones alone, with no GroupMetadata key on disk.
+    for group, tp in (("manual", ORDERS[0]), ("adhoc", ORDERS[1])):
+        on_disk = last_values(node.broker, group)
+        assert on_disk[offset_commit_key(group, *tp)] is None
+        assert group_metadata_key(group) not in on_disk
+
+    await node.restart()
+    c = node.coordinator
+    await trio.sleep(0.1)  # loading the partitions
+    assert fetch(c, "manual", ORDERS[0]) == {ORDERS[0]: -1}
+    assert fetch(c, "adhoc", ORDERS[1]) == {ORDERS[1]: -1}
+    assert described_state(c, "manual") == described_state(c, "adhoc") == "Dead"
+
+
+async def test_one_commit_is_one_batch_and_each_partition_gets_its_answer(node, autojump_clock):
+    """Not expiry, but what expiry starts from: what a commit stores and answers."""
+    c = node.coordinator
+    member, gen = await stable_member(c, "billing", "orders")
+    partition = c.store.partition_for("billing")
+    log = node.broker.topics.get_log(OFFSETS_TOPIC, partition)
+    end_before = log.log_end_offset
+    response = c.offsets.commit_offsets(
+        OffsetCommitRequest(
+            group_id="billing",
+            generation_id_or_member_epoch=gen,
+            member_id=member,
+            topics=[
+                OffsetCommitRequestTopic(
+                    name="orders",
+                    partitions=[
+                        OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=5, committed_metadata="m"
+                        ),
+                        OffsetCommitRequestPartition(partition_index=7, committed_offset=1),
+                        OffsetCommitRequestPartition(
+                            partition_index=1, committed_offset=9, committed_metadata="x" * 4097
+                        ),
+                    ],
+                ),
+                OffsetCommitRequestTopic(
+                    name="old-orders",
+                    partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=3)
+                    ],
+                ),
+                OffsetCommitRequestTopic(
+                    name="nope",
+                    partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=3)
+                    ],
+                ),
+            ],
+        ),
+        api_version=8,
+    )
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in response.topics
+    ] == [
+        (
+            "orders",
+            [
+                (0, ErrorCode.NONE),
+                (7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                (1, ErrorCode.OFFSET_METADATA_TOO_LARGE),
+            ],
+        ),
+        ("old-orders", [(0, ErrorCode.NONE)]),
+        ("nope", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),
+    ]
+    # The two accepted offsets went to the log together, as one batch of two records.
+    assert log.log_end_offset == end_before + 2
+    batches = []
+    for segment in log.segments:
+        data = memoryview(segment.log_path.read_bytes())
+        batches += [(header.base_offset, header.record_count) for _, header in iter_batches(data)]
+    assert batches[-1] == (end_before, 2)
+    stored = c.groups["billing"].offsets
+    assert stored[("orders", 0)].offset == 5 and stored[("orders", 0)].metadata == "m"
+    assert stored[("orders", 0)].record_offset == end_before
+    assert stored[("old-orders", 0)].record_offset == end_before + 1
+    assert ("orders", 1) not in stored
+    assert fetch(c, "billing", *ORDERS, ("old-orders", 0)) == {
+        ORDERS[0]: 5,
+        ORDERS[1]: -1,
+        ("old-orders", 0): 3,
+    }
 
 
 # -- a real broker and a real client, in seconds ----------------------------------------------

@@ -2,6 +2,7 @@
 in order; a fetch behind them is not held; garbage after good requests still gets the
 good answers; idle connections close; large frames arrive whole."""
 
+import os
 import socket
 import struct
 import time
@@ -54,11 +55,13 @@ def produce_frame(topic: str, value: bytes, cid: int, acks: int = 1) -> bytes:
     return encode_request(request, PRODUCE_V, cid)
 
 
-def fetch_frame(topic: str, offset: int, cid: int, max_wait_ms: int = 0, min_bytes: int = 0):
+def fetch_frame(
+    topic: str, offset: int, cid: int, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes=50 << 20
+):
     request = FetchRequest(
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
-        max_bytes=50 << 20,
+        max_bytes=max_bytes,
         session_epoch=-1,
         topics=[
             FetchTopic(
@@ -165,3 +168,35 @@ def test_idle_connection_is_closed(kafka_broker_factory):
         assert roundtrip(busy, request_of(18), 3).error_code == 0
         time.sleep(0.1)
     busy.close()
+
+
+def test_record_data_leaves_by_sendfile_unless_tiny(kafka_broker, monkeypatch):
+    # The broker runs on a thread of this process: count its os.sendfile calls.
+    calls = []
+    real = os.sendfile
+
+    def counting(out_fd, in_fd, offset, count):
+        sent = real(out_fd, in_fd, offset, count)
+        calls.append(sent)
+        return sent
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    sock = connect(kafka_broker)
+    create_topic(sock, "zc")
+    small, large = b"s" * 100, bytes(range(256)) * 400  # 100 B and 100 KiB values
+    for cid, value in enumerate((small, large)):
+        sock.sendall(produce_frame("zc", value, cid=cid))
+        assert (
+            read_response(sock, 0, PRODUCE_V)[1].responses[0].partition_responses[0].error_code == 0
+        )
+
+    sock.sendall(fetch_frame("zc", 0, cid=10, max_bytes=1))  # the first batch only: tiny
+    _, body = read_response(sock, 1, FETCH_V)
+    assert values_of(body.responses[0].partitions[0].records) == [small]
+    assert calls == []  # a tiny answer goes out in one write
+
+    sock.sendall(fetch_frame("zc", 1, cid=11))
+    _, body = read_response(sock, 1, FETCH_V)
+    assert values_of(body.responses[0].partitions[0].records) == [large]
+    assert sum(calls) > len(large)  # the batch, headers and all, straight from the file
+    sock.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import attrs
 import crc32c
@@ -122,9 +123,13 @@ class InvalidRecords(KafkaError):
     """Bad record data; `.code` is the Kafka error the produce path answers with."""
 
 
-@attrs.frozen(kw_only=True)
-class BatchHeader:
-    """The 61-byte header of one magic-2 batch, as read (offsets are absolute)."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one magic-2 batch, as read (offsets are absolute).
+
+    A named tuple rather than an attrs class: fetches and recovery read headers by the
+    thousand, and a tuple is built in one step from `HEADER.unpack_from` (a quarter of a
+    frozen attrs instance's cost).
+    """
 
     base_offset: int
     batch_length: int
@@ -190,6 +195,9 @@ def _codec_of(attributes: int) -> Compression:
     return Compression(codec)
 
 
+_make_header = BatchHeader._make
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Decode the batch header at `pos` without copying the batch.
 
@@ -200,36 +208,7 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
             ErrorCode.CORRUPT_MESSAGE,
             f"batch header needs {HEADER_SIZE} bytes, {max(len(buf) - pos, 0)} available",
         )
-    (
-        base_offset,
-        batch_length,
-        partition_leader_epoch,
-        magic,
-        crc,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        record_count,
-    ) = HEADER.unpack_from(buf, pos)
-    return BatchHeader(
-        base_offset=base_offset,
-        batch_length=batch_length,
-        partition_leader_epoch=partition_leader_epoch,
-        magic=magic,
-        crc=crc,
-        attributes=attributes,
-        last_offset_delta=last_offset_delta,
-        base_timestamp=base_timestamp,
-        max_timestamp=max_timestamp,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        record_count=record_count,
-    )
+    return _make_header(HEADER.unpack_from(buf, pos))
 
 
 def _crc_of(mv: memoryview, pos: int, size: int) -> int:
