@@ -1,0 +1,298 @@
+"""The generator's model of Kafka's message definitions (`kafka-protocol/messages/*.json`).
+
+Loads the JSON files (which carry `//` comment lines), normalises version ranges
+("3+", "0-7", "none"), names (`snake_case` attributes), nested and common
+structs (ordered leaf first), tagged fields and per-field flexible versions, and
+says what each field is in Python: its type hint and the expression of its default.
+Nothing here knows about the wire layout or the emitted encoders.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+OPEN = 0x7FFF  # upper bound of an open version range ("N+")
+
+Range = tuple[int, int]
+
+PY_TYPES = {
+    "int8": "int",
+    "int16": "int",
+    "int32": "int",
+    "int64": "int",
+    "uint16": "int",
+    "uint32": "int",
+    "float64": "float",
+    "bool": "bool",
+    "string": "str",
+    "bytes": "bytes",
+    "uuid": "uuid.UUID",
+    "records": "Any",
+}
+# Every type that is not the name of a struct.
+PRIMITIVES = set(PY_TYPES)
+_ZERO = {"int": "0", "float": "0.0", "bool": "False", "str": '""', "bytes": 'b""'}
+# Attribute names the generated classes use for their own methods.
+_RESERVED_ATTRS = {"encode", "decode"}
+
+
+# -- versions and names ----------------------------------------------------------------
+
+
+def parse_versions(text: str | None) -> Range | None:
+    if text is None or text == "" or text == "none":
+        return None
+    text = str(text).strip()
+    if text.endswith("+"):
+        return (int(text[:-1]), OPEN)
+    if "-" in text:
+        lo, hi = text.split("-")
+        return (int(lo), int(hi))
+    return (int(text), int(text))
+
+
+def in_range(v: int, r: Range | None) -> bool:
+    return r is not None and r[0] <= v <= r[1]
+
+
+def intersect(a: Range | None, b: Range | None) -> Range | None:
+    if a is None or b is None:
+        return None
+    lo, hi = max(a[0], b[0]), min(a[1], b[1])
+    return (lo, hi) if lo <= hi else None
+
+
+def snake_case(name: str) -> str:
+    s = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+    if keyword.iskeyword(s) or s in _RESERVED_ATTRS:
+        s += "_"
+    return s
+
+
+def py_str(text: str) -> str:
+    """A double-quoted Python string literal, as ruff format would write it."""
+    return json.dumps(text)
+
+
+# -- spec model ------------------------------------------------------------------------
+
+
+@dataclass
+class FieldSpec:
+    name: str
+    attr: str
+    type: str
+    versions: Range | None
+    nullable: Range | None
+    tagged: Range | None
+    tag: int | None
+    flexible_override: Range | None
+    has_flexible_override: bool
+    default: object
+    struct: StructSpec | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.type.startswith("[]")
+
+    @property
+    def base(self) -> str:
+        return self.type[2:] if self.is_array else self.type
+
+
+@dataclass
+class StructSpec:
+    name: str
+    fields: list[FieldSpec] = field(default_factory=list)
+
+
+@dataclass
+class MessageSpec:
+    path: str  # relative to the spec dir, for the banner
+    stem: str
+    module: str
+    name: str
+    kind: str
+    api_key: int | None
+    valid: Range
+    flexible: Range | None
+    unstable: bool
+    root: StructSpec
+    structs: list[StructSpec]  # leaf first, root last
+
+
+# -- loading ---------------------------------------------------------------------------
+
+
+def load_json(path: Path) -> dict:
+    # Kafka's files carry `//` comment lines; JSON has no comments.
+    lines = [
+        ln
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if not ln.lstrip().startswith("//")
+    ]
+    return json.loads("\n".join(lines))
+
+
+def _parse_fields(
+    raw: list[dict], defined: dict[str, StructSpec], order: list[StructSpec]
+) -> list[FieldSpec]:
+    out = []
+    for f in raw:
+        fs = FieldSpec(
+            name=f["name"],
+            attr=snake_case(f["name"]),
+            type=f["type"],
+            versions=parse_versions(f.get("versions")),
+            nullable=parse_versions(f.get("nullableVersions")),
+            tagged=parse_versions(f.get("taggedVersions")),
+            tag=f.get("tag"),
+            flexible_override=parse_versions(f.get("flexibleVersions")),
+            has_flexible_override="flexibleVersions" in f,
+            default=f.get("default", ...),
+        )
+        if "fields" in f:
+            st = StructSpec(fs.base)
+            defined[st.name] = st
+            st.fields = _parse_fields(f["fields"], defined, order)
+            order.append(st)
+        out.append(fs)
+    return out
+
+
+def _link(fields: list[FieldSpec], defined: dict[str, StructSpec], where: str) -> None:
+    for f in fields:
+        if f.base not in PRIMITIVES:
+            if f.base not in defined:
+                raise ValueError(f"{where}: unknown type {f.type!r} of field {f.name}")
+            f.struct = defined[f.base]
+
+
+def load_message(path: Path, rel: str) -> MessageSpec:
+    d = load_json(path)
+    defined: dict[str, StructSpec] = {}
+    order: list[StructSpec] = []
+    for cs in d.get("commonStructs", []):
+        st = StructSpec(cs["name"])
+        defined[st.name] = st
+        st.fields = _parse_fields(cs["fields"], defined, order)
+        order.append(st)
+    root = StructSpec(d["name"])
+    root.fields = _parse_fields(d["fields"], defined, order)
+    for st in [*order, root]:
+        _link(st.fields, defined, rel)
+    # Common structs may be referenced by structs declared after them; sort leaf-first.
+    ordered: list[StructSpec] = []
+    seen: set[str] = set()
+
+    def visit(st: StructSpec) -> None:
+        if st.name in seen:
+            return
+        seen.add(st.name)
+        for f in st.fields:
+            if f.struct is not None:
+                visit(f.struct)
+        ordered.append(st)
+
+    for st in order:
+        visit(st)
+    visit(root)
+    valid = parse_versions(d["validVersions"])
+    assert valid is not None, rel
+    return MessageSpec(
+        path=rel,
+        stem=path.stem,
+        module=snake_case(path.stem),
+        name=d["name"],
+        kind=d["type"],
+        api_key=d.get("apiKey"),
+        valid=valid,
+        flexible=parse_versions(d.get("flexibleVersions")),
+        unstable=bool(d.get("latestVersionUnstable", False)),
+        root=root,
+        structs=ordered,
+    )
+
+
+def select_specs(spec_dir: Path) -> list[MessageSpec]:
+    """The messages the broker serves, the headers, and the coordinator records."""
+    messages = spec_dir / "messages"
+    chosen: list[tuple[Path, str]] = []
+    for p in sorted(messages.glob("*Request.json")):
+        d = load_json(p)
+        if "broker" in d.get("listeners", []):
+            chosen.append((p, f"messages/{p.name}"))
+            resp = p.with_name(p.name[: -len("Request.json")] + "Response.json")
+            chosen.append((resp, f"messages/{resp.name}"))
+    for stem in (
+        "RequestHeader",
+        "ResponseHeader",
+        "ConsumerProtocolSubscription",
+        "ConsumerProtocolAssignment",
+    ):
+        chosen.append((messages / f"{stem}.json", f"messages/{stem}.json"))
+    for p in sorted((spec_dir / "coordinator-records").glob("*.json")):
+        chosen.append((p, f"coordinator-records/{p.name}"))
+    return [load_message(p, rel) for p, rel in chosen]
+
+
+# -- fields in Python ------------------------------------------------------------------
+
+
+def default_expr(f: FieldSpec, msg: MessageSpec) -> str:
+    """The Python expression of a field's default, as the spec gives it."""
+    raw = f.default
+    is_null = raw is None or (isinstance(raw, str) and raw == "null")
+    if f.is_array:
+        return "None" if is_null else "[]"
+    if f.struct is not None:
+        return "None" if is_null else f"_DEFAULT_{f.struct.name}"
+    t = f.type
+    if t == "records":
+        return "None"
+    if t == "uuid":
+        return "ZERO_UUID"
+    if raw is ... or (isinstance(raw, str) and raw == "" and t != "string"):
+        return _ZERO[PY_TYPES[t]]
+    if is_null:
+        if f.nullable is None:
+            raise ValueError(f"{msg.path}: {f.name} defaults to null but is never nullable")
+        return "None"
+    if t == "bool":
+        return repr(raw if isinstance(raw, bool) else str(raw).lower() == "true")
+    if t == "string":
+        return py_str(str(raw))
+    if t == "bytes":
+        return 'b""'
+    if t == "float64":
+        return repr(float(raw))
+    return repr(int(str(raw), 0))
+
+
+def default_expr_is_none(f: FieldSpec) -> bool:
+    return f.default is None or f.default == "null"
+
+
+def type_hint(f: FieldSpec) -> str:
+    base = f.struct.name if f.struct is not None else PY_TYPES[f.base]
+    hint = f"list[{base}]" if f.is_array else base
+    if hint == "Any":
+        return hint
+    nullable_default = default_expr_is_none(f)
+    if f.nullable is not None or nullable_default:
+        hint += " | None"
+    return hint
+
+
+def attr_default(f: FieldSpec, msg: MessageSpec) -> str:
+    """The default as an attrs field default: mutable ones become factories."""
+    d = default_expr(f, msg)
+    if d == "[]":
+        return "attrs.Factory(list)"
+    if d.startswith("_DEFAULT_"):
+        return f"attrs.Factory({f.struct.name})"
+    return d
