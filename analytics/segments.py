@@ -19,6 +19,7 @@ from pathlib import Path
 
 import attrs
 
+from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_CONTROL,
@@ -30,7 +31,6 @@ from trio_broker.protocol.records import (
     MAGIC,
     MIN_BATCH_LENGTH,
     InvalidRecords,
-    iter_records,
 )
 
 __all__ = [

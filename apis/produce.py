@@ -19,7 +19,8 @@ from trio_broker.protocol._generated.produce_response import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from trio_broker.protocol.records import Compression, InvalidRecords, iter_records, validate_batches
+from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.records import Compression, InvalidRecords, validate_batches
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker

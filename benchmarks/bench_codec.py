@@ -30,7 +30,7 @@ from trio_broker.protocol._generated.produce_request import (
 )
 from trio_broker.protocol._generated.request_header import RequestHeader
 from trio_broker.protocol.quirks import parse_request
-from trio_broker.protocol.records import build_batch
+from trio_broker.protocol.record_codec import build_batch
 from trio_broker.testing import BrokerThread
 
 _SIZE = struct.Struct(">i")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import crc32c
 
+from trio_broker.protocol.record_codec import build_batch
 from trio_broker.protocol.records import (
     BASE_OFFSET_OFFSET,
     CRC_OFFSET,
     CRC_START,
     MAX_TIMESTAMP_OFFSET,
-    build_batch,
 )
 
 T0 = 1_714_521_600_000

@@ -10,9 +10,10 @@ leader) does not hold a handler task. Each operation takes a `reply` callable th
 coordinator calls exactly once, at once or later from a timer or another member's request;
 `call()` turns that into the handler's return value or `DELAYED`.
 
-Timers are restartable cancel scopes in the coordinator's own nursery (`Timer`): a
-heartbeat moves the session deadline, a new member moves the initial-delay deadline.
-Everything runs on the Trio thread and no state change awaits, so each operation is atomic.
+Timers are restartable cancel scopes in the coordinator's own nursery (`Timer`, in
+`trio_broker.cluster.timer`): a heartbeat moves the session deadline, a new member moves
+the initial-delay deadline. Everything runs on the Trio thread and no state change awaits,
+so each operation is atomic.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import trio
 from trio_broker.cluster.group_metadata import GroupMember, GroupMetadata, GroupState
 from trio_broker.cluster.group_records import group_metadata_key, group_metadata_value
 from trio_broker.cluster.group_store import GroupStore
+from trio_broker.cluster.timer import Timer
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.partition_log import wall_clock_ms
 from trio_broker.protocol._generated.group_metadata_value import (
@@ -50,46 +52,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GroupCoordinator", "Timer"]
+__all__ = ["GroupCoordinator"]
 
 Reply = Callable[[Any], None]
 S = GroupState
-
-
-class Timer:
-    """A restartable deadline that calls `callback()` once when it passes, unless cancelled.
-
-    `reset` only records the new deadline when it is later than the armed one: every
-    heartbeat and offset commit pushes a session deadline back, and moving a trio cancel
-    scope's deadline costs a heap push each time. When the armed deadline passes early, the
-    task sleeps again until the recorded one, so the callback still runs exactly then.
-    """
-
-    def __init__(self, nursery: trio.Nursery, delay_ms: float, callback: Callable[[], None]):
-        self.deadline = trio.current_time() + delay_ms / 1000
-        self.scope = trio.CancelScope(deadline=self.deadline)
-        self._cancelled = False
-        nursery.start_soon(self._run, callback)
-
-    async def _run(self, callback: Callable[[], None]) -> None:
-        while True:
-            with self.scope:
-                await trio.sleep_forever()
-            if self._cancelled:
-                return
-            if trio.current_time() >= self.deadline:
-                break
-            self.scope = trio.CancelScope(deadline=self.deadline)
-        callback()
-
-    def reset(self, delay_ms: float) -> None:
-        self.deadline = deadline = trio.current_time() + delay_ms / 1000
-        if deadline < self.scope.deadline:
-            self.scope.deadline = deadline
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        self.scope.cancel()
 
 
 class GroupCoordinator:

@@ -27,12 +27,12 @@ from trio_broker.protocol._generated.group_metadata_key import GroupMetadataKey
 from trio_broker.protocol._generated.group_metadata_value import GroupMetadataValue
 from trio_broker.protocol._generated.offset_commit_key import OffsetCommitKey
 from trio_broker.protocol._generated.offset_commit_value import OffsetCommitValue
+from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import (
     ATTR_CONTROL,
     ATTR_TRANSACTIONAL,
     InvalidRecords,
     iter_batches,
-    iter_records,
     read_header,
 )
 

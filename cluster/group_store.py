@@ -23,7 +23,8 @@ import trio
 from trio_broker.cluster.group_records import OFFSETS_TOPIC, LoadedGroup, partition_for, replay
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.partition_log import wall_clock_ms
-from trio_broker.protocol.records import build_batch, read_header
+from trio_broker.protocol.record_codec import build_batch
+from trio_broker.protocol.records import read_header
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker

@@ -60,15 +60,8 @@ from trio_broker.log.segment import (
     LogSegment,
     segment_file_name,
 )
-from trio_broker.protocol.records import (
-    BatchHeader,
-    Record,
-    TimestampType,
-    build_batch,
-    iter_batches,
-    iter_records,
-    read_header,
-)
+from trio_broker.protocol.record_codec import Record, build_batch, iter_records
+from trio_broker.protocol.records import BatchHeader, TimestampType, iter_batches, read_header
 
 if TYPE_CHECKING:
     from trio_broker.log import LogManager, PartitionLog

@@ -2,7 +2,8 @@
 
 The produce path calls `append_as_leader`, the fetch path `read`, which hands back file
 regions for sendfile; ListOffsets, DeleteRecords and OffsetForLeaderEpoch have their own
-methods. Loading and crash recovery live in `trio_broker.log.loader`.
+methods. Loading and crash recovery live in `trio_broker.log.loader`, the read side (fetch
+and ListOffsets lookups) in `trio_broker.log.reader`.
 
 Threading: everything runs on the Trio thread except `flush`, which the LogManager runs in a
 worker thread; it only fsyncs file descriptors and advances the recovery point.
@@ -22,6 +23,7 @@ from pathlib import Path
 import attrs
 
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log import reader
 from trio_broker.log.checkpoints import fsync_dir, write_partition_metadata
 from trio_broker.log.config import LogConfig, TimestampType
 from trio_broker.log.leader_epoch import LeaderEpochCache
@@ -42,35 +44,13 @@ from trio_broker.protocol.records import (
     TimestampType as BatchTimestampType,
 )
 
-__all__ = ["AppendResult", "FileRegion", "PartitionLog", "ReadResult", "wall_clock_ms"]
+__all__ = ["AppendResult", "PartitionLog", "wall_clock_ms"]
 
 logger = logging.getLogger(__name__)
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@attrs.frozen(kw_only=True)
-class FileRegion:
-    """Bytes of a segment file to send as they are: os.sendfile(sock, fd, position, size)."""
-
-    fd: int
-    position: int
-    size: int
-
-
-@attrs.frozen(kw_only=True)
-class ReadResult:
-    """What a fetch gets: whole batches as file regions, plus the partition's offsets."""
-
-    regions: list[FileRegion]
-    size: int
-    first_offset: int  # base offset of the first batch returned, -1 when none
-    next_offset: int  # offset after the last batch returned (the fetch offset when none)
-    high_watermark: int
-    log_start_offset: int
-    log_end_offset: int
 
 
 @attrs.frozen(kw_only=True)
@@ -308,97 +288,13 @@ class PartitionLog:
             flush_needed=self.unflushed_messages >= self.config.flush_messages,
         )
 
-    # -- read ------------------------------------------------------------------------------
+    # -- read, ListOffsets / OffsetForLeaderEpoch ------------------------------------------
 
-    def read(
-        self,
-        fetch_offset: int,
-        max_bytes: int,
-        *,
-        max_offset: int | None = None,
-        min_one_message: bool = True,
-    ) -> ReadResult:
-        """Whole batches from `fetch_offset` up to `max_offset` (exclusive; the HW for consumers).
-
-        At most `max_bytes`, except that the first batch is returned whole when
-        `min_one_message` even if it is larger. Only batch headers are read.
-        """
-        self._check_open()
-        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {fetch_offset} is out of range [{self.log_start_offset}, "
-                f"{self.log_end_offset}] for {self.name}",
-            )
-        limit = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
-        regions: list[FileRegion] = []
-        total = 0
-        first_offset = -1
-        next_offset = fetch_offset
-        slot = self._floor_slot(fetch_offset)
-        start: int | None = None
-        segments = self.segments
-        while fetch_offset < limit and slot < len(segments):
-            segment = segments[slot]
-            if first_offset < 0:
-                found = segment.translate_offset(fetch_offset)
-                if found is None:
-                    slot += 1
-                    continue
-                start = found[0]
-            else:
-                start = 0
-            region_start, region_size, stop = start, 0, False
-            for pos, header in segment.batches_from(start):
-                if header.last_offset >= limit:
-                    stop = True
-                    break
-                if total + header.size > max_bytes and not (min_one_message and total == 0):
-                    stop = True
-                    break
-                if first_offset < 0:
-                    first_offset = header.base_offset
-                    region_start = pos
-                region_size += header.size
-                total += header.size
-                next_offset = header.next_offset
-            if region_size:
-                regions.append(FileRegion(fd=segment.fd, position=region_start, size=region_size))
-            if stop:
-                break
-            slot += 1
-        return ReadResult(
-            regions=regions,
-            size=total,
-            first_offset=first_offset,
-            next_offset=next_offset,
-            high_watermark=self._high_watermark,
-            log_start_offset=self.log_start_offset,
-            log_end_offset=self.log_end_offset,
-        )
-
-    # -- ListOffsets / OffsetForLeaderEpoch --------------------------------------------------
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= `timestamp`, if any."""
-        self._check_open()
-        for segment in list(self.segments):
-            if segment.size and segment.largest_timestamp() >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-                if found is not None:
-                    return found
-        return None
-
-    def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
-        self._check_open()
-        best = None
-        for segment in self.segments:
-            if segment.max_timestamp_so_far >= 0 and (
-                best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far
-            ):
-                best = segment
-        return best.offset_of_max_timestamp() if best is not None else None
+    # The read side lives in `trio_broker.log.reader` as functions of the log; bound here as
+    # methods, so `log.read(...)` costs no extra call on the fetch path.
+    read = reader.read_batches
+    offset_for_timestamp = reader.offset_for_timestamp
+    max_timestamp_offset = reader.max_timestamp_offset
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""

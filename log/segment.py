@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import (
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
     BatchHeader,
-    iter_records,
     read_header,
     scan_valid_prefix,
 )

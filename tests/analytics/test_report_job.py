@@ -34,7 +34,8 @@ from trio_broker.analytics.segments import (  # noqa: E402
 from trio_broker.log import LogManager  # noqa: E402
 from trio_broker.protocol._generated.offset_commit_key import OffsetCommitKey  # noqa: E402
 from trio_broker.protocol._generated.offset_commit_value import OffsetCommitValue  # noqa: E402
-from trio_broker.protocol.records import Record, build_batch, validate_batches  # noqa: E402
+from trio_broker.protocol.record_codec import Record, build_batch  # noqa: E402
+from trio_broker.protocol.records import validate_batches  # noqa: E402
 
 T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
 MIN = 60_000

@@ -13,8 +13,8 @@ from trio_broker.protocol._generated.produce_request import (
     ProduceRequest,
     TopicProduceData,
 )
-from trio_broker.protocol.records import build_batch as make_batch
-from trio_broker.protocol.records import iter_records
+from trio_broker.protocol.record_codec import build_batch as make_batch
+from trio_broker.protocol.record_codec import iter_records
 
 PRODUCE_V = 9
 FETCH_V = 12

@@ -65,7 +65,8 @@ from trio_broker.protocol._generated.sync_group_request import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
 )
-from trio_broker.protocol.records import iter_batches, iter_records
+from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.records import iter_batches
 
 MINUTE = 60.0
 RETENTION_MIN = 60

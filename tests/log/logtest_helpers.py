@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trio_broker.protocol.records import build_batch, iter_batches
+from trio_broker.protocol.record_codec import build_batch
+from trio_broker.protocol.records import iter_batches
 
 
 class FakeClock:

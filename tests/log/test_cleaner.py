@@ -8,7 +8,8 @@ from logtest_helpers import append
 
 from trio_broker.log.cleaner import clean_log
 from trio_broker.log.config import LogConfig
-from trio_broker.protocol.records import build_batch, iter_batches, iter_records
+from trio_broker.protocol.record_codec import build_batch, iter_records
+from trio_broker.protocol.records import iter_batches
 
 T0 = 1_700_000_000_000
 COMPACT = LogConfig(cleanup_policy=("compact",), segment_bytes=400, delete_retention_ms=1000)

@@ -298,7 +298,8 @@ COMMIT_STEP = 3  # renames done from which the new segment must be found
 
 def _segment_state(segment):
     """What a reader sees of a segment: its records, both indexes, its largest timestamp."""
-    from trio_broker.protocol.records import iter_batches, iter_records
+    from trio_broker.protocol.record_codec import iter_records
+    from trio_broker.protocol.records import iter_batches
 
     data = os.pread(segment.fd, segment.size, 0)
     rows = []
@@ -338,7 +339,8 @@ def _rebuilt_state(segment, scratch: Path):
 def _compacted_log(directory: Path):
     from trio_broker.log.config import LogConfig
     from trio_broker.log.loader import load_log
-    from trio_broker.protocol.records import build_batch, iter_batches
+    from trio_broker.protocol.record_codec import build_batch
+    from trio_broker.protocol.records import iter_batches
 
     config = LogConfig(
         cleanup_policy=("compact",),

@@ -8,7 +8,8 @@ from logtest_helpers import append, make_batch
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.config import LogConfig, TimestampType
-from trio_broker.protocol.records import iter_batches, iter_records, read_header
+from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.records import iter_batches, read_header
 
 
 def region_bytes(result) -> bytes:

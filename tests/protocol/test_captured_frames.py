@@ -23,7 +23,8 @@ from trio_broker.protocol._generated.consumer_protocol_subscription import (
 )
 from trio_broker.protocol._generated.request_header import RequestHeader
 from trio_broker.protocol.quirks import ParsedRequest, parse_request
-from trio_broker.protocol.records import Compression, iter_records, validate_batches
+from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.records import Compression, validate_batches
 from trio_broker.testing import BrokerThread
 
 kafka = pytest.importorskip("kafka")

@@ -12,21 +12,23 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
 from trio_broker.errors import ErrorCode
+from trio_broker.protocol.record_codec import (
+    Record,
+    build_batch,
+    decode_varint,
+    decode_varlong,
+    encode_varint,
+    encode_varlong,
+    iter_records,
+)
 from trio_broker.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     Compression,
     InvalidRecords,
-    Record,
     TimestampType,
-    build_batch,
     compute_crc,
-    decode_varint,
-    decode_varlong,
-    encode_varint,
-    encode_varlong,
     iter_batches,
-    iter_records,
     read_header,
     scan_valid_prefix,
     set_base_offset,

@@ -16,7 +16,8 @@ from trio_broker.protocol._generated.produce_request import (
     ProduceRequest,
     TopicProduceData,
 )
-from trio_broker.protocol.records import build_batch, iter_batches, iter_records
+from trio_broker.protocol.record_codec import build_batch, iter_records
+from trio_broker.protocol.records import iter_batches
 
 PRODUCE_V = 9
 FETCH_V = 12

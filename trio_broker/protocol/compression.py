@@ -21,6 +21,7 @@ import struct
 import cramjam
 
 from trio_broker.errors import ErrorCode
+from trio_broker.protocol.records import InvalidRecords
 
 __all__ = ["compress", "decompress"]
 
@@ -40,9 +41,6 @@ _INT32 = struct.Struct(">i")
 
 
 def _error(code: ErrorCode, message: str) -> Exception:
-    # records.py imports this module, so its exception class is fetched when needed.
-    from trio_broker.protocol.records import InvalidRecords
-
     return InvalidRecords(code, message)
 
 
