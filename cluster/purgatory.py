@@ -4,13 +4,23 @@ holding a handler task.
 A handler that cannot answer yet parks a `DelayedOperation` here, watched under the keys
 that can complete it (topic-partitions), and returns at once. Appends call `wake(key)`;
 each woken operation re-checks `try_complete()` and either answers or waits again. When
-its deadline passes it answers anyway (`on_expire`). Answers go to the request's
-processor through `Request.respond`, like any other response.
+its deadline passes it answers anyway. Answers go to the request's processor through
+`Request.respond`, like any other response.
+
+As in Kafka's DelayedOperationPurgatory, a parked operation costs no task of its own: two
+long-lived tasks serve them all. The completer takes woken operations from a channel and
+answers those that can complete; the reaper sleeps until the earliest deadline (a heap,
+entries of answered operations dropped lazily) and answers what has expired. A tailing
+consumer parks a fetch for every record produced, so a task, a cancel scope and an event
+per fetch would be a large part of what a small fetch costs.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 
 import attrs
@@ -29,37 +39,55 @@ class DelayedOperation:
     try_complete: Callable[[], bool]
     # Answers the request (whether completed or expired).
     complete: Callable[[], Awaitable[None]]
-    _event: trio.Event = attrs.Factory(trio.Event)
+    done: bool = False
 
 
 @attrs.define
 class Purgatory:
     name: str
     _watchers: dict[Hashable, set[DelayedOperation]] = attrs.Factory(dict)
-    _nursery: trio.Nursery | None = None
+    _expiry: list[tuple[float, int, DelayedOperation]] = attrs.Factory(list)
+    _seq: itertools.count = attrs.Factory(itertools.count)
+    _waiting: int = 0  # parked and not yet answered
+    _running: bool = False
+    _reaper_scope: trio.CancelScope | None = None
+    _woken_send: trio.MemorySendChannel | None = None
 
     @property
     def delayed(self) -> int:
-        return len({op for ops in self._watchers.values() for op in ops})
+        return self._waiting
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        # Unbounded: wake() is called from appends, which must never block on it; what is
+        # queued is bounded by the operations parked.
+        send, receive = trio.open_memory_channel[DelayedOperation](math.inf)
+        self._woken_send = send
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            nursery.start_soon(self._complete_woken, receive)
+            nursery.start_soon(self._reap)
+            self._running = True
             task_status.started()
-            await trio.sleep_forever()
 
     def park(self, op: DelayedOperation) -> None:
-        if self._nursery is None:
+        if not self._running:
             raise RuntimeError(f"purgatory {self.name} is not running")
+        self._waiting += 1
         self._watch(op)
-        self._nursery.start_soon(self._wait, op)
+        heapq.heappush(self._expiry, (op.deadline, next(self._seq), op))
+        if self._expiry[0][2] is op and self._reaper_scope is not None:
+            self._reaper_scope.deadline = op.deadline  # the reaper must wake sooner
+        if len(self._expiry) > 2 * self._waiting + 1024:
+            # Answered operations linger in the heap until their deadline; with long
+            # waits and many answers, drop them now.
+            self._expiry = [entry for entry in self._expiry if not entry[2].done]
+            heapq.heapify(self._expiry)
 
     def wake(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
             ops = self._watchers.pop(key, None)
             if ops:
                 for op in ops:
-                    op._event.set()
+                    self._woken_send.send_nowait(op)
 
     def _watch(self, op: DelayedOperation) -> None:
         for key in op.keys:
@@ -73,17 +101,37 @@ class Purgatory:
                 if not ops:
                     del self._watchers[key]
 
-    async def _wait(self, op: DelayedOperation) -> None:
-        try:
-            with trio.move_on_at(op.deadline):
-                while True:
-                    await op._event.wait()
-                    if op.try_complete():
-                        break
-                    op._event = trio.Event()
-                    self._watch(op)
-        finally:
-            self._unwatch(op)
+    async def _complete_woken(self, woken: trio.MemoryReceiveChannel[DelayedOperation]) -> None:
+        async for op in woken:
+            if op.done:
+                continue  # woken under two keys, or expired meanwhile
+            try:
+                ready = op.try_complete()
+            except Exception:
+                logger.exception("delayed operation in %s failed its check", self.name)
+                ready = True  # answer it (as expired) rather than leave it waiting
+            if ready:
+                await self._answer(op)
+            else:
+                self._watch(op)
+
+    async def _reap(self) -> None:
+        while True:
+            now = trio.current_time()
+            while self._expiry and self._expiry[0][0] <= now:
+                _, _, op = heapq.heappop(self._expiry)
+                if not op.done:
+                    await self._answer(op)
+            expiry = self._expiry
+            with trio.CancelScope(deadline=expiry[0][0] if expiry else math.inf) as scope:
+                self._reaper_scope = scope
+                await trio.sleep_forever()
+            self._reaper_scope = None
+
+    async def _answer(self, op: DelayedOperation) -> None:
+        op.done = True
+        self._waiting -= 1
+        self._unwatch(op)
         try:
             await op.complete()
         except Exception:

@@ -1,0 +1,88 @@
+"""The purgatory on trio's autojump clock: operations answer once, when woken and ready or
+when their deadline passes, whichever comes first; none holds a task while it waits."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from trio_broker.cluster.purgatory import DelayedOperation, Purgatory
+
+
+@pytest.fixture
+async def purgatory(nursery):
+    p = Purgatory("test")
+    await nursery.start(p.run)
+    return p
+
+
+class Op:
+    """A parked request: ready once `available` reaches `needed`; records its answers."""
+
+    def __init__(self, purgatory, keys, wait_s, needed=1):
+        self.available = 0
+        self.needed = needed
+        self.answers: list[tuple[float, int]] = []
+        self.op = DelayedOperation(
+            keys=keys,
+            deadline=trio.current_time() + wait_s,
+            try_complete=lambda: self.available >= self.needed,
+            complete=self._complete,
+        )
+        purgatory.park(self.op)
+
+    async def _complete(self):
+        self.answers.append((trio.current_time(), self.available))
+
+
+async def test_woken_and_ready_answers_at_once_and_only_once(purgatory, autojump_clock):
+    op = Op(purgatory, (("t", 0),), wait_s=10)
+    await trio.sleep(1)
+    op.available = 1
+    purgatory.wake([("t", 0)])
+    await trio.sleep(0.001)
+    assert op.answers == [(pytest.approx(1, abs=0.01), 1)]
+    await trio.sleep(20)  # its deadline passes: no second answer
+    assert len(op.answers) == 1
+    assert purgatory.delayed == 0
+
+
+async def test_woken_but_not_ready_waits_again(purgatory, autojump_clock):
+    op = Op(purgatory, (("t", 0), ("t", 1)), wait_s=10, needed=2)
+    op.available = 1
+    purgatory.wake([("t", 0), ("t", 1)])  # woken under both keys, still short
+    await trio.sleep(1)
+    assert op.answers == []
+    op.available = 2
+    purgatory.wake([("t", 1)])  # it is watched again under its keys
+    await trio.sleep(0.001)
+    assert [a for _, a in op.answers] == [2]
+
+
+async def test_deadline_answers_what_is_there(purgatory, autojump_clock):
+    late = Op(purgatory, (("t", 0),), wait_s=5)
+    early = Op(purgatory, (("t", 1),), wait_s=0.5)  # parked later, due sooner
+    await trio.sleep(0.6)
+    assert early.answers == [(pytest.approx(0.5, abs=0.01), 0)]
+    assert late.answers == []
+    await trio.sleep(5)
+    assert late.answers == [(pytest.approx(5, abs=0.01), 0)]
+    # Expired operations are no longer watched: a wake finds nothing.
+    purgatory.wake([("t", 0), ("t", 1)])
+    await trio.sleep(0.001)
+    assert len(late.answers) == len(early.answers) == 1
+
+
+async def test_many_parked_then_answered_keep_nothing(purgatory, autojump_clock):
+    ops = [Op(purgatory, (("t", i % 3),), wait_s=30) for i in range(3000)]
+    assert purgatory.delayed == 3000
+    for op in ops:
+        op.available = 1
+    purgatory.wake([("t", 0), ("t", 1), ("t", 2)])
+    await trio.sleep(0.001)
+    assert all(len(op.answers) == 1 for op in ops)
+    assert purgatory.delayed == 0
+    # New operations after many answered ones still expire on time.
+    again = Op(purgatory, (("t", 0),), wait_s=2)
+    await trio.sleep(2.5)
+    assert [a for _, a in again.answers] == [0]
