@@ -77,3 +77,15 @@ def test_smoke_side_by_side_with_tansu() -> None:
     trio, tansu, ratio = rows["(a) produce 1 KiB, 1 partition, MB/s"]
     assert trio != "-" and tansu != "-" and ratio != "-"
     assert rows["(c) records read back"][0] == "128"
+
+
+def test_trio_floor_measures_three_shapes():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "trio_floor.py"), "--round-trips", "300"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()[1:]}
+    assert set(rows) == {"direct", "hops", "broker"}
+    for rate, cpu_us in rows.values():
+        assert float(rate.replace(",", "")) > 0 and float(cpu_us) >= 0
