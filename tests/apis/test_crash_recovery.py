@@ -2,52 +2,26 @@
 there exactly once, at its acknowledged offset, and the offsets are contiguous."""
 
 import os
-import re
 import signal
-import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from trio_broker.testing import BrokerProcess, free_port
 
 
 def start_broker(port, log_dir):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trio_broker",
-            "serve",
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override",
-            f"log.dirs={log_dir}",
-            "--override",
-            "num.partitions=2",
-            "--override",
-            "log.segment.bytes=262144",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+    broker = BrokerProcess(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(log_dir),
+            "num.partitions": "2",
+            "log.segment.bytes": "262144",
+        }
     )
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if re.search(r"broker \d+ started", line):
-            break
-    else:
-        raise AssertionError("broker did not start:\n" + "".join(lines))
-    threading.Thread(target=lambda: [lines.append(x) for x in proc.stderr], daemon=True).start()
-    return proc, lines
+    return broker.proc, broker.lines
 
 
 def test_kill_9_loses_no_acknowledged_record(tmp_path):

@@ -18,19 +18,15 @@ leave one record per key below the cleaner checkpoint and no temporary files.
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from trio_broker.testing import BrokerProcess, free_port
 
 TOPIC = "crashy"
 SEGMENT_BYTES = 512 * 1024
@@ -40,62 +36,18 @@ TOMBSTONED = range(0, KEYS, 10)  # every tenth key ends with a tombstone
 CLEANED_SUFFIX = ".cleaned"  # trio_broker.log.cleaner writes <base>.log.cleaned
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_broker(port: int, log_dir: Path, *, cleaner_backoff_ms: int) -> BrokerProcess:
+    return BrokerProcess(
+        {
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "log.dirs": str(log_dir),
+            "log.cleaner.backoff.ms": str(cleaner_backoff_ms),
+        }
+    )
 
 
-class BrokerProcess:
-    """`python -m trio_broker serve` on `port` over `log_dir`, stderr kept for diagnostics."""
-
-    def __init__(self, port: int, log_dir: Path, *, cleaner_backoff_ms: int) -> None:
-        self.port = port
-        self.lines: list[str] = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trio_broker",
-                "serve",
-                "--override",
-                f"listeners=PLAINTEXT://127.0.0.1:{port}",
-                "--override",
-                f"log.dirs={log_dir}",
-                "--override",
-                f"log.cleaner.backoff.ms={cleaner_backoff_ms}",
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if re.search(r"broker \d+ started", line):
-                break
-        else:
-            raise AssertionError("broker did not start:\n" + "".join(self.lines))
-        # Keep draining stderr so the broker never blocks on a full pipe.
-        threading.Thread(target=self._drain, daemon=True).start()
-
-    def _drain(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        code = self.proc.poll()
-        assert code is None, f"broker exited by itself ({code}):\n" + "".join(self.lines[-30:])
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(30) == 0, "".join(self.lines[-20:])
+def stop(broker: BrokerProcess) -> None:
+    assert broker.stop() == 0, "".join(broker.lines[-20:])
 
 
 def value_for(i: int) -> bytes:
@@ -227,11 +179,11 @@ def kill_during_clean(broker: BrokerProcess, part_dir: Path, trigger: str) -> se
 def history(tmp_path_factory):
     """A cleanly stopped data directory holding the uncleaned topic, and what was produced."""
     data = tmp_path_factory.mktemp("compacted-history")
-    broker = BrokerProcess(free_port(), data, cleaner_backoff_ms=3_600_000)
+    broker = start_broker(free_port(), data, cleaner_backoff_ms=3_600_000)
     try:
         produced = write_history(broker.bootstrap)
     finally:
-        broker.stop()
+        stop(broker)
     segments = sorted((data / f"{TOPIC}-0").glob("*.log"))
     assert len(segments) >= 8
     assert cleaner_checkpoint(data) is None
@@ -250,7 +202,7 @@ def test_kill_9_mid_clean_leaves_a_valid_log(history, tmp_path, trigger):
         shutil.copytree(source, data)
         part_dir = data / f"{TOPIC}-0"
         active_base = max(int(p.stem) for p in part_dir.glob("*.log"))
-        broker = BrokerProcess(port, data, cleaner_backoff_ms=100)
+        broker = start_broker(port, data, cleaner_backoff_ms=100)
         found = kill_during_clean(broker, part_dir, trigger)
         if trigger != "tmp" or any(n.endswith(CLEANED_SUFFIX) for n in found):
             break
@@ -259,7 +211,7 @@ def test_kill_9_mid_clean_leaves_a_valid_log(history, tmp_path, trigger):
     # The kill landed inside the pass: it never finished (no checkpoint written).
     assert cleaner_checkpoint(data) is None
 
-    broker = BrokerProcess(port, data, cleaner_backoff_ms=100)
+    broker = start_broker(port, data, cleaner_backoff_ms=100)
     try:
         assert any("not shut down cleanly" in line for line in broker.lines)
         assert not leftovers(part_dir)
@@ -277,7 +229,7 @@ def test_kill_9_mid_clean_leaves_a_valid_log(history, tmp_path, trigger):
         assert len(cleaned_keys) == len(set(cleaned_keys)), "a key twice in the cleaned part"
         assert [o for o, _, _ in got if o >= active_base] == list(range(active_base, end))
     finally:
-        broker.stop()
+        stop(broker)
 
 
 # -- a crash at each step of the swap, replayed on the partition directory ----------------
