@@ -13,7 +13,6 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,6 @@ NO_RESPONSE = Response(bytearray(), [])
 class Request:
     parsed: ParsedRequest
     connection: Connection
-    received_ns: int = attrs.field(factory=time.monotonic_ns)
     _done: bool = False
 
     @property
