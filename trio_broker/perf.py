@@ -202,7 +202,7 @@ def run_consume(args: argparse.Namespace) -> dict:
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "fetch.max.bytes": args.fetch_max_bytes,
-        "max.partition.fetch.bytes": args.fetch_max_bytes,
+        "max.partition.fetch.bytes": min(args.partition_fetch_max_bytes, args.fetch_max_bytes),
         "fetch.wait.max.ms": args.fetch_wait_max_ms,
         "queued.max.messages.kbytes": 1_048_576,
         "receive.message.max.bytes": args.fetch_max_bytes + 1_000_000,
@@ -360,6 +360,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="stop after this many seconds without a record",
     )
     cons.add_argument("--fetch-max-bytes", type=int, default=52_428_800)
+    cons.add_argument(
+        "--partition-fetch-max-bytes",
+        type=int,
+        default=8_388_608,
+        help="max.partition.fetch.bytes: a few batches per answer; 50 MB answers cost the "
+        "client a fresh 50 MB buffer each (page faults)",
+    )
     cons.add_argument("--fetch-wait-max-ms", type=int, default=100)
     cons.add_argument(
         "--e2e",
