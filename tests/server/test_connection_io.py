@@ -201,3 +201,20 @@ def test_record_data_leaves_by_sendfile_unless_tiny(kafka_broker, monkeypatch):
     assert values_of(body.responses[0].partitions[0].records) == [large]
     assert sum(calls) > len(large)  # the batch, headers and all, straight from the file
     sock.close()
+
+
+async def test_send_bytes_writes_more_buffers_than_one_writev_takes():
+    import trio
+
+    from trio_broker.server.sendfile import send_bytes
+
+    a, b = trio.socket.socketpair()
+    parts = [b"%05d" % i for i in range(3000)]  # 3,000 buffers: IOV_MAX is 1,024
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send_bytes, a, *parts)
+        got = b""
+        while len(got) < 15_000:
+            got += await b.recv(65536)
+    assert got == b"".join(parts)
+    a.close()
+    b.close()

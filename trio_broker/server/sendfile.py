@@ -29,6 +29,7 @@ _CHUNK = 4 * 1024 * 1024  # bytes per sendfile call, and between scheduler check
 # header, a sendfile and a write for the rest cost three syscalls and three wakeups of
 # the client where one does. Larger record data always goes by sendfile.
 _INLINE_BYTES = 16 * 1024
+_IOV_MAX = 512  # Linux allows 1024 buffers per writev
 _BROKEN = (errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN, errno.ESHUTDOWN, errno.EBADF)
 
 
@@ -90,7 +91,10 @@ async def send_bytes(sock: trio.socket.SocketType, *parts: Any) -> None:
     views = [memoryview(p).cast("B") for p in parts if len(p)]
     while views:
         try:
-            sent = os.writev(fd, views) if len(views) > 1 else os.write(fd, views[0])
+            if len(views) > 1:
+                sent = os.writev(fd, views[:_IOV_MAX])  # more buffers than that: EINVAL
+            else:
+                sent = os.write(fd, views[0])
         except BlockingIOError:
             await trio.lowlevel.wait_writable(sock)
             continue
