@@ -13,21 +13,8 @@ import collections
 import threading
 import time
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-
-FAST = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
-
-
-@pytest.fixture
-def broker(kafka_broker_factory):
-    return kafka_broker_factory(FAST)
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(10)
+from grouptest_helpers import create_topic
 
 
 def produce_numbered(bootstrap: str, topic: str, partitions: int, count: int) -> None:
