@@ -32,7 +32,6 @@ import queue
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +44,8 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: broker processes, table, progress)
+
+from trio_broker.perf import ensure_topic  # noqa: E402
 
 TRIO, TANSU = bench.TRIO, bench.TANSU
 DEFAULT_DELAY_MS = 3000  # Kafka's group.initial.rebalance.delay.ms
@@ -74,56 +75,6 @@ SMOKE = Sizes(members=3, partitions=6, repeats=1, commit_seconds=0.3, quiet_s=0.
 
 
 # ---------------------------------------------------------------- brokers
-
-
-def start_trio(workdir: Path, overrides: dict[str, str]) -> bench.BrokerProcess:
-    port = bench.free_port()
-    data = workdir / "trio-data"
-    data.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "trio_broker", "serve", "--log-level", "WARNING",
-           "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-           "--override", f"log.dirs={data}"]  # fmt: skip
-    for key, value in overrides.items():
-        cmd += ["--override", f"{key}={value}"]
-    log = open(workdir / "trio-broker.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    broker = bench.BrokerProcess(name=TRIO, port=port, proc=proc, workdir=workdir)
-    _wait_listening(broker, log.name)
-    return broker
-
-
-def _wait_listening(broker: bench.BrokerProcess, log_name: str) -> None:
-    import socket
-
-    deadline = time.monotonic() + 30
-    while True:
-        if broker.proc.poll() is not None:
-            raise RuntimeError(
-                f"{broker.name} exited with {broker.proc.returncode}; see {log_name}"
-            )
-        try:
-            socket.create_connection(("127.0.0.1", broker.port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                broker.stop()
-                raise RuntimeError(f"{broker.name} did not listen on {broker.port}") from None
-            time.sleep(0.05)
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    # Wait until the metadata shows every partition (Tansu answers create before it does).
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topic = admin.list_topics(name, timeout=10).topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topic {name} did not appear with {partitions} partitions")
 
 
 # ---------------------------------------------------------------- (1) commits
@@ -369,16 +320,13 @@ def run_broker(
     label: str,
     with_commits: bool,
 ) -> dict[str, float | None]:
-    if name == TRIO:
-        broker = start_trio(workdir, overrides)
-    else:
-        broker = bench.start_broker(TANSU, workdir, tansu)
+    broker = bench.start_broker(name, workdir, tansu, overrides if name == TRIO else None)
     out: dict[str, float | None] = {}
     try:
         topic = "members"
-        create_topic(broker.bootstrap, topic, sizes.partitions)
+        ensure_topic(broker.bootstrap, topic, sizes.partitions)
         if with_commits:
-            create_topic(broker.bootstrap, "commits", 1)
+            ensure_topic(broker.bootstrap, "commits", 1)
             bench.progress(f"{label}: commits for {sizes.commit_seconds} s each, sync and async")
             out.update(commit_rates(broker.bootstrap, "commits", sizes.commit_seconds))
         for strategy in STRATEGIES:

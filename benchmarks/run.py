@@ -36,6 +36,8 @@ from pathlib import Path
 
 import attrs
 
+from trio_broker.testing import free_port
+
 TRIO = "trio-broker"
 TANSU = "tansu"
 MiB = 1 << 20
@@ -87,10 +89,12 @@ def tansu_binary() -> Path | None:
     return path if path.is_file() else None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds process `pid` has used so far (user + system)."""
+    # utime and stime, fields 14 and 15 of /proc/<pid>/stat, counted after the "(comm)".
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def progress(text: str) -> None:
@@ -112,10 +116,7 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def cpu_seconds(self) -> float:
-        # utime and stime, fields 14 and 15 of /proc/<pid>/stat, counted after the "(comm)".
-        text = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        fields = text[text.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return cpu_seconds(self.proc.pid)
 
     def peak_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -133,17 +134,22 @@ class BrokerProcess:
                 self.proc.wait()
 
 
-def start_broker(name: str, workdir: Path, tansu: Path | None) -> BrokerProcess:
+def start_broker(
+    name: str, workdir: Path, tansu: Path | None, overrides: dict[str, str] | None = None
+) -> BrokerProcess:
+    """Start `name` on a free port; `overrides` are broker keys (trio-broker only)."""
     port = free_port()
     log = open(workdir / f"{name}.log", "wb")
     if name == TRIO:
         data = workdir / "trio-data"
-        data.mkdir()
+        data.mkdir(parents=True)
         cmd = [
             sys.executable, "-m", "trio_broker", "serve", "--log-level", "WARNING",
             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
             "--override", f"log.dirs={data}",
         ]  # fmt: skip
+        for key, value in (overrides or {}).items():
+            cmd += ["--override", f"{key}={value}"]
     else:
         assert tansu is not None
         url = f"tcp://127.0.0.1:{port}"

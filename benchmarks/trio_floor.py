@@ -19,12 +19,15 @@ trio-broker: what a request costs the broker beyond the `hops` row is ours.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import cpu_seconds  # noqa: E402  (benchmarks/run.py)
+
+from trio_broker.testing import BrokerProcess  # noqa: E402
 
 _ECHO_SERVER = r"""
 import os, sys, trio
@@ -110,68 +113,26 @@ print(time.perf_counter() - start)
 """
 
 
-def _cpu_seconds(pid: int) -> float:
-    text = open(f"/proc/{pid}/stat").read()
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_broker(workdir: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trio_broker",
-            "serve",
-            "--log-level",
-            "WARNING",
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            "--override",
-            f"log.dirs={workdir}",
-        ],  # fmt: skip
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc, str(port)
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("trio-broker did not start") from None
-            time.sleep(0.05)
-
-
 def measure(shape: str, round_trips: int) -> tuple[float, float]:
     """(round trips per second, server CPU microseconds per round trip)."""
     with tempfile.TemporaryDirectory() as workdir:
         if shape == "broker":
-            server, port = _start_broker(workdir)
-            extra = ["kafka"]
+            broker = BrokerProcess({"log.dirs": workdir})
+            server, port, extra = broker.proc, str(broker.port), ["kafka"]
         else:
             server = subprocess.Popen(
                 [sys.executable, "-c", _ECHO_SERVER, shape], stdout=subprocess.PIPE, text=True
             )
-            port = server.stdout.readline().strip()
-            extra = []
+            port, extra = server.stdout.readline().strip(), []
         try:
-            cpu0 = _cpu_seconds(server.pid)
+            cpu0 = cpu_seconds(server.pid)
             out = subprocess.run(
                 [sys.executable, "-c", _CLIENT, port, str(round_trips), *extra],
                 capture_output=True,
                 text=True,
                 check=True,
             )
-            cpu = _cpu_seconds(server.pid) - cpu0
+            cpu = cpu_seconds(server.pid) - cpu0
             return round_trips / float(out.stdout), cpu / round_trips * 1e6
         finally:
             server.kill()

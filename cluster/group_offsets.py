@@ -233,22 +233,9 @@ class GroupOffsets:
                     OffsetFetchResponseGroup(
                         group_id=wanted.group_id,
                         error_code=error,
-                        topics=[
-                            OffsetFetchResponseTopics(
-                                name=name,
-                                partitions=[
-                                    OffsetFetchResponsePartitions(
-                                        partition_index=index,
-                                        committed_offset=o,
-                                        committed_leader_epoch=e,
-                                        metadata=m,
-                                        error_code=ErrorCode.NONE,
-                                    )
-                                    for index, o, e, m in parts
-                                ],
-                            )
-                            for name, parts in found
-                        ],
+                        topics=_found_topics(
+                            found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
+                        ),
                     )
                 )
             return OffsetFetchResponse(groups=groups)
@@ -270,22 +257,7 @@ class GroupOffsets:
             return OffsetFetchResponse(topics=topics)
         return OffsetFetchResponse(
             error_code=error,
-            topics=[
-                OffsetFetchResponseTopic(
-                    name=name,
-                    partitions=[
-                        OffsetFetchResponsePartition(
-                            partition_index=index,
-                            committed_offset=o,
-                            committed_leader_epoch=e,
-                            metadata=m,
-                            error_code=ErrorCode.NONE,
-                        )
-                        for index, o, e, m in parts
-                    ],
-                )
-                for name, parts in found
-            ],
+            topics=_found_topics(found, OffsetFetchResponseTopic, OffsetFetchResponsePartition),
         )
 
     def _fetch_group(
@@ -540,3 +512,24 @@ def _commit_answer(body: Any, error: ErrorCode) -> OffsetCommitResponse:
             for t in body.topics
         ]
     )
+
+
+def _found_topics(found: Any, topic_cls: type, partition_cls: type) -> list[Any]:
+    """OffsetFetch's topics from `_fetch_group`'s (name, [(index, offset, epoch, metadata)]);
+    v8+ (several groups) and earlier versions differ only in the classes."""
+    return [
+        topic_cls(
+            name=name,
+            partitions=[
+                partition_cls(
+                    partition_index=index,
+                    committed_offset=offset,
+                    committed_leader_epoch=epoch,
+                    metadata=metadata,
+                    error_code=ErrorCode.NONE,
+                )
+                for index, offset, epoch, metadata in parts
+            ],
+        )
+        for name, parts in found
+    ]

@@ -9,6 +9,7 @@ ever changed by its own methods.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import TYPE_CHECKING
 
 import attrs
@@ -75,7 +76,6 @@ def read_batches(
     first_offset = -1
     next_offset = fetch_offset
     slot = log._floor_slot(fetch_offset)
-    start: int | None = None
     segments = log.segments
     while fetch_offset < limit and slot < len(segments):
         segment = segments[slot]
@@ -84,11 +84,15 @@ def read_batches(
             if found is None:
                 slot += 1
                 continue
-            start = found[0]
+            # The batch found, then those after it: its header is not read a second time
+            # (at the log end there is nothing after it, and no read at all).
+            start, size, header = found
+            batches = chain(((start, header),), segment.batches_from(start + size))
         else:
             start = 0
+            batches = segment.batches_from(0)
         region_start, region_size, stop = start, 0, False
-        for pos, header in segment.batches_from(start):
+        for pos, header in batches:
             if header.last_offset >= limit:
                 stop = True
                 break

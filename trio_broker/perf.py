@@ -46,7 +46,7 @@ def percentiles(samples: list[float], points: Sequence[float] = (50, 95, 99, 99.
     return out
 
 
-def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create `topic` with `partitions` if it does not exist; tolerate brokers that race us."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -103,7 +103,7 @@ def run_produce(args: argparse.Namespace) -> dict:
     from confluent_kafka import Producer
 
     if args.partitions:
-        _ensure_topic(args.bootstrap, args.topic, args.partitions)
+        ensure_topic(args.bootstrap, args.topic, args.partitions)
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "acks": str(args.acks),

@@ -73,20 +73,16 @@ class FrameReader:
         return max(self._need + 4 - self.buffered, 1)
 
     def receive_buffer(self) -> memoryview:
-        """A writable view the next received bytes should be written into (never empty)."""
+        """A writable view the next received bytes should be written into; never empty
+        when `next_frame()` has just answered NEED_DATA."""
         want = 4 + self._need if self._need >= 0 else 4
-        pending = self._end - self._start
         if want > self._chunk and len(self._buf) - self._start < want:
             # A large frame: its own buffer, exactly its size, holding what we have of it.
-            big = bytearray(want)
-            big[:pending] = memoryview(self._buf)[self._start : self._end]
-            self._buf, self._start, self._end = big, 0, pending
-        elif len(self._buf) - self._end < min(want - pending, 512) or not self._buf:
-            # Little room left at the tail: start a fresh chunk with the unread bytes.
-            # (The old chunk may still back nothing: frames out of it were copies.)
-            fresh = bytearray(max(self._chunk, want))
-            fresh[:pending] = memoryview(self._buf)[self._start : self._end]
-            self._buf, self._start, self._end = fresh, 0, pending
+            self._move_to(bytearray(want))
+        elif not self._buf or len(self._buf) - self._end < min(want - self.buffered, 512):
+            # Little room left at the tail: a fresh chunk, starting with the unread bytes.
+            # (Frames taken out of the old one were copies; nothing else holds it.)
+            self._move_to(bytearray(max(self._chunk, want)))
         return memoryview(self._buf)[self._end :]
 
     def received(self, n: int) -> None:
@@ -94,21 +90,16 @@ class FrameReader:
         self._end += n
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Copy `data` in: for callers that have bytes rather than a socket."""
         view = memoryview(data).cast("B")
-        while view:
-            target = self.receive_buffer()
-            n = min(len(target), len(view))
-            target[:n] = view[:n]
-            self.received(n)
-            view = view[n:]
-            if view:
-                # Make room by taking out complete frames would change the API; instead
-                # grow: a caller handing us many frames at once gets one larger chunk.
-                self._grow(len(view))
+        if len(self._buf) - self._end < len(view):
+            self._move_to(bytearray(self.buffered + len(view)))
+        self._buf[self._end : self._end + len(view)] = view
+        self._end += len(view)
 
-    def _grow(self, more: int) -> None:
-        pending = self._end - self._start
-        fresh = bytearray(pending + more + self._chunk)
+    def _move_to(self, fresh: bytearray) -> None:
+        """Continue in `fresh`, with the unread bytes at its start."""
+        pending = self.buffered
         fresh[:pending] = memoryview(self._buf)[self._start : self._end]
         self._buf, self._start, self._end = fresh, 0, pending
 

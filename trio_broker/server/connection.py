@@ -178,7 +178,8 @@ class Connection:
                         exc,
                     )
                     break
-                if not _may_hold(parsed):
+                hold = _may_hold(parsed)
+                if not hold:
                     await held.flush(self.sock)
                 self.client_id = parsed.client_id
                 self.in_flight = True
@@ -194,7 +195,7 @@ class Connection:
                 # checkpoint.
                 response = await self._response_receive.receive()
                 if response is not NO_RESPONSE:
-                    if response.regions or not _may_hold(parsed):
+                    if response.regions or not hold:
                         await held.flush(self.sock)
                         await send_response(self.sock, response.buf, response.regions)
                     else:

@@ -140,8 +140,7 @@ async def send_response(
     if not regions:
         await send_bytes(sock, buf)
         return
-    parts = [part for _, region in regions for part in getattr(region, "regions", (region,))]
-    if sum(part.size for part in parts) <= _INLINE_BYTES:
+    if sum(region.size for _, region in regions) <= _INLINE_BYTES:
         await send_bytes(sock, *_inlined(buf, regions))
         return
     view = memoryview(buf)
