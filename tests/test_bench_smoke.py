@@ -60,6 +60,7 @@ def test_smoke_trio_broker_alone_every_workload() -> None:
         "(d) end-to-end p99, ms",
         "(e) broker CPU s per GB produced",
         "(e) broker peak RSS, MB",
+        "machine: append into fresh files, MiB",
         "machine: append, no fsync, MB/s",
         "machine: sendfile loopback, MB/s",
     ):
