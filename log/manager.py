@@ -377,8 +377,9 @@ class LogManager:
                 continue
             try:
                 log.close()
-            except OSError:
-                logger.exception("error closing log %s", log.name)
+            except OSError as exc:
+                # A full disk is no bug: one line, no traceback.
+                logger.error("error closing log %s: %s", log.name, exc)
                 unclean.add(log.dir.parent)
         unclean.update(self.checkpoint())
         try:

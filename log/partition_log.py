@@ -165,7 +165,7 @@ class PartitionLog:
                 self.on_dir_failure(self.dir.parent, exc)
             else:
                 self.offline = True
-        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} {self.name} failed: {exc}")
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed on {self.name}: {exc}")
 
     # -- segments --------------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ class PartitionLog:
             # The commit point: all or nothing (LogSegment.append undoes a failed write).
             self.active_segment.append(view, index_entries)
         except OSError as exc:
-            raise self._storage_error(exc, "append to") from exc
+            raise self._storage_error(exc, "append") from exc
 
         self.log_end_offset = last_offset + 1
         for info in updates.values():
