@@ -255,10 +255,17 @@ class TopicManager:
     def create_partitions(self, name: str, count: int) -> TopicState:
         topic = self.check_create_partitions(name, count)
         cfg = resolve_log_config(topic.configs, self.config)
+        # Each partition is added once its log exists, so a full disk midway leaves whole
+        # partitions only (the request gets KAFKA_STORAGE_ERROR from create_log).
         for index in range(len(topic.partitions), count):
-            topic.partitions[index] = self._new_partition(name, index)
             self.logs.create_log(name, index, topic.topic_id, cfg)
-        self.metadata.save()
+            topic.partitions[index] = self._new_partition(name, index)
+        try:
+            self.metadata.save()
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the metadata of {name}: {exc}"
+            ) from exc
         return topic
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:

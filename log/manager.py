@@ -464,7 +464,12 @@ class LogManager:
                 target = log.flush_target(now)
                 if target is not None:
                     log.last_flush_ms = now
-                    await self._run_sync(log.flush, target)
+                    try:
+                        await self._run_sync(log.flush, target)
+                    except OSError as exc:
+                        # A full disk (the leader epoch checkpoint): the recovery point
+                        # stays where it was; the next flush tries again. Others go on.
+                        logger.error("flush of %s failed: %s", log.name, exc)
             if self._has_pending_deletes():
                 await self._run_sync(self.delete_pending, now)
         elif name == "recovery_checkpoint":

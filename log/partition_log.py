@@ -373,12 +373,17 @@ class PartitionLog:
             )
         if offset > self.log_start_offset:
             logger.info("log start offset of %s raised to %s by DeleteRecords", self.name, offset)
-            self._increment_log_start_offset(offset)
-            self._delete_segments(
-                self._deletable_segments(
-                    lambda seg, nxt: nxt is not None and nxt.base_offset <= offset
+            try:
+                self._increment_log_start_offset(offset)
+                self._delete_segments(
+                    self._deletable_segments(
+                        lambda seg, nxt: nxt is not None and nxt.base_offset <= offset
+                    )
                 )
-            )
+            except OSError as exc:
+                # The new start holds in memory (and retention deletes the segments later);
+                # a checkpoint or roll that a full disk refused is retried.
+                raise self._storage_error(exc, "delete records") from exc
         return self.log_start_offset
 
     def _increment_log_start_offset(self, offset: int) -> None:

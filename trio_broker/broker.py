@@ -115,9 +115,9 @@ class Broker:
             if not log.closed:
                 try:
                     await trio.to_thread.run_sync(log.flush)
-                except OSError:
+                except OSError as exc:
                     # A full disk must not stop the broker; the log manager flushes again.
-                    logger.exception("flush of %s failed", log.name)
+                    logger.error("flush of %s failed: %s", log.name, exc)
 
     async def auto_create_topic(self, name: str) -> tuple[Any, Any]:
         return await self.topics.auto_create(name)

@@ -37,8 +37,10 @@ def overrides(disk) -> dict[str, str]:
     }
 
 
-def produce(bootstrap: str, values: list[bytes], **config) -> tuple[dict[int, bytes], list]:
-    """Produce `values` to partition 0; ({offset: value} acknowledged, [errors])."""
+def produce(
+    bootstrap: str, values: list[bytes], partition: int = 0, **config
+) -> tuple[dict[int, bytes], list]:
+    """Produce `values` to `partition`; ({offset: value} acknowledged, [errors])."""
     acked: dict[int, bytes] = {}
     errors: list[KafkaError] = []
 
@@ -54,7 +56,7 @@ def produce(bootstrap: str, values: list[bytes], **config) -> tuple[dict[int, by
     for value in values:
         while True:
             try:
-                producer.produce(TOPIC, value, partition=0, on_delivery=on_delivery)
+                producer.produce(TOPIC, value, partition=partition, on_delivery=on_delivery)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -77,8 +79,8 @@ def produce_until_refused(bootstrap: str, start: int) -> tuple[dict[int, bytes],
     raise AssertionError("the disk never filled up")
 
 
-def consume_all(bootstrap: str) -> list[tuple[int, bytes]]:
-    """Every record of partition 0 from offset 0 to the high watermark, in order."""
+def consume_all(bootstrap: str, partition: int = 0) -> list[tuple[int, bytes]]:
+    """Every record of `partition` from offset 0 to the high watermark, in order."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -88,8 +90,8 @@ def consume_all(bootstrap: str) -> list[tuple[int, bytes]]:
         }
     )
     try:
-        _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=20)
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        _, end = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=20)
+        consumer.assign([TopicPartition(TOPIC, partition, 0)])
         got: list[tuple[int, bytes]] = []
         deadline = time.monotonic() + 20
         while (not got or got[-1][0] < end - 1) and time.monotonic() < deadline:
@@ -103,31 +105,38 @@ def consume_all(bootstrap: str) -> list[tuple[int, bytes]]:
         consumer.close()
 
 
-def check_every_acked_record(bootstrap: str, acked: dict[int, bytes]) -> None:
-    got = consume_all(bootstrap)
+def check_every_acked_record(bootstrap: str, acked: dict[int, bytes], partition: int = 0) -> None:
+    got = consume_all(bootstrap, partition)
     # Exactly the acknowledged records, each at its offset, once, with no gap: a refused
     # append left nothing behind.
     assert [offset for offset, _ in got] == list(range(len(acked)))
     assert dict(got) == acked
 
 
+def raw_produce(sock: socket.socket, partition: int, value: bytes, cid: int = 1) -> int:
+    """One Produce v9 of one record on `sock`; the partition's error code."""
+    batch = build_batch([(b"k", value, (), int(time.time() * 1000))])
+    request = request_of(
+        0,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            TopicProduceData(
+                name=TOPIC, partition_data=[PartitionProduceData(index=partition, records=batch)]
+            )
+        ],
+    )
+    return (
+        roundtrip(sock, request, 9, correlation_id=cid)
+        .responses[0]
+        .partition_responses[0]
+        .error_code
+    )
+
+
 def raw_produce_is_refused_on_an_open_connection(broker: BrokerProcess) -> None:
     with socket.create_connection(("127.0.0.1", broker.port), timeout=20) as sock:
-        batch = build_batch([(b"k", b"x" * 100_000, (), int(time.time() * 1000))])
-        request = request_of(
-            0,
-            acks=-1,
-            timeout_ms=5000,
-            topic_data=[
-                TopicProduceData(
-                    name=TOPIC, partition_data=[PartitionProduceData(index=0, records=batch)]
-                )
-            ],
-        )
-        answer = roundtrip(sock, request, 9)
-        assert answer.responses[0].partition_responses[0].error_code == (
-            ErrorCode.KAFKA_STORAGE_ERROR
-        )
+        assert raw_produce(sock, 0, b"x" * 100_000) == ErrorCode.KAFKA_STORAGE_ERROR
         # `__consumer_offsets` cannot be created: an error code, not a closed connection.
         found = roundtrip(sock, request_of(10, key="group", key_type=0), 3, correlation_id=2)
         assert found.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -198,3 +207,64 @@ def test_stop_while_the_disk_is_full_loses_nothing(tmp_path):
             if broker.proc.poll() is None:
                 broker.stop()
         no_traceback(broker)
+
+
+def test_a_log_dir_failing_io_goes_offline_and_the_other_goes_on(tmp_path):
+    """An error other than ENOSPC (here EFBIG: the broker's RLIMIT_FSIZE, set with
+    prlimit) takes its log dir offline, as Kafka's LogDirFailureChannel does: its partition
+    answers KAFKA_STORAGE_ERROR, DescribeLogDirs reports the dir's error, the partition in
+    the other dir goes on, and a restart brings every acknowledged record back."""
+    import resource
+
+    from kafka.admin import KafkaAdminClient
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    config = {"log.dirs": ",".join(map(str, dirs)), "num.partitions": "2"}
+    config["offsets.topic.num.partitions"] = "1"
+    broker = BrokerProcess(config)
+    try:
+        # Partition 0 is created in dir a, partition 1 in dir b (the least loaded).
+        acked0, _ = produce(broker.bootstrap, [b"p0-%06d-" % i + b"x" * 1000 for i in range(300)])
+        acked1, _ = produce(broker.bootstrap, [b"p1-%06d" % i for i in range(100)], partition=1)
+        assert (dirs[0] / f"{TOPIC}-0").is_dir() and (dirs[1] / f"{TOPIC}-1").is_dir()
+        size0 = sum(f.stat().st_size for f in (dirs[0] / f"{TOPIC}-0").glob("*.log"))
+        hard = resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE)[1]
+        resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE, (size0 + 20_000, hard))
+        more, errors = produce(
+            broker.bootstrap,
+            [b"p0-%06d-" % i + b"y" * 1000 for i in range(300, 400)],
+            retries=0,
+            **{"message.timeout.ms": 5000},
+        )
+        assert errors and KafkaError.KAFKA_STORAGE_ERROR in {e.code() for e in errors}
+        acked0 |= more
+        # The other dir goes on.
+        more1, errors1 = produce(broker.bootstrap, [b"p1-%06d" % i for i in range(100, 200)], 1)
+        assert len(more1) == 100 and not errors1
+        acked1 |= more1
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=20) as sock:
+            assert raw_produce(sock, 0, b"z") == ErrorCode.KAFKA_STORAGE_ERROR
+            assert raw_produce(sock, 1, b"z", cid=2) == ErrorCode.NONE
+        acked1[len(acked1)] = b"z"
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            (described,) = admin.describe_log_dirs()
+        finally:
+            admin.close()
+        by_dir = {d["log_dir"]: d for d in described["log_dirs"]}
+        assert by_dir[str(dirs[0])]["error_code"] == ErrorCode.KAFKA_STORAGE_ERROR
+        assert by_dir[str(dirs[1])]["error_code"] == ErrorCode.NONE
+        assert [
+            (t["name"], [p["partition_index"] for p in t["partitions"]])
+            for t in by_dir[str(dirs[1])]["topics"]
+            if t["name"] == TOPIC
+        ] == [(TOPIC, [1])]
+        resource.prlimit(broker.proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
+        assert broker.stop() == 0
+
+        broker = BrokerProcess(config)
+        check_every_acked_record(broker.bootstrap, acked0, 0)
+        check_every_acked_record(broker.bootstrap, acked1, 1)
+    finally:
+        if broker.proc.poll() is None:
+            broker.stop()
