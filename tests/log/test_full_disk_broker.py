@@ -166,6 +166,10 @@ def test_full_disk_loses_no_acknowledged_record(tmp_path):
             raw_produce_is_refused_on_an_open_connection(broker)
 
             filler.unlink()
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=20) as sock:
+                # The failed creation left nothing behind: now it is created.
+                found = roundtrip(sock, request_of(10, key="group", key_type=0), 3)
+                assert found.error_code == ErrorCode.NONE and found.port == broker.port
             after, errors = produce(broker.bootstrap, [b"after-%08d" % i for i in range(2000)])
             assert len(after) == 2000 and not errors
             assert min(after) == len(acked)  # right after the last acknowledged record
