@@ -48,9 +48,22 @@ async def handle(broker: Broker, request: Request) -> DescribeLogDirsResponse:
                 is_future_key=False,
             )
         )
+    offline = {Path(os.path.abspath(d)) for d in broker.log_manager.offline_dirs}
     results = []
     for log_dir, topics in by_dir.items():
         total, usable = _space(log_dir)
+        if log_dir in offline:
+            # As Kafka: a dir that failed I/O is listed with its error and no partitions.
+            results.append(
+                DescribeLogDirsResult(
+                    error_code=ErrorCode.KAFKA_STORAGE_ERROR,
+                    log_dir=str(log_dir),
+                    topics=[],
+                    total_bytes=total,
+                    usable_bytes=usable,
+                )
+            )
+            continue
         results.append(
             DescribeLogDirsResult(
                 error_code=ErrorCode.NONE,

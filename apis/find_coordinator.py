@@ -29,7 +29,13 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
         try:
             coordinator.store.ensure_topic()
         except KafkaError as exc:
-            error = exc.code
+            # Kafka answers COORDINATOR_NOT_AVAILABLE when the offsets topic cannot be
+            # created; a full disk (KAFKA_STORAGE_ERROR) is one way that happens.
+            error = (
+                ErrorCode.COORDINATOR_NOT_AVAILABLE
+                if exc.code == ErrorCode.KAFKA_STORAGE_ERROR
+                else exc.code
+            )
         if not error and not key:
             error = ErrorCode.INVALID_REQUEST
     elif key_type == TRANSACTION and getattr(broker, "transaction_coordinator", None) is not None:

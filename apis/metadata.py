@@ -14,26 +14,43 @@ from trio_broker.protocol._generated.metadata_response import (
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
-    from trio_broker.cluster.metadata import TopicState
+    from trio_broker.cluster.metadata import PartitionState, TopicState
     from trio_broker.server.requests import Request
 
 
-def _topic(topic: TopicState) -> MetadataResponseTopic:
+def _partition(broker: Broker, topic: str, p: PartitionState) -> MetadataResponsePartition:
+    log = broker.log_manager.get_log(topic, p.partition)
+    if log is not None and log.offline and p.leader == broker.node_id:
+        # Its log dir failed: this replica is offline and, being the only one, there is no
+        # leader (what Kafka's controller reports once the broker told it of the failure).
+        return MetadataResponsePartition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition,
+            leader_id=-1,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas),
+            isr_nodes=[r for r in p.isr if r != broker.node_id],
+            offline_replicas=[broker.node_id],
+        )
+    return MetadataResponsePartition(
+        error_code=ErrorCode.NONE,
+        partition_index=p.partition,
+        leader_id=p.leader,
+        leader_epoch=p.leader_epoch,
+        replica_nodes=list(p.replicas),
+        isr_nodes=list(p.isr),
+        offline_replicas=[],
+    )
+
+
+def _topic(broker: Broker, topic: TopicState) -> MetadataResponseTopic:
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
         partitions=[
-            MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=p.partition,
-                leader_id=p.leader,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=list(p.replicas),
-                isr_nodes=list(p.isr),
-                offline_replicas=[],
-            )
+            _partition(broker, topic.name, p)
             for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
         ],
     )
@@ -45,7 +62,7 @@ async def handle(broker: Broker, request: Request) -> MetadataResponse:
     topics: list[MetadataResponseTopic] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if body.topics is None or (request.api_version == 0 and not body.topics):
-        topics = [_topic(t) for t in sorted(meta.topics.values(), key=lambda t: t.name)]
+        topics = [_topic(broker, t) for t in sorted(meta.topics.values(), key=lambda t: t.name)]
     else:
         allow_create = request.api_version < 4 or body.allow_auto_topic_creation
         for wanted in body.topics:
@@ -76,7 +93,7 @@ async def handle(broker: Broker, request: Request) -> MetadataResponse:
                     )
                 )
             else:
-                topics.append(_topic(topic))
+                topics.append(_topic(broker, topic))
     brokers = [
         MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in sorted(meta.brokers.values(), key=lambda b: b.node_id)

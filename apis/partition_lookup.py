@@ -35,6 +35,8 @@ def leader_log(
         if current_leader_epoch > part.leader_epoch:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
     log = broker.log_manager.get_log(topic, partition)
+    if log is not None and log.offline:
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {log.name} is in an offline log dir")
     if log is None or log.closed:
         # Partition known but its log is gone (deleted a moment ago, or a failed dir).
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

@@ -299,7 +299,12 @@ class GroupCoordinator:
         if group.is_(S.STABLE) and member.matches(joined.protocols):
             # Same subscription: no rebalance, the member syncs to get its assignment back.
             member.rebalance_timeout_ms = joined.rebalance_timeout_ms
-            self._store_group(group)
+            try:
+                self._store_group(group)
+            except KafkaError as exc:  # KAFKA_STORAGE_ERROR: a full disk
+                logger.warning("group %s: cannot store a rejoin: %s", group.group_id, exc)
+                reply(JoinGroupResponse(error_code=exc.code, member_id=member.member_id))
+                return
             logger.info(
                 "static member %s of group %s rejoined as %s",
                 instance_id,
@@ -393,7 +398,12 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_name = None
             group.transition_to(S.EMPTY, now)
-            self._store_group(group)
+            try:
+                self._store_group(group)
+            except KafkaError as exc:
+                # As Kafka ("failed to write empty metadata"): the group goes on in memory;
+                # nobody waits for this record, and a timer task must not fail on it.
+                logger.warning("group %s: cannot store it empty: %s", group.group_id, exc)
             logger.info("group %s is empty in generation %d", group.group_id, group.generation_id)
             return
         group.protocol_name = group.select_protocol()

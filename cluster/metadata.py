@@ -121,8 +121,13 @@ class ClusterMetadata:
             ],
         }
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            # A full disk: the old file stays whole; the partial new one goes.
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, self.path)

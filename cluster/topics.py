@@ -179,11 +179,29 @@ class TopicManager:
             internal=internal,
         )
         cfg = resolve_log_config(topic.configs, self.config)
-        for index in range(num_partitions):
-            topic.partitions[index] = self._new_partition(name, index)
-            self.logs.create_log(name, index, topic.topic_id, cfg)
-        self.metadata.topics[name] = topic
-        self.metadata.save()
+        created = []
+        try:
+            for index in range(num_partitions):
+                topic.partitions[index] = self._new_partition(name, index)
+                self.logs.create_log(name, index, topic.topic_id, cfg)
+                created.append(index)
+            self.metadata.topics[name] = topic
+            self.metadata.save()
+        except (KafkaError, OSError) as exc:
+            # A full disk: no half-created topic stays behind (neither logs nor metadata),
+            # so the client's retry starts afresh once there is space.
+            self.metadata.topics.pop(name, None)
+            for index in created:
+                try:
+                    self.logs.delete_log(name, index)
+                except (KafkaError, OSError):
+                    logger.exception("cannot remove log %s-%s of a failed creation", name, index)
+            logger.error("cannot create topic %s: %s", name, exc)
+            if isinstance(exc, KafkaError):
+                raise
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot create topic {name}: {exc}"
+            ) from exc
         logger.info("created topic %s (%d partitions, id %s)", name, num_partitions, topic.topic_id)
         return topic
 
@@ -237,10 +255,17 @@ class TopicManager:
     def create_partitions(self, name: str, count: int) -> TopicState:
         topic = self.check_create_partitions(name, count)
         cfg = resolve_log_config(topic.configs, self.config)
+        # Each partition is added once its log exists, so a full disk midway leaves whole
+        # partitions only (the request gets KAFKA_STORAGE_ERROR from create_log).
         for index in range(len(topic.partitions), count):
-            topic.partitions[index] = self._new_partition(name, index)
             self.logs.create_log(name, index, topic.topic_id, cfg)
-        self.metadata.save()
+            topic.partitions[index] = self._new_partition(name, index)
+        try:
+            self.metadata.save()
+        except OSError as exc:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the metadata of {name}: {exc}"
+            ) from exc
         return topic
 
     def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:

@@ -14,6 +14,7 @@ is fsynced, as Kafka's CheckpointFile does, so a crash leaves either the old or 
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import os
 import time
@@ -78,8 +79,13 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True
             view = view[os.write(fd, view) :]
         if sync:
             os.fsync(fd)
-    finally:
+    except BaseException:
+        # A full disk: the old file stays as it was; the partial one goes (and its space).
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     if sync:
         fsync_dir(path.parent)

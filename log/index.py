@@ -99,6 +99,11 @@ class _Index:
             os.ftruncate(self.fd, start)
             os.ftruncate(self.fd, length)
 
+    def truncate_entries(self, n: int) -> None:
+        """Keep the first `n` entries (undoing appends that a failed write followed)."""
+        if n < len(self.keys):
+            self._truncate_entries(n)
+
     def reset(self) -> None:
         """Forget every entry (before a rebuild) and preallocate again."""
         self.keys = array.array("q")
@@ -141,9 +146,15 @@ class OffsetIndex(_Index):
     def _follows(self, key: int, value: int) -> bool:
         return key > self.keys[-1] and value > self.values[-1]
 
-    def sanity_check(self) -> None:
+    def sanity_check(self, log_size: int | None = None) -> None:
         if self.keys and self.keys[-1] < 0:
             raise CorruptIndexError(f"corrupt index {self.path}: last relative offset < 0")
+        if log_size is not None and self.values and self.values[-1] >= log_size:
+            # An entry for a batch that is not in the file (a failed write was indexed).
+            raise CorruptIndexError(
+                f"corrupt index {self.path}: position {self.values[-1]} is beyond the "
+                f"log's {log_size} bytes"
+            )
 
     @property
     def last_offset(self) -> int:

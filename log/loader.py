@@ -163,10 +163,15 @@ def complete_swaps(directory: Path) -> list[int]:
 
 def _recover(log: PartitionLog, recovery_point: int, clean_shutdown: bool) -> None:
     if clean_shutdown:
-        # Trust the files, except where an index is missing or corrupt.
+        # Trust the files, except where an index is missing or corrupt, or the active
+        # segment does not end in a whole batch (a write torn by a full disk, by a broker
+        # that did not undo it): recovering it keeps every whole batch before the tear.
+        last = log.segments[-1]
         for segment in log.segments:
             if segment.index_needs_rebuild:
                 _recover_segment(log, segment, "missing or corrupt index")
+            elif segment is last and not segment.tail_is_whole():
+                _recover_segment(log, segment, "torn last batch")
         return
     # The segment holding the recovery point and every later one may hold unflushed data.
     first = log._floor_slot(recovery_point)

@@ -9,6 +9,7 @@ the delayed deletion of `.deleted` segments and `-delete` directories.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -88,6 +89,9 @@ class LogManager:
         # Logs renamed to `-delete`, with the time they may be removed.
         self._logs_to_delete: list[tuple[int, PartitionLog]] = []
         self.had_clean_shutdown: dict[Path, bool] = {}
+        # Log dirs that failed I/O, with the error (Kafka's LogDirFailureChannel): offline
+        # until a restart. Their logs answer KAFKA_STORAGE_ERROR; the other dirs go on.
+        self.offline_dirs: dict[Path, str] = {}
         self._run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
 
     # -- start -----------------------------------------------------------------------------
@@ -120,16 +124,18 @@ class LogManager:
                     continue
                 if tp in self.logs:
                     raise RuntimeError(f"duplicate log directories for {tp}: {entry}")
-                self.logs[tp] = load_log(
-                    entry,
-                    tp[0],
-                    tp[1],
-                    topic_configs.get(tp[0], self.default_config),
-                    now_ms=self.now_ms,
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=start_offsets.get(tp, 0),
-                    high_watermark=high_watermarks.get(tp, 0),
-                    clean_shutdown=clean,
+                self.logs[tp] = self._watch(
+                    load_log(
+                        entry,
+                        tp[0],
+                        tp[1],
+                        topic_configs.get(tp[0], self.default_config),
+                        now_ms=self.now_ms,
+                        recovery_point=recovery_points.get(tp, 0),
+                        log_start_offset=start_offsets.get(tp, 0),
+                        high_watermark=high_watermarks.get(tp, 0),
+                        clean_shutdown=clean,
+                    )
                 )
             # From now on a crash must be detected as unclean.
             marker.unlink(missing_ok=True)
@@ -172,6 +178,39 @@ class LogManager:
             logger.warning("ignoring corrupt checkpoint file %s", path, exc_info=True)
             return {}
 
+    # -- failed log dirs -------------------------------------------------------------------
+
+    def _watch(self, log: PartitionLog) -> PartitionLog:
+        log.on_dir_failure = self.mark_dir_offline
+        return log
+
+    def mark_dir_offline(self, log_dir: Path, exc: BaseException) -> None:
+        """Take `log_dir` offline after an I/O error that left its files in doubt (Kafka's
+        LogDirFailureChannel + ReplicaManager.handleLogDirFailure): every log in it stops
+        (no more writes, not even at shutdown) and answers KAFKA_STORAGE_ERROR until the
+        broker restarts and recovery checks the files. Logs in other dirs go on."""
+        log_dir = Path(log_dir)
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
+        names = []
+        for log in self.logs.values():
+            if log.dir.parent == log_dir:
+                log.offline = True
+                log.closed = True
+                names.append(log.name)
+        logger.error(
+            "log dir %s is offline after an I/O error (%s); its %d partition(s) answer "
+            "KAFKA_STORAGE_ERROR until a restart: %s",
+            log_dir,
+            exc,
+            len(names),
+            names,
+        )
+
+    def online_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if d not in self.offline_dirs]
+
     # -- logs ------------------------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
@@ -196,21 +235,41 @@ class LogManager:
                     f"log {existing.name} has topic id {existing.topic_id}, not {topic_id}",
                 )
             return existing
-        counts = {d: 0 for d in self.log_dirs}
+        online = self.online_dirs()
+        if not online:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"no online log dir for {topic}-{partition}: {self.offline_dirs}",
+            )
+        counts = {d: 0 for d in online}
         for log in self.logs.values():
             parent = log.dir.parent
             if parent in counts:
                 counts[parent] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = load_log(
-            log_dir / f"{topic}-{partition}",
-            topic,
-            partition,
-            config or self.default_config,
-            now_ms=self.now_ms,
-            topic_id=topic_id,
-        )
-        self.logs[(topic, partition)] = log
+        log_dir = min(online, key=lambda d: counts[d])
+        path = log_dir / f"{topic}-{partition}"
+        existed = path.exists()
+        try:
+            log = load_log(
+                path,
+                topic,
+                partition,
+                config or self.default_config,
+                now_ms=self.now_ms,
+                topic_id=topic_id,
+            )
+        except OSError as exc:
+            # A full disk: nothing half-made stays behind, and the caller gets an error
+            # code to answer (topic creation is retried by the client).
+            if not existed:
+                shutil.rmtree(path, ignore_errors=True)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                self.mark_dir_offline(log_dir, exc)
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"cannot create the log of {topic}-{partition} in {log_dir}: {exc}",
+            ) from exc
+        self.logs[(topic, partition)] = self._watch(log)
         logger.info("created log %s in %s", log.name, log_dir)
         return log
 
@@ -247,57 +306,102 @@ class LogManager:
     # -- checkpoints -----------------------------------------------------------------------
 
     def _logs_by_dir(self) -> dict[Path, list[PartitionLog]]:
-        by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in self.log_dirs}
+        """The logs of each online log dir (an offline dir is not written to)."""
+        by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in self.online_dirs()}
         for log in self.logs.values():
-            by_dir.setdefault(log.dir.parent, []).append(log)
+            if log.dir.parent in by_dir:
+                by_dir[log.dir.parent].append(log)
         return by_dir
 
-    def checkpoint_recovery_points(self) -> None:
-        for log_dir, logs in self._logs_by_dir().items():
-            write_offset_checkpoint(
-                log_dir / RECOVERY_POINT_CHECKPOINT,
-                {(log.topic, log.partition): log.recovery_point for log in logs},
-            )
+    def _write_checkpoints(
+        self, name: str, offsets: Callable[[list[PartitionLog]], dict[TopicPartition, int]]
+    ) -> list[Path]:
+        """Write `name` in every online log dir; returns the dirs where that failed.
 
-    def checkpoint_log_start_offsets(self) -> None:
+        A write that fails (ENOSPC) leaves the previous file whole (atomic_write writes a
+        temporary file and renames it), so it is logged and tried again next time.
+        """
+        failed = []
+        for log_dir, logs in self._logs_by_dir().items():
+            try:
+                write_offset_checkpoint(log_dir / name, offsets(logs))
+            except OSError as exc:
+                logger.error("cannot write %s in %s (the old one stays): %s", name, log_dir, exc)
+                failed.append(log_dir)
+        return failed
+
+    def checkpoint_recovery_points(self) -> list[Path]:
+        return self._write_checkpoints(
+            RECOVERY_POINT_CHECKPOINT,
+            lambda logs: {(log.topic, log.partition): log.recovery_point for log in logs},
+        )
+
+    def checkpoint_log_start_offsets(self) -> list[Path]:
         # Like Kafka, only logs whose start moved past their first segment need an entry.
-        for log_dir, logs in self._logs_by_dir().items():
-            write_offset_checkpoint(
-                log_dir / LOG_START_OFFSET_CHECKPOINT,
-                {
-                    (log.topic, log.partition): log.log_start_offset
-                    for log in logs
-                    if log.log_start_offset > log.segments[0].base_offset
-                },
-            )
+        return self._write_checkpoints(
+            LOG_START_OFFSET_CHECKPOINT,
+            lambda logs: {
+                (log.topic, log.partition): log.log_start_offset
+                for log in logs
+                if log.log_start_offset > log.segments[0].base_offset
+            },
+        )
 
-    def checkpoint_high_watermarks(self) -> None:
-        for log_dir, logs in self._logs_by_dir().items():
-            write_offset_checkpoint(
-                log_dir / REPLICATION_OFFSET_CHECKPOINT,
-                {(log.topic, log.partition): log.high_watermark for log in logs},
-            )
+    def checkpoint_high_watermarks(self) -> list[Path]:
+        return self._write_checkpoints(
+            REPLICATION_OFFSET_CHECKPOINT,
+            lambda logs: {(log.topic, log.partition): log.high_watermark for log in logs},
+        )
 
-    def checkpoint(self) -> None:
-        """Write the three offset checkpoint files of every log dir (blocking: fsyncs)."""
-        self.checkpoint_recovery_points()
-        self.checkpoint_log_start_offsets()
-        self.checkpoint_high_watermarks()
+    def checkpoint(self) -> list[Path]:
+        """Write the three offset checkpoint files of every online log dir (blocking:
+        fsyncs); returns the dirs where a write failed."""
+        failed = self.checkpoint_recovery_points()
+        failed += self.checkpoint_log_start_offsets()
+        failed += self.checkpoint_high_watermarks()
+        return failed
 
     # -- stop ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        """Flush and close every log, write checkpoints and the clean-shutdown marker.
+
+        Never raises for I/O (a stop on a full disk must exit): what fails is logged, and a
+        dir where anything failed gets no clean-shutdown marker, so the next start runs
+        recovery there, which keeps every whole batch. Offline dirs are not written at all.
+        """
+        unclean: set[Path] = set(self.offline_dirs)
         for log in self.all_logs():
+            if log.offline:
+                log.close_handlers()
+                continue
             try:
                 log.close()
-            except OSError:
-                logger.exception("error closing log %s", log.name)
-        self.checkpoint()
-        self.delete_pending(force=True)
+            except OSError as exc:
+                # A full disk is no bug: one line, no traceback.
+                logger.error("error closing log %s: %s", log.name, exc)
+                unclean.add(log.dir.parent)
+        unclean.update(self.checkpoint())
+        try:
+            self.delete_pending(force=True)
+        except OSError:
+            logger.exception("error removing deleted logs")
         for log_dir in self.log_dirs:
-            atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
-        logger.info("log manager closed %d logs cleanly", len(self.logs))
+            if log_dir in unclean:
+                logger.warning(
+                    "log dir %s: no clean-shutdown marker; the next start recovers it", log_dir
+                )
+                continue
+            try:
+                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
+            except OSError as exc:
+                logger.error(
+                    "log dir %s: cannot write the clean-shutdown marker (%s); the next start "
+                    "recovers it",
+                    log_dir,
+                    exc,
+                )
+        logger.info("log manager closed %d logs", len(self.logs))
 
     # -- background maintenance ------------------------------------------------------------
 
@@ -360,7 +464,12 @@ class LogManager:
                 target = log.flush_target(now)
                 if target is not None:
                     log.last_flush_ms = now
-                    await self._run_sync(log.flush, target)
+                    try:
+                        await self._run_sync(log.flush, target)
+                    except OSError as exc:
+                        # A full disk (the leader epoch checkpoint): the recovery point
+                        # stays where it was; the next flush tries again. Others go on.
+                        logger.error("flush of %s failed: %s", log.name, exc)
             if self._has_pending_deletes():
                 await self._run_sync(self.delete_pending, now)
         elif name == "recovery_checkpoint":

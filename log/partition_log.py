@@ -12,6 +12,8 @@ worker thread; it only fsyncs file descriptors and advances the recovery point.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -32,7 +34,7 @@ from trio_broker.log.producer_state import (
     ProducerStateManager,
     increment_sequence,
 )
-from trio_broker.log.segment import LogSegment
+from trio_broker.log.segment import LogSegment, SegmentStateUnknown
 from trio_broker.protocol.records import (
     BatchHeader,
     set_base_offset,
@@ -97,6 +99,12 @@ class PartitionLog:
         # Segments renamed to .deleted, with the time their files may be closed and removed.
         self.pending_deletes: list[tuple[int, LogSegment]] = []
         self.closed = False
+        # Set when this log's directory failed I/O (see LogManager.mark_dir_offline): the
+        # log answers KAFKA_STORAGE_ERROR and writes nothing more until a restart.
+        self.offline = False
+        # Called with (log dir, error) on an I/O error that leaves the log in an unknown
+        # state (Kafka's LogDirFailureChannel); the LogManager takes the dir offline.
+        self.on_dir_failure: Callable[[Path, OSError], None] | None = None
 
     def __repr__(self) -> str:
         return f"<PartitionLog {self.topic}-{self.partition} [{self.log_start_offset}, {self.log_end_offset})>"
@@ -127,8 +135,37 @@ class PartitionLog:
         return self.leader_epoch_cache.latest_epoch
 
     def _check_open(self) -> None:
+        if self.offline:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is in an offline log dir"
+            )
         if self.closed:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.name} is closed")
+
+    def _storage_error(self, exc: OSError, what: str) -> KafkaError:
+        """The KafkaError to answer for an OSError while `what`.
+
+        ENOSPC / EDQUOT from a write that was undone (LogSegment.append, a roll that did
+        not happen) leaves the log exactly as it was: the client gets KAFKA_STORAGE_ERROR
+        (retriable) and the log stays online, so it heals on its own once space is freed.
+        Kafka takes the whole log dir offline on any IOException, until a restart; with a
+        single log dir that turns a full-disk blip into an outage that needs an operator,
+        while the undo has made the error harmless. Anything else (EIO, an undo that
+        failed: SegmentStateUnknown) means the files can no longer be trusted, and the
+        log dir goes offline, as in Kafka.
+        """
+        recoverable = exc.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(
+            exc, SegmentStateUnknown
+        )
+        if recoverable:
+            logger.warning("log %s: %s failed, nothing written: %s", self.name, what, exc)
+        else:
+            logger.error("log %s: %s failed: %s", self.name, what, exc)
+            if self.on_dir_failure is not None:
+                self.on_dir_failure(self.dir.parent, exc)
+            else:
+                self.offline = True
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed on {self.name}: {exc}")
 
     # -- segments --------------------------------------------------------------------------
 
@@ -165,7 +202,17 @@ class PartitionLog:
         active.on_become_inactive()
         self.producer_state.update_map_end_offset(new_offset)
         self.producer_state.take_snapshot(sync=False)
-        segment = self._new_segment(new_offset)
+        try:
+            segment = self._new_segment(new_offset)
+        except OSError:
+            # A full disk: no half-made segment may stay behind to be loaded at restart.
+            # The old one stays active (its trimmed indexes make the next append retry).
+            for suffix in (".log", ".index", ".timeindex"):
+                path = self.dir / f"{new_offset:020d}{suffix}"
+                with contextlib.suppress(OSError):
+                    if path.exists() and (suffix != ".log" or path.stat().st_size == 0):
+                        path.unlink()
+            raise
         logger.info("rolled new log segment for %s at offset %s", self.name, new_offset)
         return segment
 
@@ -259,8 +306,6 @@ class PartitionLog:
             raise ValueError(f"batch headers cover {position} bytes of {len(view)}")
 
         first_offset, last_offset = planned[0][2], planned[-1][3]
-        self._maybe_roll(len(view), max(p[4] for p in planned), last_offset, now)
-
         index_entries = []
         for pos, header, base, last, max_ts in planned:
             set_base_offset(view, pos, base)
@@ -270,14 +315,24 @@ class PartitionLog:
             elif header.is_log_append_time:
                 set_max_timestamp(view, pos, BatchTimestampType.CREATE_TIME, header.max_timestamp)
             index_entries.append((last, max_ts, header.size))
-        self.active_segment.append(view, index_entries)
+        try:
+            self._maybe_roll(len(view), max(p[4] for p in planned), last_offset, now)
+            # The commit point: all or nothing (LogSegment.append undoes a failed write).
+            self.active_segment.append(view, index_entries)
+        except OSError as exc:
+            raise self._storage_error(exc, "append") from exc
 
         self.log_end_offset = last_offset + 1
         for info in updates.values():
             self.producer_state.update(info)
         self.producer_state.update_map_end_offset(self.log_end_offset)
         if leader_epoch >= 0:
-            self.leader_epoch_cache.assign(leader_epoch, first_offset)
+            try:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+            except OSError as exc:
+                # The records are in; the cache in memory is right, and the checkpoint is
+                # written again by the next flush (and rebuilt from batches by recovery).
+                logger.warning("log %s: leader epoch checkpoint not written: %s", self.name, exc)
         self.unflushed_messages += record_count
         return AppendResult(
             first_offset=first_offset,
@@ -318,12 +373,17 @@ class PartitionLog:
             )
         if offset > self.log_start_offset:
             logger.info("log start offset of %s raised to %s by DeleteRecords", self.name, offset)
-            self._increment_log_start_offset(offset)
-            self._delete_segments(
-                self._deletable_segments(
-                    lambda seg, nxt: nxt is not None and nxt.base_offset <= offset
+            try:
+                self._increment_log_start_offset(offset)
+                self._delete_segments(
+                    self._deletable_segments(
+                        lambda seg, nxt: nxt is not None and nxt.base_offset <= offset
+                    )
                 )
-            )
+            except OSError as exc:
+                # The new start holds in memory (and retention deletes the segments later);
+                # a checkpoint or roll that a full disk refused is retried.
+                raise self._storage_error(exc, "delete records") from exc
         return self.log_start_offset
 
     def _increment_log_start_offset(self, offset: int) -> None:
@@ -537,13 +597,32 @@ class PartitionLog:
         """Clean close: trim indexes, snapshot producer state at the log end, fsync."""
         if self.closed:
             return
-        self.producer_state.update_map_end_offset(self.log_end_offset)
-        self.producer_state.take_snapshot(sync=True)
-        self.flush()
+        # Every step is tried even when one fails (ENOSPC on a full disk), so the files
+        # are closed either way; the first error is raised at the end, and the caller
+        # then leaves the dir without a clean-shutdown marker.
+        errors: list[OSError] = []
+        try:
+            self.producer_state.update_map_end_offset(self.log_end_offset)
+            self.producer_state.take_snapshot(sync=True)
+        except OSError as exc:
+            errors.append(exc)
+        try:
+            self.flush()
+        except OSError as exc:
+            errors.append(exc)
         for segment in self.segments:
-            segment.close()
-        self.delete_expired_files(force=True)
+            try:
+                segment.close()
+            except OSError as exc:
+                errors.append(exc)
+                segment.close_handlers()
+        try:
+            self.delete_expired_files(force=True)
+        except OSError as exc:
+            errors.append(exc)
         self.closed = True
+        if errors:
+            raise errors[0]
 
     def close_handlers(self) -> None:
         """Close file descriptors without any further writes (the log is being deleted)."""

@@ -22,7 +22,7 @@ from trio_broker.protocol.records import (
     scan_valid_prefix,
 )
 
-__all__ = ["LogSegment", "segment_file_name"]
+__all__ = ["LogSegment", "SegmentStateUnknown", "segment_file_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,11 @@ _INT32_MAX = 2**31 - 1
 # Recovery reads this much at a time to check CRCs: big enough to amortise the syscalls,
 # small enough not to hold a whole 1 GiB segment in memory.
 _RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+class SegmentStateUnknown(OSError):
+    """An I/O error left a segment in a state that could not be restored: its log dir
+    must go offline (Kafka's LogDirFailureChannel), as nothing can trust the files now."""
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -62,8 +67,29 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX + file_suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        try:
+            self._open_indexes(partition_dir, base_offset, max_index_size, file_suffix)
+        except BaseException:
+            # A roll on a full disk fails here (ENOSPC creating an index): no fd may leak.
+            os.close(self.fd)
+            for name in ("offset_index", "time_index"):
+                index = getattr(self, name, None)
+                if index is not None:
+                    index.close()
+            raise
         self.created_ms = created_ms
+        self.rolling_based_timestamp: int | None = None
+        if self.size >= HEADER_SIZE:
+            self.rolling_based_timestamp = self.read_header_at(0).max_timestamp
+        self._next_offset: int | None = None if self.size else base_offset
+        # (position, header) of the last batch appended by this process, for fetches at
+        # the log end; None until an append, and after anything that rewrites the tail.
+        self._tail: tuple[int, BatchHeader] | None = None
+
+    def _open_indexes(
+        self, partition_dir: Path, base_offset: int, max_index_size: int, file_suffix: str
+    ) -> None:
+        self.size = os.fstat(self.fd).st_size
         self.bytes_since_last_index_entry = 0
         self.index_needs_rebuild = False
         index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX + file_suffix)
@@ -75,7 +101,7 @@ class LogSegment:
             self.index_needs_rebuild = True
         try:
             self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
-            self.offset_index.sanity_check()
+            self.offset_index.sanity_check(self.size)
         except CorruptIndexError as exc:
             logger.warning("%s; rebuilding it", exc)
             index_path.unlink(missing_ok=True)
@@ -91,13 +117,6 @@ class LogSegment:
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
             self.time_index.last_entry()
         )
-        self.rolling_based_timestamp: int | None = None
-        if self.size >= HEADER_SIZE:
-            self.rolling_based_timestamp = self.read_header_at(0).max_timestamp
-        self._next_offset: int | None = None if self.size else base_offset
-        # (position, header) of the last batch appended by this process, for fetches at
-        # the log end; None until an append, and after anything that rewrites the tail.
-        self._tail: tuple[int, BatchHeader] | None = None
 
     # -- reading headers -------------------------------------------------------------------
 
@@ -129,6 +148,15 @@ class LogSegment:
                 return
             yield position, header
             position += header.size
+
+    def tail_is_whole(self) -> bool:
+        """Whether the batches after the last index entry end exactly at the file's end:
+        false for a torn write (a header announcing bytes past the end, or garbage)."""
+        _, position = self.offset_index.lookup(2**62)
+        end = position
+        for pos, header in self.batches_from(position):
+            end = pos + header.size
+        return end == self.size
 
     @property
     def next_offset(self) -> int:
@@ -164,17 +192,37 @@ class LogSegment:
 
         `batches` holds (last_offset, max_timestamp, size) per batch, in order, with the
         offsets and timestamps already assigned.
+
+        All or nothing: when a write fails (ENOSPC: a full disk) the file is truncated back
+        to its size before the call and index entries added by it are dropped, so the
+        segment is exactly as it was and the OSError is raised. A later append (space
+        freed) then lands where this one would have. If the undo itself fails, the
+        segment's state is unknown: `SegmentStateUnknown` is raised instead.
         """
         if not batches:
             return
+        start = self.size
+        undo = (
+            self.offset_index.entries,
+            self.time_index.entries,
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+            self.bytes_since_last_index_entry,
+            self.rolling_based_timestamp,
+        )
+        try:
+            self._append(data, batches)
+        except OSError as exc:
+            self._undo_append(start, undo, exc)
+            raise
+
+    def _append(self, data: memoryview, batches: list[tuple[int, int, int]]) -> None:
         physical = self.size
         if physical == 0:
             self.rolling_based_timestamp = batches[0][1]
         view = data
         while view:
             view = view[os.write(self.fd, view) :]
-        last_size = batches[-1][2]
-        self._tail = (physical + len(data) - last_size, read_header(data, len(data) - last_size))
         for last_offset, max_timestamp, size in batches:
             if max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = max_timestamp
@@ -187,8 +235,40 @@ class LogSegment:
                 self.bytes_since_last_index_entry = 0
             physical += size
             self.bytes_since_last_index_entry += size
+        last_size = batches[-1][2]
+        self._tail = (physical - last_size, read_header(data, len(data) - last_size))
         self.size = physical
         self._next_offset = batches[-1][0] + 1
+
+    def _undo_append(
+        self, start: int, undo: tuple[int, int, int, int, int, int | None], exc: OSError
+    ) -> None:
+        offset_entries, time_entries, *fields = undo
+        (
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp_so_far,
+            self.bytes_since_last_index_entry,
+            self.rolling_based_timestamp,
+        ) = fields
+        try:
+            # Shrinking needs no space, so this works on a full disk; what a failed write
+            # left (part of a batch) must go before anyone appends after it.
+            os.ftruncate(self.fd, start)
+            self.offset_index.truncate_entries(offset_entries)
+            self.time_index.truncate_entries(time_entries)
+            actual = os.fstat(self.fd).st_size
+        except OSError as undo_exc:
+            raise SegmentStateUnknown(
+                undo_exc.errno,
+                f"{self.log_path}: append failed ({exc}) and could not be undone: {undo_exc}",
+            ) from exc
+        if actual != start:
+            raise SegmentStateUnknown(
+                exc.errno, f"{self.log_path}: size {actual} after undoing an append, not {start}"
+            ) from exc
+        logger.warning(
+            "append to %s failed (%s): truncated back to %d bytes", self.log_path, exc, start
+        )
 
     def should_roll(
         self,

@@ -113,7 +113,11 @@ class Broker:
         task_status.started()
         async for log in self._flush_receive:
             if not log.closed:
-                await trio.to_thread.run_sync(log.flush)
+                try:
+                    await trio.to_thread.run_sync(log.flush)
+                except OSError as exc:
+                    # A full disk must not stop the broker; the log manager flushes again.
+                    logger.error("flush of %s failed: %s", log.name, exc)
 
     async def auto_create_topic(self, name: str) -> tuple[Any, Any]:
         return await self.topics.auto_create(name)
