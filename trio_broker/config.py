@@ -191,8 +191,8 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
         "Bytes of requests the broker holds at once (read, queued or being handled); a "
         "connection whose next bytes do not fit stops reading until memory is released. "
         "-1 is unbounded (Kafka's default); the default here is socket.request.max.bytes, "
-        "so request memory stays under about twice that. Raised to socket.request.max.bytes "
-        "if smaller.",
+        "which bounds request memory by it plus at most two requests of overshoot. Raised to "
+        "socket.request.max.bytes if smaller.",
     ),
     ConfigKey(
         "max.connections",
