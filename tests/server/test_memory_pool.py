@@ -217,3 +217,32 @@ def test_close_mid_frame_returns_everything():
     assert pool.used > 0
     reader.close()
     assert pool.used == 0
+
+
+def test_large_frame_already_queued_gets_its_exact_buffer_at_once():
+    # The socket says the rest of the frame is already there (FIONREAD): no growing in
+    # steps, one buffer of the frame's size that the socket fills directly.
+    pool = MemoryPool(1 << 30)
+    size = 4 * 1024 * 1024
+    reader = FrameReader(max_frame_bytes=size, pool=pool)
+    data = struct.pack(">i", size) + bytes(range(256)) * (size // 256)
+    first = 10_004
+    reader.receive_buffer()[:first] = data[:first]
+    reader.received(first)
+    assert reader.next_frame() is NEED_DATA
+    target = reader.receive_buffer(lambda: len(data) - first)
+    assert len(target) == len(data) - first
+    assert pool.used == len(data)
+    target[:] = data[first:]
+    reader.received(len(target))
+    assert reader.next_frame() == data[4:]
+
+
+def test_large_frame_not_yet_sent_stays_in_the_chunk():
+    pool = MemoryPool(1 << 30)
+    reader = FrameReader(max_frame_bytes=100_000_000, pool=pool)
+    reader.receive_buffer()[:4] = struct.pack(">i", 100_000_000)
+    reader.received(4)
+    assert reader.next_frame() is NEED_DATA
+    assert len(reader.receive_buffer(lambda: 0)) == 64 * 1024 - 4
+    assert pool.used == 0

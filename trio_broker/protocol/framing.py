@@ -12,14 +12,16 @@ the limit gets its memory as its bytes arrive, not when its size does.
 
 Given a `pool` (the broker's `queued.max.request.bytes`), every frame handed out and
 every buffer grown for a large frame is charged to it first; when the pool refuses,
-`next_frame()` answers NEED_MEMORY and the caller waits for `memory_wanted` bytes itself
-(the reader does no I/O and never waits), then calls `granted()`.
+`next_frame()` answers NEED_MEMORY (or `receive_buffer()` None) and the caller waits for
+`memory_wanted` bytes itself (the reader does no I/O and never waits), then calls
+`granted()`.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from typing import Protocol
 
 __all__ = [
@@ -167,26 +169,35 @@ class FrameReader:
         if self._pool is not None and size:
             self._pool.release(size)
 
-    def _make_room(self) -> bool:
+    def _make_room(self, queued: Callable[[], int] | None) -> bool:
         """Make room for the next read; False when that needs memory the pool refused."""
         total = 4 + self._need if self._need >= 0 else 4
         pending = self._end - self._start
         room = len(self._buf) - self._end
+        arrived = -1
         if self._buf_charge:
             if room:
                 return True  # a large frame's own buffer, not full yet
-        elif room >= min(total - pending, 512):
-            return True
         elif total <= self._chunk:
+            if room >= min(total - pending, 512):
+                return True
             # Little room left at the tail: a fresh chunk, starting with the unread bytes.
             # (Frames taken out of the old one were copies; nothing else holds it.)
             self._move_to(bytearray(self._chunk))
             return True
+        else:
+            # A large frame still in the chunk: stay there unless enough of it is here to
+            # justify its own buffer.
+            arrived = pending + (queued() if queued is not None else 0)
+            if arrived * _EXACT_FRACTION < total and room >= 512:
+                return True
         # A large frame outgrew its buffer: grow it only as far as its bytes justify.
-        if pending * _EXACT_FRACTION >= total:
+        if arrived < 0:
+            arrived = pending + (queued() if queued is not None else 0)
+        if arrived * _EXACT_FRACTION >= total:
             size = total
         else:
-            size = min(total, max(2 * pending, 2 * self._chunk))
+            size = min(total, max(2 * arrived, 2 * self._chunk))
         if not self._take(size):
             return False
         old = self._buf_charge
@@ -195,11 +206,14 @@ class FrameReader:
         self._release(old)
         return True
 
-    def receive_buffer(self) -> memoryview:
-        """A writable view the next received bytes should be written into; never empty
-        when `next_frame()` has just answered NEED_DATA."""
-        if not self._make_room():
-            raise RuntimeError("the pool refused memory: wait for memory_wanted, granted()")
+    def receive_buffer(self, queued: Callable[[], int] | None = None) -> memoryview | None:
+        """A writable view the next received bytes should be written into, never empty;
+        None only with a pool that refused the memory a large frame needs to grow (then
+        reserve `memory_wanted`, `granted()`, and ask again). `queued`, when given, says
+        how many bytes the socket holds unread: a large frame whose bytes are all there
+        gets its exact buffer at once instead of growing step by step."""
+        if not self._make_room(queued):
+            return None
         return memoryview(self._buf)[self._end :]
 
     def received(self, n: int) -> None:
@@ -223,9 +237,6 @@ class FrameReader:
         fresh[:pending] = memoryview(self._buf)[self._start : self._end]
         self._buf, self._start, self._end = fresh, 0, pending
 
-    def _need_data(self) -> _NeedData:
-        return NEED_DATA if self._make_room() else NEED_MEMORY
-
     def next_frame(self) -> memoryview | _NeedData:
         """The next complete frame; NEED_DATA (receive more first) or NEED_MEMORY (reserve
         `memory_wanted` bytes of the pool, call `granted()`, then ask again)."""
@@ -233,7 +244,7 @@ class FrameReader:
         start = self._start
         if self._need < 0:
             if self._end - start < 4:
-                return self._need_data()
+                return NEED_DATA
             (size,) = _SIZE.unpack_from(buf, start)
             if size < 0:
                 raise InvalidFrame(f"negative frame size {size}")
@@ -242,7 +253,7 @@ class FrameReader:
             self._need = size
         end = start + 4 + self._need
         if self._end < end:
-            return self._need_data()
+            return NEED_DATA
         if start == 0 and end == len(buf):
             # The frame fills its buffer (always so for a large one): hand it over whole.
             charge = self._buf_charge

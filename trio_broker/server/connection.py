@@ -22,7 +22,7 @@ import trio
 from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader, InvalidFrame
 from trio_broker.protocol.quirks import InvalidRequest, ParsedRequest, parse_request
 from trio_broker.server.requests import NO_RESPONSE, Request, Response
-from trio_broker.server.sendfile import receive_into, send_bytes, send_response
+from trio_broker.server.sendfile import queued_bytes, receive_into, send_bytes, send_response
 
 if TYPE_CHECKING:
     from trio_broker.server.log_limit import LogLimiter
@@ -133,16 +133,15 @@ class Connection:
         while True:
             frame = reader.next_frame()
             if frame is NEED_MEMORY:
-                # queued.max.request.bytes is spent: stop reading (Kafka mutes the
-                # channel) until requests in flight give memory back.
-                wanted = reader.memory_wanted
-                logger.debug("[conn %s] waiting for %d bytes of request memory", self.id, wanted)
-                await self.pool.reserve(wanted, held=reader.held)
-                reader.granted(wanted)
+                await self._wait_for_memory()
                 continue
             if frame is not NEED_DATA:
                 return frame
-            n = await receive_into(self.sock, reader.receive_buffer())
+            buf = reader.receive_buffer(self._queued)
+            if buf is None:  # a large frame must grow, and the pool is spent
+                await self._wait_for_memory()
+                continue
+            n = await receive_into(self.sock, buf)
             if not n:
                 if reader.buffered:
                     logger.info(
@@ -153,6 +152,18 @@ class Connection:
                     )
                 return None
             reader.received(n)
+
+    async def _wait_for_memory(self) -> None:
+        # queued.max.request.bytes is spent: stop reading (Kafka mutes the channel) until
+        # answered requests give memory back; then the reader goes on where it was.
+        reader = self.reader
+        wanted = reader.memory_wanted
+        logger.debug("[conn %s] waiting for %d bytes of request memory", self.id, wanted)
+        await self.pool.reserve(wanted, held=reader.held)
+        reader.granted(wanted)
+
+    def _queued(self) -> int:
+        return queued_bytes(self.sock)
 
     def idle_for(self, now: float) -> float:
         """Seconds since this connection last finished a request (0 while one is in flight)."""
