@@ -8,6 +8,7 @@ import trio
 
 from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader
 from trio_broker.server.memory_pool import MemoryPool
+from trio_broker.server.sendfile import queued_bytes
 
 # -- the pool -------------------------------------------------------------------------------
 
@@ -246,3 +247,12 @@ def test_large_frame_not_yet_sent_stays_in_the_chunk():
     assert reader.next_frame() is NEED_DATA
     assert len(reader.receive_buffer(lambda: 0)) == 64 * 1024 - 4
     assert pool.used == 0
+
+
+async def test_queued_bytes_says_what_the_socket_holds():
+    a, b = trio.socket.socketpair()
+    with a, b:
+        assert queued_bytes(b) == 0
+        await a.send(b"x" * 1000)
+        await trio.lowlevel.wait_readable(b)
+        assert queued_bytes(b) == 1000

@@ -21,6 +21,7 @@ import trio
 
 from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader, InvalidFrame
 from trio_broker.protocol.quirks import InvalidRequest, ParsedRequest, parse_request
+from trio_broker.server.connection_quotas import normalize_host
 from trio_broker.server.requests import NO_RESPONSE, Request, Response
 from trio_broker.server.sendfile import queued_bytes, receive_into, send_bytes, send_response
 
@@ -103,8 +104,9 @@ class Connection:
         self._closing = False
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
-            self.peer_host, port = stream.socket.getpeername()[:2]
-            self.peer = f"{self.peer_host}:{port}"
+            host, port = stream.socket.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+            self.peer_host = normalize_host(host)
         except OSError:
             self.peer_host = self.peer = "?"
 

@@ -18,7 +18,6 @@ import errno
 import fcntl
 import os
 import struct
-import termios
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -80,12 +79,18 @@ async def sendfile(sock: trio.socket.SocketType, region: FileRegionLike) -> None
 
 
 _ZERO_INT = bytes(4)
+_FIONREAD: int | None = None
 
 
 def queued_bytes(sock: trio.socket.SocketType) -> int:
     """Bytes received by the kernel and not yet read (FIONREAD); 0 when it cannot say."""
+    global _FIONREAD
+    if _FIONREAD is None:
+        import termios  # only large frames ask; start-up does not pay for it
+
+        _FIONREAD = termios.FIONREAD
     try:
-        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, _ZERO_INT))[0]
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _FIONREAD, _ZERO_INT))[0]
     except OSError:
         return 0
 
