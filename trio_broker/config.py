@@ -181,6 +181,51 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(0),
         "Idle connections are closed after this.",
     ),
+    # request memory and connection limits (Kafka's SocketServer and ConnectionQuotas)
+    ConfigKey(
+        "queued.max.request.bytes",
+        "LONG",
+        104857600,
+        _int,
+        _at_least(-1),
+        "Bytes of requests the broker holds at once (read, queued or being handled); a "
+        "connection whose next bytes do not fit stops reading until memory is released. "
+        "-1 is unbounded (Kafka's default); the default here is socket.request.max.bytes, "
+        "which bounds request memory by it plus at most two requests of overshoot. Raised to "
+        "socket.request.max.bytes if smaller.",
+    ),
+    ConfigKey(
+        "max.connections",
+        "INT",
+        2147483647,
+        _int,
+        _at_least(0),
+        "Connections the broker holds at once; one more is closed as soon as it is accepted.",
+    ),
+    ConfigKey(
+        "max.connections.per.ip",
+        "INT",
+        2147483647,
+        _int,
+        _at_least(0),
+        "Connections allowed from one address; one more is closed as soon as it is accepted.",
+    ),
+    ConfigKey(
+        "max.connections.per.ip.overrides",
+        "STRING",
+        "",
+        _str,
+        lambda v: _ip_overrides(v),
+        "Per-address limits replacing max.connections.per.ip: host:count,host:count.",
+    ),
+    ConfigKey(
+        "max.connection.creation.rate",
+        "INT",
+        2147483647,
+        _int,
+        _at_least(0),
+        "New connections accepted per second, over all listeners; more are closed at once.",
+    ),
     ConfigKey(
         "shutdown.grace.period.ms",
         "LONG",
@@ -562,3 +607,10 @@ def new_cluster_id() -> str:
     import base64
 
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _ip_overrides(text: str) -> None:
+    # The parser lives with the connection quotas; imported here only to validate.
+    from trio_broker.server.connection_quotas import parse_ip_overrides
+
+    parse_ip_overrides(text)

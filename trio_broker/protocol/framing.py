@@ -2,33 +2,65 @@
 
 A Kafka request is an int32 size followed by that many bytes (header + body). The
 reader refuses a frame whose declared size exceeds the limit *before* buffering it,
-so a peer cannot make the broker allocate 2 GiB by sending four bytes.
+so a peer cannot make the broker allocate 2 GiB by sending four bytes; and a frame under
+the limit gets its memory as its bytes arrive, not when its size does.
 
     reader = FrameReader(max_frame_bytes=config.socket_request_max_bytes)
     reader.receive_data(chunk)
     while (frame := reader.next_frame()) is not NEED_DATA:
         ...
+
+Given a `pool` (the broker's `queued.max.request.bytes`), every frame handed out and
+every buffer grown for a large frame is charged to it first; when the pool refuses,
+`next_frame()` answers NEED_MEMORY (or `receive_buffer()` None) and the caller waits for
+`memory_wanted` bytes itself (the reader does no I/O and never waits), then calls
+`granted()`.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["NEED_DATA", "FrameReader", "FrameTooLarge", "InvalidFrame"]
+__all__ = [
+    "NEED_DATA",
+    "NEED_MEMORY",
+    "FrameReader",
+    "FrameTooLarge",
+    "InvalidFrame",
+    "RequestMemory",
+]
 
 _SIZE = struct.Struct(">i")
 
 
 class _NeedData(enum.Enum):
     NEED_DATA = "NEED_DATA"
+    NEED_MEMORY = "NEED_MEMORY"
 
 
 NEED_DATA = _NeedData.NEED_DATA
+NEED_MEMORY = _NeedData.NEED_MEMORY
+
+# A large frame's buffer doubles as its bytes arrive, from twice the chunk, and jumps to
+# the frame's exact size once this fraction of it is here: a client that sends its
+# request at once costs one copy of an eighth of it, while one that announces 100 MB and
+# sends a little makes the broker hold at most twice that little (or 8x, past an eighth).
+_EXACT_FRACTION = 8
 
 
 class InvalidFrame(Exception):
     """The peer sent bytes that are not a Kafka frame; the connection must close."""
+
+
+class RequestMemory(Protocol):
+    """What the reader needs of a memory pool (`trio_broker.server.memory_pool`)."""
+
+    def try_reserve(self, size: int) -> bool: ...
+
+    def release(self, size: int) -> None: ...
 
 
 class FrameTooLarge(InvalidFrame):
@@ -47,23 +79,55 @@ class FrameReader:
     Bytes arrive either by copy (`receive_data`) or, on the hot path, straight into the
     reader's own buffer: `receive_buffer()` is where the next bytes go and `received(n)`
     says how many went there. Small frames are read many to a chunk and copied out one by
-    one; a frame larger than a chunk gets a buffer of exactly its size once its length
-    prefix is known, so the socket fills it directly and it is handed over whole.
+    one. A frame larger than a chunk gets buffers of its own, growing as its bytes arrive
+    (doubling, then its exact size once an eighth of it is here), so the socket fills the
+    last one directly and it is handed over whole.
+
+    With a pool, a handed-out frame stays charged until `frame_done()`, and `close()`
+    returns everything the reader holds.
     """
 
-    __slots__ = ("_buf", "_chunk", "_end", "_need", "_start", "max_frame_bytes")
+    __slots__ = (
+        "_buf",
+        "_buf_charge",
+        "_chunk",
+        "_credit",
+        "_end",
+        "_frame_charge",
+        "_need",
+        "_pool",
+        "_start",
+        "max_frame_bytes",
+        "memory_wanted",
+    )
 
-    def __init__(self, *, max_frame_bytes: int, chunk_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        *,
+        max_frame_bytes: int,
+        chunk_bytes: int = 64 * 1024,
+        pool: RequestMemory | None = None,
+    ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._chunk = chunk_bytes
+        self._pool = pool
         self._buf = bytearray()  # allocated on first receive: idle connections cost nothing
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
         self._need = -1  # the current frame's size once its prefix is read
+        self._buf_charge = 0  # what _buf cost the pool (0 for the shared chunk)
+        self._frame_charge = 0  # what frames handed out and not yet done cost the pool
+        self._credit = 0  # granted by the caller after NEED_MEMORY, not yet spent
+        self.memory_wanted = 0  # after NEED_MEMORY: bytes to reserve, then granted()
 
     @property
     def buffered(self) -> int:
         return self._end - self._start
+
+    @property
+    def held(self) -> int:
+        """Bytes charged to the pool for this reader's frames (handed out or growing)."""
+        return self._buf_charge + self._frame_charge + self._credit
 
     @property
     def bytes_wanted(self) -> int:
@@ -72,17 +136,84 @@ class FrameReader:
             return max(4 - self.buffered, 1)
         return max(self._need + 4 - self.buffered, 1)
 
-    def receive_buffer(self) -> memoryview:
-        """A writable view the next received bytes should be written into; never empty
-        when `next_frame()` has just answered NEED_DATA."""
-        want = 4 + self._need if self._need >= 0 else 4
-        if want > self._chunk and len(self._buf) - self._start < want:
-            # A large frame: its own buffer, exactly its size, holding what we have of it.
-            self._move_to(bytearray(want))
-        elif not self._buf or len(self._buf) - self._end < min(want - self.buffered, 512):
+    def granted(self, size: int) -> None:
+        """The caller reserved `size` bytes of the pool for this reader (after NEED_MEMORY)."""
+        self._credit += size
+
+    def frame_done(self) -> None:
+        """The frames handed out so far are no longer used: their memory goes back."""
+        if self._frame_charge:
+            charge, self._frame_charge = self._frame_charge, 0
+            self._release(charge)
+
+    def close(self) -> None:
+        """Return all memory; the reader is not used again."""
+        charge = self._frame_charge + self._buf_charge + self._credit
+        self._frame_charge = self._buf_charge = self._credit = 0
+        self._buf = bytearray()
+        self._start = self._end = 0
+        self._release(charge)
+
+    def _take(self, size: int) -> bool:
+        if self._pool is None:
+            return True
+        if self._credit >= size:
+            self._credit -= size
+            return True
+        if self._pool.try_reserve(size):
+            return True
+        self.memory_wanted = size - self._credit
+        return False
+
+    def _release(self, size: int) -> None:
+        if self._pool is not None and size:
+            self._pool.release(size)
+
+    def _make_room(self, queued: Callable[[], int] | None) -> bool:
+        """Make room for the next read; False when that needs memory the pool refused."""
+        total = 4 + self._need if self._need >= 0 else 4
+        pending = self._end - self._start
+        room = len(self._buf) - self._end
+        arrived = -1
+        if self._buf_charge:
+            if room:
+                return True  # a large frame's own buffer, not full yet
+        elif total <= self._chunk:
+            if room >= min(total - pending, 512):
+                return True
             # Little room left at the tail: a fresh chunk, starting with the unread bytes.
             # (Frames taken out of the old one were copies; nothing else holds it.)
-            self._move_to(bytearray(max(self._chunk, want)))
+            self._move_to(bytearray(self._chunk))
+            return True
+        else:
+            # A large frame still in the chunk: stay there unless enough of it is here to
+            # justify its own buffer.
+            arrived = pending + (queued() if queued is not None else 0)
+            if arrived * _EXACT_FRACTION < total and room >= 512:
+                return True
+        # A large frame outgrew its buffer: grow it only as far as its bytes justify.
+        if arrived < 0:
+            arrived = pending + (queued() if queued is not None else 0)
+        if arrived * _EXACT_FRACTION >= total:
+            size = total
+        else:
+            size = min(total, max(2 * arrived, 2 * self._chunk))
+        if not self._take(size):
+            return False
+        old = self._buf_charge
+        self._move_to(bytearray(size))
+        self._buf_charge = size
+        self._release(old)
+        return True
+
+    def receive_buffer(self, queued: Callable[[], int] | None = None) -> memoryview | None:
+        """A writable view the next received bytes should be written into, never empty;
+        None only with a pool that refused the memory a large frame needs to grow (then
+        reserve `memory_wanted`, `granted()`, and ask again). `queued`, when given, says
+        how many bytes the socket holds unread: a large frame whose bytes are all there
+        gets its exact buffer at once instead of growing step by step."""
+        if not self._make_room(queued):
+            return None
         return memoryview(self._buf)[self._end :]
 
     def received(self, n: int) -> None:
@@ -90,10 +221,13 @@ class FrameReader:
         self._end += n
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
-        """Copy `data` in: for callers that have bytes rather than a socket."""
+        """Copy `data` in: for callers that have bytes rather than a socket (the pool is
+        charged only for the frames taken out)."""
         view = memoryview(data).cast("B")
         if len(self._buf) - self._end < len(view):
             self._move_to(bytearray(self.buffered + len(view)))
+            charge, self._buf_charge = self._buf_charge, 0
+            self._release(charge)
         self._buf[self._end : self._end + len(view)] = view
         self._end += len(view)
 
@@ -104,6 +238,8 @@ class FrameReader:
         self._buf, self._start, self._end = fresh, 0, pending
 
     def next_frame(self) -> memoryview | _NeedData:
+        """The next complete frame; NEED_DATA (receive more first) or NEED_MEMORY (reserve
+        `memory_wanted` bytes of the pool, call `granted()`, then ask again)."""
         buf = self._buf
         start = self._start
         if self._need < 0:
@@ -118,13 +254,24 @@ class FrameReader:
         end = start + 4 + self._need
         if self._end < end:
             return NEED_DATA
-        self._need = -1
         if start == 0 and end == len(buf):
             # The frame fills its buffer (always so for a large one): hand it over whole.
+            charge = self._buf_charge
+            if not charge:
+                if not self._take(self._need):
+                    return NEED_MEMORY
+                charge = self._need
+            self._frame_charge += charge
+            self._need = -1
             frame = memoryview(buf)[4:]
             self._buf = bytearray()
+            self._buf_charge = 0
             self._start = self._end = 0
             return frame
+        if not self._take(self._need):
+            return NEED_MEMORY
+        self._frame_charge += self._need
+        self._need = -1
         frame = memoryview(bytearray(memoryview(buf)[start + 4 : end]))
         if end == self._end:
             self._start = self._end = 0  # all read: reuse the chunk from its start

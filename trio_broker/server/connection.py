@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from trio_broker.protocol.framing import NEED_DATA, FrameReader, InvalidFrame
+from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader, InvalidFrame
 from trio_broker.protocol.quirks import InvalidRequest, ParsedRequest, parse_request
+from trio_broker.server.connection_quotas import normalize_host
 from trio_broker.server.requests import NO_RESPONSE, Request, Response
-from trio_broker.server.sendfile import receive_into, send_bytes, send_response
+from trio_broker.server.sendfile import queued_bytes, receive_into, send_bytes, send_response
 
 if TYPE_CHECKING:
+    from trio_broker.server.log_limit import LogLimiter
+    from trio_broker.server.memory_pool import MemoryPool
     from trio_broker.server.socket_server import Processor
 
 logger = logging.getLogger(__name__)
@@ -82,6 +85,8 @@ class Connection:
         listener: str,
         max_request_bytes: int,
         supported: Mapping[int, tuple[int, int]],
+        pool: MemoryPool,
+        bad_frames: LogLimiter,
     ) -> None:
         self.id = next(_ids)
         self.stream = stream
@@ -89,7 +94,9 @@ class Connection:
         self.processor = processor
         self.listener = listener
         self.supported = supported
-        self.reader = FrameReader(max_frame_bytes=max_request_bytes)
+        self.pool = pool
+        self.reader = FrameReader(max_frame_bytes=max_request_bytes, pool=pool)
+        self._bad_frames = bad_frames
         self.scope = trio.CancelScope()
         self.client_id: str | None = None
         self.in_flight = False
@@ -97,9 +104,11 @@ class Connection:
         self._closing = False
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
-            self.peer = "{}:{}".format(*stream.socket.getpeername()[:2])
+            host, port = stream.socket.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+            self.peer_host = normalize_host(host)
         except OSError:
-            self.peer = "?"
+            self.peer_host = self.peer = "?"
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.peer} client={self.client_id!r}>"
@@ -125,9 +134,16 @@ class Connection:
         reader = self.reader
         while True:
             frame = reader.next_frame()
+            if frame is NEED_MEMORY:
+                await self._wait_for_memory()
+                continue
             if frame is not NEED_DATA:
                 return frame
-            n = await receive_into(self.sock, reader.receive_buffer())
+            buf = reader.receive_buffer(self._queued)
+            if buf is None:  # a large frame must grow, and the pool is spent
+                await self._wait_for_memory()
+                continue
+            n = await receive_into(self.sock, buf)
             if not n:
                 if reader.buffered:
                     logger.info(
@@ -138,6 +154,18 @@ class Connection:
                     )
                 return None
             reader.received(n)
+
+    async def _wait_for_memory(self) -> None:
+        # queued.max.request.bytes is spent: stop reading (Kafka mutes the channel) until
+        # answered requests give memory back; then the reader goes on where it was.
+        reader = self.reader
+        wanted = reader.memory_wanted
+        logger.debug("[conn %s] waiting for %d bytes of request memory", self.id, wanted)
+        await self.pool.reserve(wanted, held=reader.held)
+        reader.granted(wanted)
+
+    def _queued(self) -> int:
+        return queued_bytes(self.sock)
 
     def idle_for(self, now: float) -> float:
         """Seconds since this connection last finished a request (0 while one is in flight)."""
@@ -152,6 +180,9 @@ class Connection:
             logger.debug("[conn %s] %s went away", self.id, self.peer)
         finally:
             self._response_send.close()
+            # The request in flight, if any, has finished with its frame (its handler
+            # returned, or the broker is stopping): all of this reader's memory goes back.
+            self.reader.close()
             logger.debug("[conn %s] closed", self.id)
 
     async def _serve(self, requests: trio.MemorySendChannel[Request]) -> None:
@@ -162,7 +193,7 @@ class Connection:
         try:
             while not self._closing:
                 frame = reader.next_frame()
-                if frame is NEED_DATA:
+                if frame is NEED_DATA or frame is NEED_MEMORY:
                     await held.flush(self.sock)
                     frame = await self._next_frame()
                     if frame is None:
@@ -170,13 +201,7 @@ class Connection:
                 try:
                     parsed = parse_request(frame, self.supported)
                 except (InvalidFrame, InvalidRequest) as exc:
-                    logger.warning(
-                        "[conn %s] bad request from %s (client %r): %s; closing",
-                        self.id,
-                        self.peer,
-                        self.client_id,
-                        exc,
-                    )
+                    self._log_bad("bad request", exc)
                     break
                 hold = _may_hold(parsed)
                 if not hold:
@@ -194,6 +219,9 @@ class Connection:
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
                 response = await self._response_receive.receive()
+                # The handler is done with the request: its frame's memory goes back to the
+                # pool (a produce's records were copied into the log, nothing keeps them).
+                reader.frame_done()
                 if response is not NO_RESPONSE:
                     if response.regions or not hold:
                         await held.flush(self.sock)
@@ -213,10 +241,20 @@ class Connection:
         try:
             await self.run(requests)
         except InvalidFrame as exc:
-            logger.warning(
-                "[conn %s] bad frame from %s (client %r): %s; closing",
-                self.id,
-                self.peer,
-                self.client_id,
-                exc,
-            )
+            self._log_bad("bad frame", exc)
+
+    def _log_bad(self, what: str, exc: Exception) -> None:
+        # Once per client address per interval: a client looping on a bad frame must not
+        # fill the broker's log.
+        suppressed = self._bad_frames.hit(self.peer_host, trio.current_time())
+        if suppressed is None:
+            return
+        logger.warning(
+            "[conn %s] %s from %s (client %r): %s; closing%s",
+            self.id,
+            what,
+            self.peer,
+            self.client_id,
+            exc,
+            f" ({suppressed} more from {self.peer_host} not logged)" if suppressed else "",
+        )

@@ -15,13 +15,21 @@ succeeds returns at once, and only one that would block waits (a checkpoint).
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import struct
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import trio
 
-__all__ = ["FileRegionLike", "receive_into", "send_bytes", "send_response"]
+__all__ = [
+    "FileRegionLike",
+    "queued_bytes",
+    "receive_into",
+    "send_bytes",
+    "send_response",
+]
 
 _CHUNK = 4 * 1024 * 1024  # bytes per sendfile call, and between scheduler checkpoints
 # A fetch answer carrying at most this much record data is read and written in one
@@ -68,6 +76,23 @@ async def sendfile(sock: trio.socket.SocketType, region: FileRegionLike) -> None
         if since_checkpoint >= _CHUNK:
             await trio.lowlevel.checkpoint()
             since_checkpoint = 0
+
+
+_ZERO_INT = bytes(4)
+_FIONREAD: int | None = None
+
+
+def queued_bytes(sock: trio.socket.SocketType) -> int:
+    """Bytes received by the kernel and not yet read (FIONREAD); 0 when it cannot say."""
+    global _FIONREAD
+    if _FIONREAD is None:
+        import termios  # only large frames ask; start-up does not pay for it
+
+        _FIONREAD = termios.FIONREAD
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), _FIONREAD, _ZERO_INT))[0]
+    except OSError:
+        return 0
 
 
 async def receive_into(sock: trio.socket.SocketType, buf: memoryview) -> int:

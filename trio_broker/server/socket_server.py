@@ -1,7 +1,8 @@
 """Kafka's SocketServer in trio: one acceptor per listener, N processors, memory channels.
 
 SocketServer.run                                      its own nursery
-├── acceptor task per listener: accept -> round-robin -> a processor's connection channel
+├── acceptor task per listener: accept -> connection quotas (refuse at once, or)
+│                               round-robin -> a processor's connection channel
 └── Processor.run x num.network.threads               each with a nursery
     ├── response task: (connection, response) from the response channel -> connection
     └── Connection.serve per connection, in its own cancel scope
@@ -17,6 +18,9 @@ import trio
 
 from trio_broker.config import BrokerConfig, Listener
 from trio_broker.server.connection import Connection
+from trio_broker.server.connection_quotas import ConnectionQuotas, normalize_host
+from trio_broker.server.log_limit import LogLimiter
+from trio_broker.server.memory_pool import MemoryPool
 from trio_broker.server.requests import Request, Response
 
 logger = logging.getLogger(__name__)
@@ -27,6 +31,8 @@ __all__ = ["BoundListener", "Processor", "SocketServer"]
 # (the same list trio's serve_listeners uses).
 _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_BACKOFF_S = 0.100
+# Bad frames and refused connections: one log line per client address per this many s.
+_LOG_INTERVAL_S = 60.0
 
 
 class Processor:
@@ -39,14 +45,20 @@ class Processor:
         *,
         config: BrokerConfig,
         supported: Mapping[int, tuple[int, int]],
+        pool: MemoryPool,
+        quotas: ConnectionQuotas,
+        bad_frames: LogLimiter,
     ) -> None:
         self.index = index
         self._requests = requests
         self._config = config
         self._supported = supported
+        self._pool = pool
+        self._quotas = quotas
+        self._bad_frames = bad_frames
         self.connections: set[Connection] = set()
         self.new_connections_send, self._new_connections = trio.open_memory_channel[
-            tuple[trio.SocketStream, str]
+            tuple[trio.SocketStream, str, str]
         ](20)
         # Bounded by the connections' one-request-in-flight rule in practice; the bound is
         # backpressure on handlers should a processor fall behind.
@@ -86,15 +98,21 @@ class Processor:
                 nursery.start_soon(self._close_idle, self._config.connections_max_idle_ms / 1000)
             task_status.started()
             async with self._new_connections:
-                async for stream, listener in self._new_connections:
-                    connection = Connection(
-                        stream,
-                        self,
-                        listener=listener,
-                        max_request_bytes=self._config.socket_request_max_bytes,
-                        supported=self._supported,
-                    )
-                    nursery.start_soon(self._serve_connection, connection)
+                async for stream, listener, host in self._new_connections:
+                    try:
+                        connection = Connection(
+                            stream,
+                            self,
+                            listener=listener,
+                            max_request_bytes=self._config.socket_request_max_bytes,
+                            supported=self._supported,
+                            pool=self._pool,
+                            bad_frames=self._bad_frames,
+                        )
+                    except BaseException:
+                        self._quotas.release(host)
+                        raise
+                    nursery.start_soon(self._serve_connection, connection, host)
             # Shutdown: no new connections; finish those we have, then stop responding.
             for connection in list(self.connections):
                 connection.close_when_idle()
@@ -102,7 +120,7 @@ class Processor:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
 
-    async def _serve_connection(self, connection: Connection) -> None:
+    async def _serve_connection(self, connection: Connection, host: str) -> None:
         self.connections.add(connection)
         logger.debug(
             "[conn %s] accepted from %s on processor %d", connection.id, connection.peer, self.index
@@ -112,6 +130,7 @@ class Processor:
                 await connection.serve(requests)
         finally:
             self.connections.discard(connection)
+            self._quotas.release(host)
 
 
 class BoundListener:
@@ -141,6 +160,24 @@ class SocketServer:
         self.bound: list[BoundListener] = []
         self._accept_scope = trio.CancelScope()
         self.finished = trio.Event()
+        # queued.max.request.bytes, never below one request of the largest size allowed.
+        pool_bytes = config.queued_max_request_bytes
+        if 0 < pool_bytes < config.socket_request_max_bytes:
+            logger.info(
+                "queued.max.request.bytes=%d raised to socket.request.max.bytes=%d",
+                pool_bytes,
+                config.socket_request_max_bytes,
+            )
+            pool_bytes = config.socket_request_max_bytes
+        self.pool = MemoryPool(pool_bytes)
+        self.quotas = ConnectionQuotas(
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
+            overrides=config.max_connections_per_ip_overrides,
+            max_connection_creation_rate=config.max_connection_creation_rate,
+        )
+        self.bad_frames = LogLimiter(_LOG_INTERVAL_S)
+        self._refusals = LogLimiter(_LOG_INTERVAL_S)
 
     async def bind(self) -> list[BoundListener]:
         for listener in self.config.listeners:
@@ -165,7 +202,13 @@ class SocketServer:
         async with trio.open_nursery() as nursery, self._requests:
             for index in range(self.config.num_network_threads):
                 processor = Processor(
-                    index, self._requests.clone(), config=self.config, supported=self._supported
+                    index,
+                    self._requests.clone(),
+                    config=self.config,
+                    supported=self._supported,
+                    pool=self.pool,
+                    quotas=self.quotas,
+                    bad_frames=self.bad_frames,
                 )
                 self.processors.append(processor)
                 await nursery.start(processor.run)
@@ -198,9 +241,35 @@ class SocketServer:
                     await trio.sleep(_ACCEPT_BACKOFF_S)
                     continue
                 raise
+            host = _peer_host(stream)
+            refused = self.quotas.admit(host, trio.current_time())
+            if refused is not None:
+                await self._refuse(stream, host, listener, refused)
+                continue
             try:
-                await senders[turn % len(senders)].send((stream, listener))
+                await senders[turn % len(senders)].send((stream, listener, host))
             except BaseException:
+                self.quotas.release(host)
                 await trio.aclose_forcefully(stream)
                 raise
             turn += 1
+
+    async def _refuse(self, stream: trio.SocketStream, host: str, listener: str, why: str) -> None:
+        # Closed at once: the client sees the connection end instead of hanging unread.
+        await trio.aclose_forcefully(stream)
+        skipped = self._refusals.hit(host, trio.current_time())
+        if skipped is not None:
+            logger.warning(
+                "refused a connection from %s on %s: %s%s",
+                host,
+                listener,
+                why,
+                f" ({skipped} more refused since the last such line)" if skipped else "",
+            )
+
+
+def _peer_host(stream: trio.SocketStream) -> str:
+    try:
+        return normalize_host(stream.socket.getpeername()[0])
+    except OSError:
+        return "?"
