@@ -35,9 +35,11 @@ def _bool(text: str) -> bool:
 
 
 def _policy(text: str) -> tuple[str, ...]:
+    # Kafka 3.9 validates each element (ValidList) and nothing else: the empty list is a
+    # policy, "neither delete nor compact" (logs are kept whole and never cleaned).
     parts = tuple(sorted({p.strip() for p in text.split(",") if p.strip()}))
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError("must be delete, compact or both")
+    if any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be delete, compact, both or empty")
     return parts
 
 

@@ -103,8 +103,9 @@ def _one_of(*options: str) -> Callable[[Any], None]:
 
 
 def _policy(v: tuple[str, ...]) -> None:
-    if not v or any(p not in ("delete", "compact") for p in v):
-        raise ValueError(f"must be delete, compact or both, got {','.join(v)!r}")
+    # The empty list is valid in Kafka 3.9: neither delete nor compact.
+    if any(p not in ("delete", "compact") for p in v):
+        raise ValueError(f"must be delete, compact, both or empty, got {','.join(v)!r}")
 
 
 @attrs.frozen
