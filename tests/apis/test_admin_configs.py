@@ -333,3 +333,31 @@ def test_broker_config_changes_are_refused(kafka_broker):
     )
     assert response.responses[0].error_code == ErrorCode.INVALID_REQUEST
     assert describe(client, ResourceType.BROKER, "1")["log.retention.ms"].value == "604800000"
+
+
+def test_append_and_subtract_on_every_list_key(kafka_broker):
+    client = admin(kafka_broker)
+    create(client, "throttled")
+    key = "leader.replication.throttled.replicas"
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == ""
+
+    def alter(op: AlterConfigOpType, value: str):
+        resource = ConfigResource(
+            ResourceType.TOPIC,
+            "throttled",
+            incremental_configs=[ConfigEntry(key, value, incremental_operation=op)],
+        )
+        return next(iter(client.incremental_alter_configs([resource]).values()))
+
+    # APPEND starts from the default (the empty list) and adds only what is missing.
+    alter(AlterConfigOpType.APPEND, "0:1,1:1").result(TIMEOUT)
+    alter(AlterConfigOpType.APPEND, "1:1,2:1").result(TIMEOUT)
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == "0:1,1:1,2:1"
+    # SUBTRACT removes what is there and ignores what is not.
+    alter(AlterConfigOpType.SUBTRACT, "1:1,7:7").result(TIMEOUT)
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == "0:1,2:1"
+    # Each element is validated as Kafka's ThrottledReplicaListValidator does.
+    assert error_of(alter(AlterConfigOpType.APPEND, "broker-1")) == KafkaError.INVALID_CONFIG
+    alter(AlterConfigOpType.SUBTRACT, "0:1,2:1").result(TIMEOUT)
+    entry = describe(client, ResourceType.TOPIC, "throttled")[key]
+    assert (entry.value, entry.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
