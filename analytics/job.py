@@ -56,6 +56,9 @@ class ReportOptions:
     master: str | None = None
     intervals: int = 10
     html: bool = True
+    # The present, in epoch ms (None: the clock when the report runs). Lag is measured at
+    # the earlier of this and until_ms.
+    now_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -131,6 +134,7 @@ def options_from_args(args: argparse.Namespace, *, now_ms: int | None = None) ->
         master=args.master,
         intervals=args.intervals,
         html=not args.no_html,
+        now_ms=now_ms,
     )
 
 
@@ -210,7 +214,10 @@ def run_report(spark, options: ReportOptions) -> ReportResult:
         "topic string, partition int, base_offset long, size long, start_checkpoint long",
     )
 
-    window = tables.ReportWindow(options.since_ms, options.until_ms, options.bucket_ms)
+    now_ms = int(time.time() * 1000) if options.now_ms is None else options.now_ms
+    window = tables.ReportWindow(
+        options.since_ms, options.until_ms, options.bucket_ms, now_ms=now_ms
+    )
     state = tables.partition_state(batches, segments_df, window).persist()
     lag = tables.group_partition_lag(
         batches, commits, state, window, intervals=options.intervals

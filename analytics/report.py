@@ -42,6 +42,7 @@ Series = dict[str, list[tuple[int, float]]]
 class ReportData:
     since_ms: int
     until_ms: int
+    report_ms: int  # when lag is measured: the window's end, or the present if earlier
     throughput: Series  # topic -> [(bucket ms, records/s)]
     byte_rate: Series  # topic -> [(bucket ms, bytes/s)]
     lag: Series  # group -> [(bucket ms, lag records)]
@@ -104,6 +105,7 @@ def collect_report_data(frames: dict, window) -> ReportData:
     return ReportData(
         since_ms=window.since_ms,
         until_ms=window.until_ms,
+        report_ms=window.report_ms,
         throughput=throughput,
         byte_rate=byte_rate,
         lag=lag_series,
@@ -252,7 +254,7 @@ th{{background:#f4f4f4}}td:first-child{{text-align:left}}</style></head><body>
 <h2>Throughput</h2>{charts[0]}{charts[1]}
 {_table(data.topics, ("topic", "batches", "records", "bytes"))}
 <h2>Lag</h2>{charts[2]}
-<h2>Worst partitions at report time</h2>{_table(data.worst, _WORST_COLUMNS)}
+<h2>Worst partitions at {_fmt_time(data.report_ms)} UTC</h2>{_table(data.worst, _WORST_COLUMNS)}
 </body></html>
 """
 
@@ -264,6 +266,7 @@ def render_markdown(data: ReportData) -> str:
         f"- topics with traffic: {len(data.topics)}, records: "
         f"{sum(t['records'] or 0 for t in data.topics)}, bytes: "
         f"{sum(t['bytes'] or 0 for t in data.topics)}",
+        f"- lag measured at {_fmt_time(data.report_ms)} UTC",
         f"- groups: {len(data.groups)}, not OK: "
         f"{sum(1 for g in data.groups if g['status'] != 'OK')}",
         "",

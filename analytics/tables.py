@@ -12,6 +12,8 @@ Definitions (all per topic partition):
 - `lag_offsets` = log end offset at T - committed offset (what Burrow and
   kafka-consumer-groups call lag); `lag_records` counts the records actually stored in
   between, which differs on compacted topics (gaps) and transactional ones (markers).
+- report time: the earlier of the window's end and the present. A window that contains
+  the present (today's report) measures lag now, not at a midnight hours ahead.
 - `lag_seconds` = T - timestamp of the first record not yet consumed, from the header of
   the batch holding it: its baseTimestamp (or maxTimestamp for LogAppendTime). It is exact
   when the committed offset is a batch boundary, which is where consumers commit; inside a
@@ -42,9 +44,15 @@ _GTP = ["group", "topic", "partition"]
 
 
 class ReportWindow:
-    """The report's time range [since_ms, until_ms) and bucket width."""
+    """The report's time range [since_ms, until_ms), bucket width, and report time.
 
-    def __init__(self, since_ms: int, until_ms: int, bucket_ms: int = 60_000) -> None:
+    `report_ms`, when lag is measured, is the earlier of the window's end and `now_ms` (the
+    present; None: the window's end): lag at a time still to come would count the hours
+    until then as lag and call every consumer stopped."""
+
+    def __init__(
+        self, since_ms: int, until_ms: int, bucket_ms: int = 60_000, *, now_ms: int | None = None
+    ) -> None:
         if until_ms <= since_ms:
             raise ValueError("until must be after since")
         if bucket_ms <= 0:
@@ -52,6 +60,7 @@ class ReportWindow:
         self.since_ms = since_ms
         self.until_ms = until_ms
         self.bucket_ms = bucket_ms
+        self.report_ms = until_ms if now_ms is None else max(since_ms, min(until_ms, now_ms))
 
     def contains(self, ts: Column) -> Column:
         return (ts >= F.lit(self.since_ms)) & (ts < F.lit(self.until_ms))
@@ -168,7 +177,7 @@ def _batch_positions(batches: DataFrame) -> DataFrame:
 
 
 def _commit_events(commits: DataFrame, window: ReportWindow) -> DataFrame:
-    """Each commit before `until`, plus one 'report' event per partition at `until`."""
+    """Each commit before `until`, plus one 'report' event per partition at report time."""
     commits = commits.filter(F.col("commit_timestamp") < window.until_ms)
     events = commits.select(
         *_GTP,
@@ -186,7 +195,7 @@ def _commit_events(commits: DataFrame, window: ReportWindow) -> DataFrame:
         .select(
             *_GTP,
             F.lit("report").alias("kind"),
-            F.lit(window.until_ms).cast("long").alias("t"),
+            F.lit(window.report_ms).cast("long").alias("t"),
             "committed_offset",
             F.lit(2**62).cast("long").alias("record_offset"),  # sorts after every commit
         )

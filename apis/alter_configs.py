@@ -1,6 +1,6 @@
-"""AlterConfigs (key 33): replace a topic's whole set of overrides.
+"""AlterConfigs (key 33): replace a topic's (or a group's) whole set of overrides.
 
-The legacy API: the configs in the request become the topic's overrides, and every key
+The legacy API: the configs in the request become the resource's overrides, and every key
 not named goes back to its default. Broker configs cannot be changed: this broker has no
 dynamic broker configs, so each key is refused the way Kafka refuses a static one
 (INVALID_REQUEST, "Cannot update these configs dynamically").
@@ -12,7 +12,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trio_broker.apis.config_entries import ResourceType, check_broker_resource
+from trio_broker.apis.config_entries import (
+    ResourceType,
+    check_broker_resource,
+    check_group_resource,
+    unsupported_resource,
+)
+from trio_broker.cluster.group_config import validate_group_configs
 from trio_broker.cluster.topic_config import validate_topic_configs
 from trio_broker.cluster.topics import validate_topic_name
 from trio_broker.errors import ErrorCode, KafkaError
@@ -26,7 +32,13 @@ if TYPE_CHECKING:
     from trio_broker.cluster.metadata import TopicState
     from trio_broker.server.requests import Request
 
-__all__ = ["apply_topic_configs", "existing_topic", "refuse_broker_change", "handle"]
+__all__ = [
+    "apply_group_configs",
+    "apply_topic_configs",
+    "existing_topic",
+    "refuse_broker_change",
+    "handle",
+]
 
 
 def existing_topic(broker: Broker, name: str) -> TopicState:
@@ -44,6 +56,22 @@ def apply_topic_configs(
     validate_topic_configs(overrides)
     if not validate_only:
         broker.topics.set_topic_configs(name, {k: v for k, v in overrides.items() if v is not None})
+
+
+def apply_group_configs(
+    broker: Broker, name: str, overrides: Mapping[str, str | None], validate_only: bool
+) -> None:
+    """Validate a group's complete new override set, then (unless validate_only) store it
+    in the cluster metadata, which persists it."""
+    check_group_resource(name)
+    configs = validate_group_configs(overrides, broker.config)
+    if validate_only:
+        return
+    if configs:
+        broker.metadata.group_configs[name] = configs
+    else:
+        broker.metadata.group_configs.pop(name, None)
+    broker.metadata.save()
 
 
 def refuse_broker_change(broker: Broker, name: str, keys: Iterable[str]) -> None:
@@ -73,8 +101,10 @@ def alter_one(broker: Broker, resource: object, validate_only: bool) -> None:
         apply_topic_configs(broker, name, configs, validate_only)
     elif kind == ResourceType.BROKER:
         refuse_broker_change(broker, name, configs)
+    elif kind == ResourceType.GROUP:
+        apply_group_configs(broker, name, configs, validate_only)
     else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+        raise unsupported_resource(kind)
 
 
 def answer_each(broker: Broker, body: Any, alter: Any, response_cls: type) -> list[Any]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from trio_broker.cluster.group_config import GROUP_CONFIGS, group_config_values
 from trio_broker.cluster.topic_config import TOPIC_CONFIGS, default_value, format_value
 from trio_broker.config import BROKER_CONFIGS, BrokerConfig, Listener
 from trio_broker.errors import ErrorCode, KafkaError
@@ -28,7 +29,10 @@ __all__ = [
     "ResourceType",
     "broker_entries",
     "check_broker_resource",
+    "check_group_resource",
+    "group_entries",
     "topic_entries",
+    "unsupported_resource",
 ]
 
 
@@ -53,6 +57,8 @@ class ConfigSource(IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
 
 
 # DescribeConfigsResponse config_type (v3+), from Kafka's ConfigDef.Type names.
@@ -174,3 +180,42 @@ def check_broker_resource(broker: Broker, name: str, *, allow_default: bool = Tr
             ErrorCode.INVALID_REQUEST,
             f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
         )
+
+
+def group_entries(
+    broker_config: BrokerConfig, overrides: Mapping[str, str], keys: set[str] | None = None
+) -> Iterator[ConfigEntry]:
+    """Every key of a GROUP resource with these overrides: the group's override
+    (GROUP_CONFIG) or its broker key `group.<key>`, as Kafka 4.0 describes them."""
+    values = group_config_values(overrides, broker_config)
+    for spec in GROUP_CONFIGS:
+        if keys is not None and spec.name not in keys:
+            continue
+        synonyms = _broker_synonyms(broker_config, spec.broker_key)
+        if spec.name in overrides:
+            synonyms.insert(0, (spec.name, str(values[spec.name]), ConfigSource.GROUP_CONFIG))
+        yield ConfigEntry(
+            name=spec.name,
+            value=str(values[spec.name]),
+            source=synonyms[0][2],
+            read_only=False,
+            sensitive=False,
+            type=spec.type,
+            documentation=spec.doc,
+            synonyms=tuple(synonyms),
+        )
+
+
+def check_group_resource(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+
+
+def unsupported_resource(kind: int) -> KafkaError:
+    """A resource type this broker does not serve (BROKER_LOGGER, CLIENT_METRICS, or one
+    Kafka does not know): refused for that resource alone, in Kafka's words."""
+    try:
+        label = ResourceType(kind).name
+    except ValueError:
+        label = "UNKNOWN"
+    return KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {label}")

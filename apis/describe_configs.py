@@ -1,4 +1,7 @@
-"""DescribeConfigs (key 32): topic and broker configs with their sources and synonyms."""
+"""DescribeConfigs (key 32): topic, broker and group configs with their sources and synonyms.
+
+Each resource is answered on its own: a type this broker does not serve gets
+INVALID_REQUEST for that resource, and the others are still described."""
 
 from __future__ import annotations
 
@@ -11,7 +14,10 @@ from trio_broker.apis.config_entries import (
     ResourceType,
     broker_entries,
     check_broker_resource,
+    check_group_resource,
+    group_entries,
     topic_entries,
+    unsupported_resource,
 )
 from trio_broker.cluster.topics import validate_topic_name
 from trio_broker.errors import ErrorCode, KafkaError
@@ -62,7 +68,12 @@ def _entries(
             # The cluster-wide dynamic defaults: this broker has none.
             return []
         return list(broker_entries(broker.config, keys))
-    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {resource_type}")
+    if resource_type == ResourceType.GROUP:
+        # Any group id has configs (its defaults until altered), existing group or not.
+        check_group_resource(name)
+        overrides = broker.metadata.group_configs.get(name, {})
+        return list(group_entries(broker.config, overrides, keys))
+    raise unsupported_resource(resource_type)
 
 
 async def handle(broker: Broker, request: Request) -> DescribeConfigsResponse:

@@ -1,23 +1,31 @@
-"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT single topic keys.
+"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT single topic and
+group keys.
 
 Unlike AlterConfigs, keys the request does not name keep their overrides. APPEND and
-SUBTRACT work on LIST keys only, starting from the topic's override or, without one, the
-value in effect; the result is validated as a whole before anything is applied.
+SUBTRACT work on every LIST key only (INVALID_CONFIG on any other), starting from the
+resource's override or, without one, the value in effect; the result is validated as a
+whole before anything is applied.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 from trio_broker.apis.alter_configs import (
     answer_each,
+    apply_group_configs,
     apply_topic_configs,
     existing_topic,
     refuse_broker_change,
 )
-from trio_broker.apis.config_entries import ResourceType
-from trio_broker.cluster.topic_config import BY_NAME, effective_value, format_value
+from trio_broker.apis.config_entries import (
+    ResourceType,
+    check_group_resource,
+    unsupported_resource,
+)
+from trio_broker.cluster import group_config, topic_config
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse,
@@ -27,6 +35,7 @@ from trio_broker.protocol._generated.incremental_alter_configs_response import (
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.protocol._generated.incremental_alter_configs_request import (
+        AlterableConfig,
         AlterConfigsResource,
     )
     from trio_broker.server.requests import Request
@@ -43,13 +52,19 @@ def _list(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _topic_overrides(broker: Broker, resource: AlterConfigsResource) -> dict[str, str | None]:
-    topic = existing_topic(broker, resource.resource_name)
-    overrides: dict[str, str | None] = dict(topic.configs)
-    for c in resource.configs:
-        spec = BY_NAME.get(c.name)
-        if spec is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {c.name}")
+def apply_ops(
+    overrides: dict[str, str | None],
+    configs: Iterable[AlterableConfig],
+    key_type: Callable[[str], str],
+    in_effect: Callable[[str], str],
+) -> dict[str, str | None]:
+    """Kafka's prepareIncrementalConfigs over one resource's overrides.
+
+    `key_type(name)` gives a key's ConfigDef type (raising INVALID_CONFIG for an unknown
+    key); `in_effect(name)` the value APPEND and SUBTRACT start from when the resource has
+    no override. Subtracting every element leaves the empty list, a value like any other."""
+    for c in configs:
+        kind = key_type(c.name)
         op = c.config_operation
         if op == OpType.SET:
             if c.value is None:
@@ -60,16 +75,14 @@ def _topic_overrides(broker: Broker, resource: AlterConfigsResource) -> dict[str
         elif op == OpType.DELETE:
             overrides.pop(c.name, None)
         elif op in (OpType.APPEND, OpType.SUBTRACT):
-            if spec.type != "LIST":
+            if kind != "LIST":
                 verb = "append" if op == OpType.APPEND else "subtract"
                 raise KafkaError(
                     ErrorCode.INVALID_CONFIG,
                     f"Config value {verb} is not allowed for config key: {c.name}",
                 )
             current = overrides.get(c.name)
-            if current is None:
-                current = format_value(effective_value(spec, {}, broker.config))
-            old = _list(current)
+            old = _list(in_effect(c.name) if current is None else current)
             given = _list(c.value or "")
             if op == OpType.APPEND:
                 new = old + [v for v in given if v not in old]
@@ -83,18 +96,47 @@ def _topic_overrides(broker: Broker, resource: AlterConfigsResource) -> dict[str
     return overrides
 
 
+def _topic_key_type(name: str) -> str:
+    spec = topic_config.BY_NAME.get(name)
+    if spec is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    return spec.type
+
+
+def _group_key_type(name: str) -> str:
+    spec = group_config.BY_NAME.get(name)
+    if spec is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {name}")
+    return spec.type
+
+
 def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) -> None:
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
-    kind = resource.resource_type
+    kind, name = resource.resource_type, resource.resource_name
     if kind == ResourceType.TOPIC:
-        overrides = _topic_overrides(broker, resource)
-        apply_topic_configs(broker, resource.resource_name, overrides, validate_only)
+        topic = existing_topic(broker, name)
+
+        def topic_default(key: str) -> str:
+            spec = topic_config.BY_NAME[key]
+            return topic_config.format_value(topic_config.default_value(spec, broker.config))
+
+        overrides = apply_ops(dict(topic.configs), resource.configs, _topic_key_type, topic_default)
+        apply_topic_configs(broker, name, overrides, validate_only)
     elif kind == ResourceType.BROKER:
-        refuse_broker_change(broker, resource.resource_name, names)
+        refuse_broker_change(broker, name, names)
+    elif kind == ResourceType.GROUP:
+        check_group_resource(name)
+
+        def group_default(key: str) -> str:  # no group key is a LIST: never called today
+            return str(broker.config.value(group_config.BY_NAME[key].broker_key))
+
+        current = dict(broker.metadata.group_configs.get(name, {}))
+        overrides = apply_ops(current, resource.configs, _group_key_type, group_default)
+        apply_group_configs(broker, name, overrides, validate_only)
     else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type: {kind}")
+        raise unsupported_resource(kind)
 
 
 async def handle(broker: Broker, request: Request) -> IncrementalAlterConfigsResponse:

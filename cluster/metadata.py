@@ -4,7 +4,7 @@ A single broker is a cluster of one, described exactly as a cluster of many woul
 that replication slots in later: every partition has a leader and a leader epoch, a
 replica set and an ISR, and its high watermark lives on its log.
 
-Topics and their configs outlive restarts in `trio-broker-metadata.json` in the first log
+Topics and their configs, and the GROUP resources' configs, outlive restarts in `trio-broker-metadata.json` in the first log
 directory (Kafka keeps them in its metadata log; a single broker needs only a file,
 written atomically on every change).
 """
@@ -59,6 +59,8 @@ class ClusterMetadata:
     controller_id: int
     brokers: dict[int, BrokerNode] = attrs.Factory(dict)
     topics: dict[str, TopicState] = attrs.Factory(dict)
+    # GROUP config overrides by group id (Kafka keeps them beside topic configs too).
+    group_configs: dict[str, dict[str, str]] = attrs.Factory(dict)
     path: Path | None = None
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
@@ -92,6 +94,8 @@ class ClusterMetadata:
                     isr=list(p["isr"]),
                 )
             meta.topics[topic.name] = topic
+        for group, configs in data.get("group_configs", {}).items():
+            meta.group_configs[group] = dict(configs)
         return meta
 
     def save(self) -> None:
@@ -119,6 +123,7 @@ class ClusterMetadata:
                 }
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
             ],
+            "group_configs": {g: c for g, c in sorted(self.group_configs.items()) if c},
         }
         tmp = self.path.with_suffix(".tmp")
         try:

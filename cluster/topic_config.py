@@ -7,6 +7,7 @@ A topic key that a topic does not set falls back to its broker key (`retention.m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,9 +36,27 @@ def _bool(text: str) -> bool:
 
 
 def _policy(text: str) -> tuple[str, ...]:
+    # Kafka 3.9 validates each element (ValidList) and nothing else: the empty list is a
+    # policy, "neither delete nor compact" (logs are kept whole and never cleaned).
     parts = tuple(sorted({p.strip() for p in text.split(",") if p.strip()}))
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError("must be delete, compact or both")
+    if any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be delete, compact, both or empty")
+    return parts
+
+
+_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _throttled_replicas(text: str) -> tuple[str, ...]:
+    # Kafka's ThrottledReplicaListValidator: "*" or partition:broker pairs. Stored and
+    # described for tools that set them (kafka-reassign-partitions); this broker has no
+    # replication quotas, so nothing is throttled.
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    if parts != ("*",) and not all(_REPLICA.fullmatch(p) for p in parts):
+        raise ValueError(
+            "must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+        )
     return parts
 
 
@@ -134,6 +153,12 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         _int,
         minimum=0,
         log_attr="min_compaction_lag_ms",
+    ),
+    TopicConfigKey(
+        "follower.replication.throttled.replicas", "LIST", None, _throttled_replicas, default=()
+    ),
+    TopicConfigKey(
+        "leader.replication.throttled.replicas", "LIST", None, _throttled_replicas, default=()
     ),
     TopicConfigKey("min.insync.replicas", "INT", "min.insync.replicas", _int, minimum=1),
     TopicConfigKey(

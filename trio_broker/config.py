@@ -103,8 +103,9 @@ def _one_of(*options: str) -> Callable[[Any], None]:
 
 
 def _policy(v: tuple[str, ...]) -> None:
-    if not v or any(p not in ("delete", "compact") for p in v):
-        raise ValueError(f"must be delete, compact or both, got {','.join(v)!r}")
+    # The empty list is valid in Kafka 3.9: neither delete nor compact.
+    if any(p not in ("delete", "compact") for p in v):
+        raise ValueError(f"must be delete, compact, both or empty, got {','.join(v)!r}")
 
 
 @attrs.frozen
@@ -463,6 +464,38 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
         "Largest session timeout accepted.",
     ),
     ConfigKey("group.max.size", "INT", 2**31 - 1, _int, _at_least(1), "Largest group."),
+    # The defaults and bounds of the GROUP resource's consumer.* configs (KIP-848, Kafka 4.0).
+    *(
+        ConfigKey(name, "INT", default, _int, _at_least(1), doc)
+        for name, default, doc in (
+            ("group.consumer.session.timeout.ms", 45000, "Default consumer.session.timeout.ms."),
+            (
+                "group.consumer.min.session.timeout.ms",
+                45000,
+                "Smallest consumer.session.timeout.ms.",
+            ),
+            (
+                "group.consumer.max.session.timeout.ms",
+                60000,
+                "Largest consumer.session.timeout.ms.",
+            ),
+            (
+                "group.consumer.heartbeat.interval.ms",
+                5000,
+                "Default consumer.heartbeat.interval.ms.",
+            ),
+            (
+                "group.consumer.min.heartbeat.interval.ms",
+                5000,
+                "Smallest consumer.heartbeat.interval.ms.",
+            ),
+            (
+                "group.consumer.max.heartbeat.interval.ms",
+                15000,
+                "Largest consumer.heartbeat.interval.ms.",
+            ),
+        )
+    ),
     ConfigKey(
         "transactional.id.expiration.ms",
         "INT",

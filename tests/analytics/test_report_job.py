@@ -410,3 +410,60 @@ def test_report_subcommand_arguments():
         parser.parse_args(["report", "--log-dirs", "/a", "--out", "/o"]), now_ms=T0 + 3_600_000
     )
     assert (yesterday.since_ms, yesterday.until_ms) == (T0 - 86_400_000, T0)
+
+
+# -- a window that contains the present ---------------------------------------------------
+
+
+def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
+    """`report --date <today>`: the window ends at midnight, hours ahead; a group 10
+    records behind, produced 5 s ago, is 5 s behind now, and consuming (not STOP)."""
+    import argparse
+    import datetime as dt
+    import time
+
+    from trio_broker.analytics.job import options_from_args
+
+    now = int(time.time() * 1000)
+    log_dir = tmp_path / "logs"
+    manager = LogManager([log_dir], node_id=1, cluster_id="report-today")
+    manager.open()
+    live = manager.create_log("live", 0)
+    # Offsets 0-9 produced 50 s ago, 10-19 5 s ago.
+    for start in (now - 50_000, now - 5_000):
+        _append(live, build_batch([(None, VALUE, [], start + i) for i in range(10)]))
+    offsets = manager.create_log("__consumer_offsets", 0)
+    # Commits 40 s, 20 s and 4 s ago: offsets move on, the last one leaves 10 records.
+    for offset, ago in ((5, 40_000), (8, 20_000), (10, 4_000)):
+        _append(offsets, build_batch([_commit_record("today", "live", 0, offset, now - ago)]))
+    manager.checkpoint()
+    manager.close()
+
+    # The window `--date <today>` gives: today's UTC day, which contains the present.
+    day = dt.datetime.fromtimestamp(now / 1000, dt.UTC).date()
+    args = argparse.Namespace(
+        log_dirs=str(log_dir),
+        out=str(tmp_path / "out"),
+        date=day.isoformat(),
+        since=None,
+        until=None,
+        bucket=60_000,
+        master=None,
+        intervals=10,
+        no_html=False,
+    )
+    options = options_from_args(args, now_ms=now)
+    assert options.since_ms <= now < options.until_ms and options.now_ms == now
+    result = run_report(spark, options)
+
+    row = _at_report(spark, result)[("today", "live", 0)]
+    assert (row["committed_offset"], row["log_end_offset"], row["lag_records"]) == (10, 20, 10)
+    # Offset 10 was stamped now - 5 s: that is the lag, not the hours until midnight.
+    assert row["lag_seconds"] == 5.0
+    assert row["status"] == "OK"
+    assert row["timestamp"].timestamp() * 1000 == now
+    summary = {r["group"]: r for r in _read(spark, result, "group_summary")}
+    assert (summary["today"]["status"], summary["today"]["max_lag_seconds"]) == ("OK", 5.0)
+    assert f"lag measured at {dt.datetime.fromtimestamp(now / 1000, dt.UTC):%Y-%m-%d %H:%M}" in (
+        result.markdown_path.read_text()
+    )

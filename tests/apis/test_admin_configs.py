@@ -3,6 +3,7 @@ through confluent-kafka's and kafka-python's admin clients."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -20,6 +21,8 @@ from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import KafkaAdminClient
 from wire import request_of, roundtrip
 
+from trio_broker.cluster.topic_config import resolve_log_config
+from trio_broker.config import BrokerConfig
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.alter_configs_request import (
     AlterableConfig,
@@ -212,6 +215,53 @@ def test_incremental_validate_only_and_subtract(kafka_broker):
     (future,) = client.incremental_alter_configs([resource]).values()
     future.result(TIMEOUT)
     assert describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"].value == "compact"
+    # SUBTRACT of the last value leaves the empty list: neither delete nor compact, which
+    # Kafka 3.9 accepts. It is the topic's own value, and it survives a restart.
+    last = ConfigResource(
+        ResourceType.TOPIC,
+        "policy",
+        incremental_configs=[
+            ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SUBTRACT
+            )
+        ],
+    )
+    (future,) = client.incremental_alter_configs([last]).values()
+    future.result(TIMEOUT)
+    policy = describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"]
+    assert (policy.value, policy.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    kafka_broker.restart()
+    client = admin(kafka_broker)
+    policy = describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"]
+    assert (policy.value, policy.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    # The logs run with it: no retention deletion, no compaction (tests/log/test_cleaner.py
+    # shows what that means for a log).
+    stored = json.loads((kafka_broker.log_dir / "trio-broker-metadata.json").read_text())
+    (topic,) = [t for t in stored["topics"] if t["name"] == "policy"]
+    log_config = resolve_log_config(topic["configs"], BrokerConfig())
+    assert (log_config.deletes, log_config.compacts) == (False, False)
+    # APPEND to the empty list starts from nothing (not from the broker's default).
+    again = ConfigResource(
+        ResourceType.TOPIC,
+        "policy",
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)
+        ],
+    )
+    (future,) = client.incremental_alter_configs([again]).values()
+    future.result(TIMEOUT)
+    assert describe(client, ResourceType.TOPIC, "policy")["cleanup.policy"].value == "compact"
+    # Values outside delete/compact are still refused.
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        "policy",
+        incremental_configs=[
+            ConfigEntry("cleanup.policy", "shred", incremental_operation=AlterConfigOpType.APPEND)
+        ],
+    )
+    assert error_of(next(iter(client.incremental_alter_configs([bad]).values()))) == (
+        KafkaError.INVALID_CONFIG
+    )
 
 
 def test_alter_configs_replaces_all_overrides(kafka_broker):
@@ -283,3 +333,31 @@ def test_broker_config_changes_are_refused(kafka_broker):
     )
     assert response.responses[0].error_code == ErrorCode.INVALID_REQUEST
     assert describe(client, ResourceType.BROKER, "1")["log.retention.ms"].value == "604800000"
+
+
+def test_append_and_subtract_on_every_list_key(kafka_broker):
+    client = admin(kafka_broker)
+    create(client, "throttled")
+    key = "leader.replication.throttled.replicas"
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == ""
+
+    def alter(op: AlterConfigOpType, value: str):
+        resource = ConfigResource(
+            ResourceType.TOPIC,
+            "throttled",
+            incremental_configs=[ConfigEntry(key, value, incremental_operation=op)],
+        )
+        return next(iter(client.incremental_alter_configs([resource]).values()))
+
+    # APPEND starts from the default (the empty list) and adds only what is missing.
+    alter(AlterConfigOpType.APPEND, "0:1,1:1").result(TIMEOUT)
+    alter(AlterConfigOpType.APPEND, "1:1,2:1").result(TIMEOUT)
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == "0:1,1:1,2:1"
+    # SUBTRACT removes what is there and ignores what is not.
+    alter(AlterConfigOpType.SUBTRACT, "1:1,7:7").result(TIMEOUT)
+    assert describe(client, ResourceType.TOPIC, "throttled")[key].value == "0:1,2:1"
+    # Each element is validated as Kafka's ThrottledReplicaListValidator does.
+    assert error_of(alter(AlterConfigOpType.APPEND, "broker-1")) == KafkaError.INVALID_CONFIG
+    alter(AlterConfigOpType.SUBTRACT, "0:1,2:1").result(TIMEOUT)
+    entry = describe(client, ResourceType.TOPIC, "throttled")[key]
+    assert (entry.value, entry.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)

@@ -246,3 +246,30 @@ async def test_cancelled_pass_leaves_the_log_as_it_was(tmp_path, clock):
     assert records(log) == before
     assert not (log.dir.parent / CLEANER_CHECKPOINT).exists()
     manager.close()
+
+
+async def test_empty_cleanup_policy_neither_compacts_nor_deletes(tmp_path, clock):
+    """cleanup.policy="" (Kafka 3.9 accepts the empty list): the cleaner passes the log by
+    and retention keeps every segment, however old."""
+    from trio_broker.log.cleaner import LogCleaner
+    from trio_broker.log.manager import LogManager
+
+    manager = LogManager(
+        [tmp_path / "data"], node_id=1, cluster_id="abcdefghijklmnopqrstuv", now_ms=clock
+    )
+    manager.open()
+    config = LogConfig(cleanup_policy=(), segment_bytes=400, retention_ms=1000)
+    log = manager.create_log("kept", 0, config=config)
+    fill(log)
+    before = records(log)
+    segments = len(log.segments)
+    assert segments > 2
+    clock.advance(3_600_000)
+    assert await LogCleaner(manager, now_ms=clock).clean_once(force=True) == []
+    assert log.delete_old_segments(clock()) == 0
+    assert len(log.segments) == segments
+    assert records(log) == before  # every value of every key, the old ones too
+    # The same log with "delete" would lose its old segments: the test can fail.
+    log.update_config(LogConfig(cleanup_policy=("delete",), segment_bytes=400, retention_ms=1000))
+    assert log.delete_old_segments(clock()) > 0
+    manager.close()
