@@ -41,3 +41,15 @@ def kafka_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[C
 def kafka_broker(kafka_broker_factory: Callable):
     """A running broker: `.bootstrap` ("127.0.0.1:PORT"), `.log_dir`, `.restart()`."""
     return kafka_broker_factory()
+
+
+@pytest.fixture
+def zookeeper() -> Iterator:
+    """Debian's ZooKeeper on a free loopback port (`.connect` is "127.0.0.1:PORT"), in its
+    own temporary directory, stopped after the test. Skips when ZooKeeper is not installed."""
+    from trio_broker.testing import ZOOKEEPER_MISSING, ZooKeeperServer, zookeeper_classpath
+
+    if zookeeper_classpath() is None:
+        pytest.skip(ZOOKEEPER_MISSING)
+    with ZooKeeperServer() as server:
+        yield server
