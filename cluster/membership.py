@@ -2,7 +2,8 @@
 
     join_cluster(zk, config)      Kafka's top-level znodes; the cluster id agreed in /cluster/id
                                   and checked against every log dir's meta.properties
-    BrokerMembership.run          per session: the ephemeral /brokers/ids/<id>; on every
+    BrokerMembership.run          per session: the ephemeral /brokers/ids/<id>; then the
+                                  controller election (cluster/controller.py); on every
                                   broker: live brokers and the controller id into the metadata
 
 Until the controller sends UpdateMetadata (the next step of issue 14), every broker reads
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trio_broker.cluster import zk_data
+from trio_broker.cluster.controller import ControllerElector
 from trio_broker.cluster.metadata import BrokerNode
 from trio_broker.cluster.zookeeper import ZooKeeperSession
 from trio_broker.errors import FatalBrokerError
@@ -113,6 +115,7 @@ class BrokerMembership:
         self.zk = zk
         self.node_id = broker.node_id
         self.registrations = 0  # how many sessions this broker registered in
+        self.elector = ControllerElector(broker, zk)
 
     def broker_info(self) -> zk_data.BrokerInfo:
         return zk_data.BrokerInfo(
@@ -133,10 +136,18 @@ class BrokerMembership:
 
             nursery.start_soon(self.zk.each_session, register)
             await registered.wait()
+            # Kafka's order: registered first, then the controller starts (and may win).
+            await nursery.start(self.elector.run)
             nursery.start_soon(self.zk.watch_children, zk_data.BROKER_IDS_PATH, brokers_send)
             nursery.start_soon(self.zk.watch_data, zk_data.CONTROLLER_PATH, controller_send)
             await self._update_brokers(await brokers_receive.receive())
-            self._update_controller(await controller_receive.receive())
+            # Started once a controller is known, so that the first Metadata names it; a
+            # cluster that elects none within a session timeout is reported as it is.
+            value = await controller_receive.receive()
+            with trio.move_on_after(self.zk.session_timeout_ms / 1000):
+                while value is None:
+                    value = await controller_receive.receive()
+            self._update_controller(value)
             nursery.start_soon(self._follow_brokers, brokers_receive)
             nursery.start_soon(self._follow_controller, controller_receive)
             task_status.started()

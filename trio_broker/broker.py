@@ -10,9 +10,9 @@ within `shutdown.grace.period.ms`, then close the logs (flush, checkpoints, clea
 marker) and return.
 
 With `zookeeper.connect` the broker is one of a cluster: before anything else it opens its
-ZooKeeper session and agrees on the cluster id (cluster/membership.py), and two more
-services run first in its nursery: its registration and view of the cluster
-(BrokerMembership) and the controller election (cluster/controller.py). The session is
+ZooKeeper session and agrees on the cluster id (cluster/membership.py), and one more
+service runs first in its nursery: its registration, view of the cluster and the
+controller election (BrokerMembership, with cluster/controller.py). The session is
 closed last, so its ephemeral registration goes as the broker stops. Without it, nothing
 about ZooKeeper is imported.
 """
@@ -106,12 +106,11 @@ class Broker:
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
         if self.zk is not None:
-            from trio_broker.cluster.controller import ControllerElector
             from trio_broker.cluster.membership import BrokerMembership
 
             self.membership = BrokerMembership(self, self.zk)
-            self.controller_elector = ControllerElector(self, self.zk)
-            self.services += [self.membership, self.controller_elector]
+            self.controller_elector = self.membership.elector
+            self.services.append(self.membership)
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 

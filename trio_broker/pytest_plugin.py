@@ -53,3 +53,15 @@ def zookeeper() -> Iterator:
         pytest.skip(ZOOKEEPER_MISSING)
     with ZooKeeperServer() as server:
         yield server
+
+
+@pytest.fixture
+def kafka_cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """Three brokers (node ids 1, 2, 3) joined through a fresh ZooKeeper (`zookeeper`),
+    running on background threads: `.bootstrap` (all three), `.brokers[node_id]`,
+    `.add_broker(node_id)`. Replication is not built yet: each topic lives on the broker
+    that created it."""
+    from trio_broker.testing import KafkaCluster
+
+    with KafkaCluster(zookeeper, base_dir=tmp_path_factory.mktemp("kafka-cluster")) as cluster:
+        yield cluster

@@ -32,7 +32,7 @@ import trio
 
 from trio_broker.config import BrokerConfig
 
-__all__ = ["BrokerProcess", "BrokerThread", "ZooKeeperServer"]
+__all__ = ["BrokerProcess", "BrokerThread", "KafkaCluster", "ZooKeeperServer"]
 
 
 class BrokerThread:
@@ -352,6 +352,74 @@ class ZooKeeperServer:
             self.dir = None
 
     def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class KafkaCluster:
+    """Brokers (`BrokerThread`s, node ids 1..size) joined through one ZooKeeper, each with its
+    own log dir under `base_dir` and a free loopback port.
+
+        with ZooKeeperServer() as zk, KafkaCluster(zk, base_dir=tmp) as cluster:
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    `overrides` apply to every broker (e.g. a short `zookeeper.session.timeout.ms`);
+    `add_broker(node_id)` starts one more. Brokers are stopped in reverse order on exit.
+    """
+
+    def __init__(
+        self,
+        zookeeper: ZooKeeperServer,
+        *,
+        base_dir: str | os.PathLike[str],
+        size: int = 3,
+        chroot: str = "/kafka",
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        self.zookeeper = zookeeper
+        self.base_dir = Path(base_dir)
+        self.size = size
+        self.zookeeper_connect = zookeeper.connect + chroot
+        self.overrides = dict(overrides or {})
+        self.brokers: dict[int, BrokerThread] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def broker_config(
+        self, node_id: int, overrides: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        return {
+            "node.id": str(node_id),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "log.dirs": str(self.base_dir / f"broker-{node_id}"),
+            "zookeeper.connect": self.zookeeper_connect,
+            **self.overrides,
+            **(overrides or {}),
+        }
+
+    def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> BrokerThread:
+        broker = BrokerThread(self.broker_config(node_id, overrides)).start()
+        self.brokers[node_id] = broker
+        return broker
+
+    def start(self) -> KafkaCluster:
+        try:
+            for node_id in range(1, self.size + 1):
+                self.add_broker(node_id)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node_id in sorted(self.brokers, reverse=True):
+            self.brokers.pop(node_id).stop()
+
+    def __enter__(self) -> KafkaCluster:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
