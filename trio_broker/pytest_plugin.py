@@ -8,6 +8,9 @@
 running on a background thread (so blocking and asyncio clients work), stopped after the
 test. `kafka_broker_factory(**overrides)` starts more, with configuration overrides given
 as Kafka key names: `kafka_broker_factory({"num.partitions": "3"})`.
+
+`zookeeper` is Debian's ZooKeeper on a free port (skipped when not installed), and
+`kafka_cluster` three brokers joined through it.
 """
 
 from __future__ import annotations
