@@ -217,10 +217,16 @@ class ZooKeeperSession:
         return watch
 
     async def _call(self, start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Start a kazoo async call and wait for its result on the event loop. A lost
-        connection is retried once a connection is back; other errors (NoNodeError,
-        NodeExistsError, BadVersionError, SessionExpiredError, ...) are the caller's."""
-        from kazoo.exceptions import ConnectionLoss
+        """Start a kazoo async call and wait for its result on the event loop.
+
+        A lost connection or an expired session is retried once a session is live again
+        (kazoo opens a new one after an expiry): a watch loop simply carries on in the new
+        session. Work that belongs to one session runs under `each_session`, which cancels
+        it when its session ends; whatever a retry there did in the next session (an
+        ephemeral create) is found again by that session's run, which checks the znode's
+        owner. Other errors (NoNodeError, NodeExistsError, BadVersionError, ...) are the
+        caller's."""
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
         assert self._token is not None
         while True:
@@ -230,7 +236,10 @@ class ZooKeeperSession:
             await call.done.wait()
             try:
                 return result.get_nowait()
-            except ConnectionLoss:
+            except (ConnectionLoss, SessionExpiredError):
+                if self.connected:
+                    # kazoo knew first; the state change is on its way to the loop.
+                    await trio.sleep(0.01)
                 await self.wait_connected()
 
     def _path(self, path: str) -> str:

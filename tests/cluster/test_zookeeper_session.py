@@ -128,3 +128,45 @@ def test_serve_exits_when_zookeeper_is_unreachable(tmp_path):
     assert done.returncode == 1
     assert "timed out waiting for a connection to ZooKeeper" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_an_expired_session_is_replaced_and_its_work_redone(zookeeper):
+    from kazoo.client import KazooClient
+
+    zk = ZooKeeperSession(zookeeper.connect, session_timeout_ms=4000)
+    await zk.open()
+    registered_send, registered = trio.open_memory_channel(10)
+    children_send, children = trio.open_memory_channel(1)
+
+    async def register(session_id: int) -> None:
+        await zk.create("/brokers-me", b"", ephemeral=True)
+        await registered_send.send(session_id)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(zk.each_session, register)
+            first = await registered.receive()
+            nursery.start_soon(zk.watch_children, "/", children_send)
+            assert "brokers-me" in await children.receive()
+
+            # ZooKeeper's own way to expire a session on purpose: a second client joins it
+            # with its id and password, then closes it. The first client learns it is gone.
+            def close_from_elsewhere() -> None:
+                other = KazooClient(hosts=zookeeper.connect, client_id=zk._client.client_id)
+                other.start(timeout=10)
+                other.stop()
+                other.close()
+
+            await trio.to_thread.run_sync(close_from_elsewhere)
+            with trio.fail_after(15):  # a budget, not a timing claim
+                second = await registered.receive()
+            assert second != first and second == zk.session_id
+            assert (await zk.exists("/brokers-me")).ephemeralOwner == second
+            # The watch loop came through the expiry and still reports.
+            await zk.delete("/brokers-me")
+            with trio.fail_after(15):
+                while "brokers-me" in await children.receive():
+                    pass
+            nursery.cancel_scope.cancel()
+    finally:
+        await zk.close()
