@@ -7,6 +7,10 @@ replica set and an ISR, and its high watermark lives on its log.
 Topics and their configs, and the GROUP resources' configs, outlive restarts in `trio-broker-metadata.json` in the first log
 directory (Kafka keeps them in its metadata log; a single broker needs only a file,
 written atomically on every change).
+
+In a cluster (`zookeeper.connect`), the live brokers and the controller id come from
+ZooKeeper (cluster/membership.py calls `set_live_brokers` and `set_controller`); topics
+are still this broker's own until the controller assigns replicas across brokers.
 """
 
 from __future__ import annotations
@@ -62,6 +66,18 @@ class ClusterMetadata:
     # GROUP config overrides by group id (Kafka keeps them beside topic configs too).
     group_configs: dict[str, dict[str, str]] = attrs.Factory(dict)
     path: Path | None = None
+
+    def set_live_brokers(self, brokers: dict[int, BrokerNode]) -> None:
+        """The registered brokers, replaced as a whole (handlers may be iterating the old)."""
+        if brokers != self.brokers:
+            logger.info("live brokers: %s", sorted(brokers) or "none")
+        self.brokers = dict(brokers)
+
+    def set_controller(self, controller_id: int) -> None:
+        """The controller's node id, or -1 while there is none."""
+        if controller_id != self.controller_id:
+            logger.info("controller is now %s", controller_id if controller_id >= 0 else "none")
+        self.controller_id = controller_id
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicState | None:
         for topic in self.topics.values():

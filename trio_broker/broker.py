@@ -8,6 +8,13 @@
 Cancelling `serve` is a graceful shutdown: stop accepting, let in-flight requests finish
 within `shutdown.grace.period.ms`, then close the logs (flush, checkpoints, clean-shutdown
 marker) and return.
+
+With `zookeeper.connect` the broker is one of a cluster: before anything else it opens its
+ZooKeeper session and agrees on the cluster id (cluster/membership.py), and one more
+service runs first in its nursery: its registration, view of the cluster and the
+controller election (BrokerMembership, with cluster/controller.py). The session is
+closed last, so its ephemeral registration goes as the broker stops. Without it, nothing
+about ZooKeeper is imported.
 """
 
 from __future__ import annotations
@@ -41,10 +48,14 @@ def _as_config(config: BrokerConfig | Mapping[str, str] | None) -> BrokerConfig:
 class Broker:
     """Everything a handler may touch: config, cluster metadata, logs, coordinators."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, zk: Any = None, cluster_id: str | None = None
+    ) -> None:
         from trio_broker.apis.registry import dispatch, supported_versions
 
         self.config = config
+        self.zk = zk  # the ZooKeeperSession of a cluster, or None for a lone broker
+        self._cluster_id = cluster_id
         self.node_id = config.node_id
         self.started_at_ms = int(time.time() * 1000)
         self.supported = supported_versions()
@@ -64,9 +75,14 @@ class Broker:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         first = self.log_dirs[0]
         first.mkdir(parents=True, exist_ok=True)
-        cluster_id = config.cluster_id or _read_cluster_id(first) or new_cluster_id()
+        cluster_id = (
+            self._cluster_id or config.cluster_id or _read_cluster_id(first) or new_cluster_id()
+        )
+        # A lone broker is its own controller; a cluster's is known once ZooKeeper answers.
         self.metadata = ClusterMetadata.load(
-            first / METADATA_FILE, cluster_id=cluster_id, controller_id=self.node_id
+            first / METADATA_FILE,
+            cluster_id=cluster_id,
+            controller_id=-1 if self.zk is not None else self.node_id,
         )
         self._broker_node = BrokerNode
         self.log_manager = LogManager(
@@ -89,6 +105,12 @@ class Broker:
         # Long-lived parts with background work (coordinators, purgatory): each has
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
+        if self.zk is not None:
+            from trio_broker.cluster.membership import BrokerMembership
+
+            self.membership = BrokerMembership(self, self.zk)
+            self.controller_elector = self.membership.elector
+            self.services.append(self.membership)
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
@@ -162,7 +184,35 @@ async def serve(
 ) -> None:
     """Run a broker until cancelled. `task_status.started()` gets the bound (host, port)s."""
     config = _as_config(config)
-    broker = Broker(config)
+    if not config.zookeeper_connect:
+        await _serve(config, None, task_status=task_status)
+        return
+    from trio_broker.cluster.zookeeper import ZooKeeperSession
+
+    zk = ZooKeeperSession(
+        config.zookeeper_connect,
+        session_timeout_ms=config.zookeeper_session_timeout_ms,
+        connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+    )
+    await zk.open()
+    try:
+        await _serve(config, zk, task_status=task_status)
+    finally:
+        await zk.close()
+
+
+async def _serve(
+    config: BrokerConfig,
+    zk: Any,
+    *,
+    task_status: trio.TaskStatus[list[tuple[str, int]]],
+) -> None:
+    cluster_id = None
+    if zk is not None:
+        from trio_broker.cluster.membership import join_cluster
+
+        cluster_id = await join_cluster(zk, config)
+    broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported)
     bound = await server.bind()

@@ -86,12 +86,19 @@ def _serve(args: argparse.Namespace) -> int:
                     nursery.cancel_scope.cancel()
                     break
 
+    from trio_broker.errors import FatalBrokerError
+
     try:
         trio.run(main)
-    except (OSError, BaseExceptionGroup) as exc:
+    except (OSError, FatalBrokerError, BaseExceptionGroup) as exc:
         # Trio reports a failed bind from inside the nursery as an exception group.
         errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
-        os_errors = [e for e in _leaves(errors) if isinstance(e, OSError)]
+        leaves = _leaves(errors)
+        fatal = [e for e in leaves if isinstance(e, FatalBrokerError)]
+        if fatal:
+            logger.error("cannot run: %s", fatal[0])
+            return 1
+        os_errors = [e for e in leaves if isinstance(e, OSError)]
         if not os_errors:
             raise
         logger.error("cannot start: %s", os_errors[0])

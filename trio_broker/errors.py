@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trio_broker.protocol._generated.error_codes import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError", "is_retriable"]
+__all__ = ["ErrorCode", "FatalBrokerError", "KafkaError", "is_retriable"]
 
 # The codes whose Java exception extends RetriableException in Apache Kafka's client
 # (org.apache.kafka.common.errors); errors.csv does not carry this, so it lives here.
@@ -66,3 +66,8 @@ class KafkaError(Exception):
     @property
     def retriable(self) -> bool:
         return is_retriable(self.code)
+
+
+class FatalBrokerError(Exception):
+    """The broker cannot run (it is in the wrong cluster, its node.id is taken, ZooKeeper is
+    unreachable): the message says why; `trio-broker serve` logs it and exits with 1."""

@@ -32,7 +32,7 @@ import trio
 
 from trio_broker.config import BrokerConfig
 
-__all__ = ["BrokerProcess", "BrokerThread"]
+__all__ = ["BrokerProcess", "BrokerThread", "KafkaCluster", "ZooKeeperServer"]
 
 
 class BrokerThread:
@@ -179,3 +179,248 @@ class BrokerProcess:
             raise RuntimeError(f"broker exited by itself ({code}):\n" + "".join(self.lines[-30:]))
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout_s)
+
+
+# --- ZooKeeper, for clusters ----------------------------------------------------------------
+
+# Debian's `zookeeper` package: the server classes in /usr/share/java/zookeeper.jar, whose
+# manifest Class-Path names its dependencies (netty, jute, slf4j-api, ...) in the same folder.
+# slf4j needs a binding to log at all; log4j 1.2 is what Debian's own start script uses.
+_ZOOKEEPER_JARS = (
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/java/slf4j-log4j12.jar",
+    "/usr/share/java/log4j-1.2.jar",
+)
+ZOOKEEPER_MISSING = "ZooKeeper is not installed (apt-get install zookeeper; .ci/run installs it)"
+
+
+def zookeeper_classpath() -> str | None:
+    """The classpath of Debian's ZooKeeper server, or None when it (or java) is missing."""
+    import shutil
+
+    if shutil.which("java") is None or not all(os.path.exists(j) for j in _ZOOKEEPER_JARS):
+        return None
+    return ":".join(_ZOOKEEPER_JARS)
+
+
+def zookeeper_command(address: str, command: bytes = b"srvr", timeout_s: float = 2) -> str:
+    """A four-letter-word command (`ruok`, `srvr`, `dump`, ...) to a ZooKeeper at host:port."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as s:
+        s.sendall(command)
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+class ZooKeeperServer:
+    """Debian's ZooKeeper, standalone, on a free loopback port in a temporary directory.
+
+        with ZooKeeperServer() as zk:
+            config = {"zookeeper.connect": zk.connect, ...}
+
+    Its own zoo.cfg, data dir and log4j config (the server logs to `zookeeper.log` in the
+    directory); the admin HTTP server is off. Started with `java ... ZooKeeperServerMain`
+    directly rather than through zkServer.sh, which costs a few shell round trips and
+    waits. `tickTime` is 500 ms so that sessions may be as short as 1 s and expire on
+    time in tests (ZooKeeper checks expiry once per tick). The directory is removed on
+    `stop()` unless `keep_dir`.
+    """
+
+    def __init__(
+        self,
+        *,
+        tick_time_ms: int = 500,
+        start_timeout_s: float = 30,
+        keep_dir: bool = False,
+    ) -> None:
+        self.tick_time_ms = tick_time_ms
+        self.start_timeout_s = start_timeout_s
+        self.keep_dir = keep_dir
+        self.dir: Path | None = None
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start_seconds = 0.0
+
+    @property
+    def connect(self) -> str:
+        """The `zookeeper.connect` string, without a chroot."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        assert self.dir is not None
+        return self.dir / "zookeeper.log"
+
+    def start(self) -> ZooKeeperServer:
+        import tempfile
+        import time
+
+        classpath = zookeeper_classpath()
+        if classpath is None:
+            raise RuntimeError(ZOOKEEPER_MISSING)
+        begin = time.perf_counter()
+        self.dir = Path(tempfile.mkdtemp(prefix="zookeeper-"))
+        # free_port() can race with another process; a lost race shows as an early exit.
+        for _attempt in range(3):
+            self.port = free_port()
+            self._write_config()
+            if self._launch(classpath):
+                self.start_seconds = time.perf_counter() - begin
+                return self
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not start; see {self.log_file}")
+
+    def _write_config(self) -> None:
+        assert self.dir is not None
+        data = self.dir / "data"
+        data.mkdir(exist_ok=True)
+        (self.dir / "zoo.cfg").write_text(
+            f"tickTime={self.tick_time_ms}\n"
+            f"dataDir={data}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            f"minSessionTimeout={2 * self.tick_time_ms}\n"
+            "maxSessionTimeout=60000\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,dump,wchc\n"
+            # No snapshot thread work for tests' tiny data; nothing to purge.
+            "autopurge.purgeInterval=0\n"
+        )
+        (self.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=INFO, FILE\n"
+            "log4j.appender.FILE=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.FILE.File={self.dir / 'zookeeper.log'}\n"
+            "log4j.appender.FILE.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.FILE.layout.ConversionPattern=%d{ISO8601} %-5p [%t:%C{1}@%L] - %m%n\n"
+        )
+
+    def _launch(self, classpath: str) -> bool:
+        import time
+
+        assert self.dir is not None
+        args = [
+            "java",
+            "-cp",
+            classpath,
+            # A small, short-lived JVM: the client compiler alone and the serial collector
+            # start fastest, and a test's ZooKeeper holds a few kilobytes.
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            "-Xmx128m",
+            f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(self.dir / "zoo.cfg"),
+        ]
+        with open(self.dir / "zookeeper.out", "ab") as out:
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if "Mode: standalone" in zookeeper_command(self.connect, b"srvr", 1):
+                    return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self._terminate()
+        return False
+
+    def _terminate(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        import shutil
+
+        self._terminate()
+        if self.dir is not None and not self.keep_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+class KafkaCluster:
+    """Brokers (`BrokerThread`s, node ids 1..size) joined through one ZooKeeper, each with its
+    own log dir under `base_dir` and a free loopback port.
+
+        with ZooKeeperServer() as zk, KafkaCluster(zk, base_dir=tmp) as cluster:
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+    `overrides` apply to every broker (e.g. a short `zookeeper.session.timeout.ms`);
+    `add_broker(node_id)` starts one more. Brokers are stopped in reverse order on exit.
+    """
+
+    def __init__(
+        self,
+        zookeeper: ZooKeeperServer,
+        *,
+        base_dir: str | os.PathLike[str],
+        size: int = 3,
+        chroot: str = "/kafka",
+        overrides: Mapping[str, str] | None = None,
+    ) -> None:
+        self.zookeeper = zookeeper
+        self.base_dir = Path(base_dir)
+        self.size = size
+        self.zookeeper_connect = zookeeper.connect + chroot
+        self.overrides = dict(overrides or {})
+        self.brokers: dict[int, BrokerThread] = {}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def broker_config(
+        self, node_id: int, overrides: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        return {
+            "node.id": str(node_id),
+            "listeners": "PLAINTEXT://127.0.0.1:0",
+            "log.dirs": str(self.base_dir / f"broker-{node_id}"),
+            "zookeeper.connect": self.zookeeper_connect,
+            **self.overrides,
+            **(overrides or {}),
+        }
+
+    def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> BrokerThread:
+        broker = BrokerThread(self.broker_config(node_id, overrides)).start()
+        self.brokers[node_id] = broker
+        return broker
+
+    def start(self) -> KafkaCluster:
+        try:
+            for node_id in range(1, self.size + 1):
+                self.add_broker(node_id)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for node_id in sorted(self.brokers, reverse=True):
+            self.brokers.pop(node_id).stop()
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,82 @@
+"""Shared by the cluster tests: what ZooKeeper and each broker say about the cluster."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from wire import request_of, roundtrip
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], *, budget_s: float, what: str) -> T:
+    """Poll `check` until it returns something truthy, within a budget (not a timing claim:
+    the budget is only how long a broken cluster may take to show it is broken)."""
+    deadline = time.monotonic() + budget_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (OSError, NoNodeError) as exc:
+            last = exc
+        if last and not isinstance(last, Exception):
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {budget_s} s (last: {last!r})")
+
+
+def metadata(bootstrap: str) -> Any:
+    """This one broker's Metadata answer (v12, all topics), over a raw connection."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return roundtrip(sock, request_of(3, topics=None, allow_auto_topic_creation=False), 12)
+
+
+def view(bootstrap: str) -> tuple[str, int, list[tuple[int, str, int]]]:
+    """(cluster id, controller id, [(node id, host, port)]) as this broker reports them."""
+    m = metadata(bootstrap)
+    return m.cluster_id, m.controller_id, sorted((b.node_id, b.host, b.port) for b in m.brokers)
+
+
+class ZooKeeperView:
+    """A plain kazoo client for the test to read what the brokers wrote under `root`."""
+
+    def __init__(self, connect: str, root: str = "/kafka") -> None:
+        self.root = root
+        self.client = KazooClient(hosts=connect, timeout=10)
+        self.client.start(timeout=10)
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        return self.client.get(self.root + path)
+
+    def exists(self, path: str) -> Any:
+        return self.client.exists(self.root + path)
+
+    def json(self, path: str) -> Any:
+        return json.loads(self.get(path)[0])
+
+    def controller_epoch(self) -> int:
+        return int(self.get("/controller_epoch")[0])
+
+    def controller(self) -> int | None:
+        try:
+            return self.json("/controller")["brokerid"]
+        except NoNodeError:
+            return None
+
+    def broker_ids(self) -> list[int]:
+        return sorted(int(c) for c in self.client.get_children(self.root + "/brokers/ids"))
+
+    def owner(self, path: str) -> int | None:
+        stat = self.exists(path)
+        return None if stat is None else stat.ephemeralOwner
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
