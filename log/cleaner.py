@@ -320,6 +320,9 @@ def _write_cleaned(
         file_suffix=CLEANED_SUFFIX,
     )
     new.append(memoryview(cleaned), batches)
+    # Aborted records are kept (not removed as Kafka's cleaner does), so their index too.
+    for txn in old.txn_index.entries:
+        new.txn_index.append(txn)
     # The final time index entry (the segment's largest timestamp) and trimmed indexes:
     # what a rolled segment has, so the loader can trust them without a rebuild.
     new.on_become_inactive()

@@ -434,6 +434,63 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "Idempotent producer state expiry.",
     ),
+    # transactions (issue 15): the transaction coordinator and `__transaction_state`
+    ConfigKey(
+        "transaction.state.log.num.partitions",
+        "INT",
+        50,
+        _int,
+        _at_least(1),
+        "Partitions of __transaction_state (fixed once the topic exists).",
+    ),
+    ConfigKey(
+        "transaction.state.log.replication.factor",
+        "SHORT",
+        3,
+        _int,
+        _at_least(1),
+        "Replication factor of __transaction_state (capped at the live brokers).",
+    ),
+    ConfigKey(
+        "transaction.state.log.segment.bytes",
+        "INT",
+        104857600,
+        _int,
+        _at_least(1),
+        "Segment size of __transaction_state.",
+    ),
+    ConfigKey(
+        "transaction.state.log.min.isr",
+        "INT",
+        2,
+        _int,
+        _at_least(1),
+        "min.insync.replicas of __transaction_state.",
+    ),
+    ConfigKey(
+        "transaction.max.timeout.ms",
+        "INT",
+        900000,
+        _int,
+        _at_least(1),
+        "Largest transaction.timeout.ms a producer may ask for.",
+    ),
+    ConfigKey(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "INT",
+        10000,
+        _int,
+        _at_least(1),
+        "How often transactions open longer than their timeout are aborted.",
+    ),
+    ConfigKey(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "INT",
+        3600000,
+        _int,
+        _at_least(1),
+        "How often transactional ids past transactional.id.expiration.ms are removed.",
+    ),
 )
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
