@@ -74,6 +74,17 @@ class GroupOffsets:
         self.coordinator = coordinator
         self.store = coordinator.store
         self.now_ms = coordinator.now_ms
+        from trio_broker.cluster.group_txn_offsets import TxnOffsetCommits
+
+        self.txn = TxnOffsetCommits(self)
+
+    # -- transactional offsets (trio_broker.cluster.group_txn_offsets) ---------------------
+
+    def txn_commit_offsets(self, body: Any, *, api_version: int) -> Any:
+        return self.txn.commit(body, api_version=api_version)
+
+    def complete_txn_offsets(self, producer_id: int, partition: int, commit: bool) -> None:
+        self.txn.complete(producer_id, partition, commit)
 
     @property
     def groups(self) -> dict[str, GroupMetadata]:
@@ -84,6 +95,8 @@ class GroupOffsets:
     def on_partition_loaded(self, partition: int, loaded: dict[str, LoadedGroup]) -> None:
         """Rebuild the groups of one replayed partition (Kafka's loadGroup)."""
         for group_id, found in loaded.items():
+            if found.pending_txn_offsets:
+                self.txn.add_loaded(group_id, found.pending_txn_offsets)
             if group_id in self.groups:
                 continue
             group = GroupMetadata(group_id=group_id, offsets=dict(found.offsets))

@@ -25,8 +25,6 @@ from trio_broker.log.checkpoints import (
 )
 from trio_broker.log.config import LogConfig
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
-from trio_broker.log.transactions import replay_batch
-from trio_broker.log.txn_index import TXN_INDEX_SUFFIX
 from trio_broker.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -34,6 +32,8 @@ from trio_broker.log.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from trio_broker.log.transactions import replay_batch
+from trio_broker.log.txn_index import TXN_INDEX_SUFFIX
 from trio_broker.protocol.records import BatchHeader
 
 __all__ = ["complete_swaps", "load_log", "rebuild_producer_state"]

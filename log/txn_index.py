@@ -120,6 +120,8 @@ def _read(path: Path) -> list[AbortedTxn]:
             logger.warning("%s: unknown entry version %d; stop reading", path, version)
             break
         out.append(
-            AbortedTxn(producer_id=pid, first_offset=first, last_offset=last, last_stable_offset=lso)
+            AbortedTxn(
+                producer_id=pid, first_offset=first, last_offset=last, last_stable_offset=lso
+            )
         )
     return out

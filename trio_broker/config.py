@@ -446,10 +446,10 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "transaction.state.log.replication.factor",
         "SHORT",
-        3,
+        1,
         _int,
         _at_least(1),
-        "Replication factor of __transaction_state (capped at the live brokers).",
+        "Replication factor of __transaction_state (1 like offsets.topic.replication.factor).",
     ),
     ConfigKey(
         "transaction.state.log.segment.bytes",
@@ -462,7 +462,7 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "transaction.state.log.min.isr",
         "INT",
-        2,
+        1,
         _int,
         _at_least(1),
         "min.insync.replicas of __transaction_state.",
