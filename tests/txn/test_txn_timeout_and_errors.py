@@ -10,7 +10,6 @@ from txntest_helpers import consume_all, create_topic, wait_for
 from wire import roundtrip
 
 from trio_broker.errors import ErrorCode
-from trio_broker.protocol.record_codec import build_batch
 from trio_broker.protocol._generated.add_partitions_to_txn_request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
@@ -32,6 +31,7 @@ from trio_broker.protocol._generated.write_txn_markers_request import (
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
+from trio_broker.protocol.record_codec import build_batch
 
 FAST_TIMEOUTS = {
     "group.initial.rebalance.delay.ms": "0",
