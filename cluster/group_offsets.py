@@ -242,13 +242,14 @@ class GroupOffsets:
             groups = []
             for wanted in body.groups:
                 error, found = self._fetch_group(wanted.group_id, wanted.topics)
+                topics = _found_topics(
+                    found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
+                )
+                if body.require_stable:
+                    self.txn.mark_unstable(wanted.group_id, topics)
                 groups.append(
                     OffsetFetchResponseGroup(
-                        group_id=wanted.group_id,
-                        error_code=error,
-                        topics=_found_topics(
-                            found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
-                        ),
+                        group_id=wanted.group_id, error_code=error, topics=topics
                     )
                 )
             return OffsetFetchResponse(groups=groups)
@@ -268,10 +269,10 @@ class GroupOffsets:
                 for t in body.topics or []
             ]
             return OffsetFetchResponse(topics=topics)
-        return OffsetFetchResponse(
-            error_code=error,
-            topics=_found_topics(found, OffsetFetchResponseTopic, OffsetFetchResponsePartition),
-        )
+        topics = _found_topics(found, OffsetFetchResponseTopic, OffsetFetchResponsePartition)
+        if api_version >= 7 and body.require_stable:
+            self.txn.mark_unstable(body.group_id, topics)
+        return OffsetFetchResponse(error_code=error, topics=topics)
 
     def _fetch_group(
         self, group_id: str, topics: list[Any] | None

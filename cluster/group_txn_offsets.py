@@ -50,6 +50,17 @@ class TxnOffsetCommits:
     def is_pending(self, group_id: str, tp: tuple[str, int]) -> bool:
         return any((group_id, tp) in found for found in self.pending.values())
 
+    def mark_unstable(self, group_id: str, topics: list[Any]) -> None:
+        """OffsetFetch with require_stable: partitions with a pending transactional commit
+        answer UNSTABLE_OFFSET_COMMIT (retriable) instead of an offset about to change."""
+        if not self.pending:
+            return
+        for topic in topics:
+            for p in topic.partitions:
+                if self.is_pending(group_id, (topic.name, p.partition_index)):
+                    p.error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+                    p.committed_offset = -1
+
     def commit(self, body: Any, *, api_version: int) -> TxnOffsetCommitResponse:
         coordinator = self.offsets.coordinator
         group_id = body.group_id

@@ -56,8 +56,10 @@ class TransactionStore:
         partition = self.partition_for(transactional_id)
         if partition in self.loaded:
             return ErrorCode.NONE
-        if partition in self.loading or not self.topic_exists():
+        if partition in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        if not self.topic_exists():
+            return ErrorCode.NONE  # no transactional id was ever seen: none is known here
         return ErrorCode.NOT_COORDINATOR
 
     def topic_exists(self) -> bool:

@@ -3,9 +3,18 @@ LSO, the .txnindex bytes, exactly-once consume-transform-produce, and fencing.""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from txntest_helpers import consume_all, create_topic, read_txn_index
+from wire import roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.offset_fetch_request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+)
 
 
 def _producer(bootstrap: str, txn_id: str, **extra: str) -> Producer:
@@ -175,3 +184,25 @@ def test_second_producer_fences_the_first(broker):
 
     values = [v for _, _, v in consume_all(broker.bootstrap, "fenced", 1, "read_committed")]
     assert values == [b"live"]
+
+
+def test_pending_transactional_offsets_are_unstable(broker):
+    create_topic(broker.bootstrap, "src", 1)
+    producer = _producer(broker.bootstrap, "offsets-writer")
+    group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-unstable"})
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction(
+        [TopicPartition("src", 0, 7)], group.consumer_group_metadata(), 15
+    )
+    request = OffsetFetchRequest(
+        group_id="g-unstable",
+        topics=[OffsetFetchRequestTopic(name="src", partition_indexes=[0])],
+        require_stable=True,
+    )
+    with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
+        (part,) = roundtrip(sock, request, 7).topics[0].partitions
+        assert (part.error_code, part.committed_offset) == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)
+        producer.commit_transaction(15)
+        (part,) = roundtrip(sock, request, 7).topics[0].partitions
+        assert (part.error_code, part.committed_offset) == (ErrorCode.NONE, 7)
+    group.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 import attrs
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from txntest_helpers import consume_all, create_topic, read_txn_index
 from wire import roundtrip
 
@@ -91,6 +91,12 @@ def test_prepare_commit_without_markers_completes_after_restart(tmp_path):
         for i in range(4):
             producer.produce("decided", value=b"%d" % i, partition=i % 2)
         producer.flush(15)
+        # Offsets committed in the transaction: pending until its marker.
+        group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-decided"})
+        producer.send_offsets_to_transaction(
+            [TopicPartition("decided", 0, 42)], group.consumer_group_metadata(), 15
+        )
+        group.close()
     assert consume_all_offline_state(tmp_path, "dies") == TransactionState.ONGOING
 
     # What the coordinator writes first when EndTxn(commit) arrives, then the crash: the
@@ -112,6 +118,13 @@ def test_prepare_commit_without_markers_completes_after_restart(tmp_path):
         assert _state(broker.host, broker.port, "dies").transaction_state == "CompleteCommit"
         seen = consume_all(broker.bootstrap, "decided", 2, "read_committed")
         assert sorted(v for _, _, v in seen) == [b"0", b"1", b"2", b"3"]
+        # The pending offsets were reloaded from __consumer_offsets and applied by the marker.
+        reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-decided"})
+        try:
+            (committed,) = reader.committed([TopicPartition("decided", 0)], timeout=10)
+        finally:
+            reader.close()
+        assert committed.offset == 42
         for p in (0, 1):
             assert not (tmp_path / f"decided-{p}" / "00000000000000000000.txnindex").exists()
 
