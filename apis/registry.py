@@ -62,6 +62,7 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(28, "TxnOffsetCommit", 0, 3, "txn_offset_commit"),
     ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
     ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
+    ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -14,6 +14,10 @@ from wire import roundtrip
 from trio_broker.broker import Broker
 from trio_broker.cluster.transaction_metadata import TransactionState
 from trio_broker.config import BrokerConfig
+from trio_broker.protocol._generated.describe_producers_request import (
+    DescribeProducersRequest,
+    TopicRequest,
+)
 from trio_broker.protocol._generated.describe_transactions_request import (
     DescribeTransactionsRequest,
 )
@@ -67,6 +71,13 @@ def test_kill_9_mid_transaction(tmp_path):
         assert [v for _, _, v in seen] == [b"committed"]
         host, port = broker.bootstrap.split(":")
         assert _state(host, int(port), "crash-1").transaction_state == "Ongoing"
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            request = DescribeProducersRequest(
+                topics=[TopicRequest(name="crashy", partition_indexes=[0])]
+            )
+            (part,) = roundtrip(sock, request, 0).topics[0].partitions
+        # The open transaction, restored by recovery, starts at offset 4.
+        assert [p.current_txn_start_offset for p in part.active_producers] == [4]
 
         # The producer comes back: InitProducerId aborts the transaction left open.
         again = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "crash-1"})
