@@ -1,10 +1,11 @@
 """ListOffsets (key 2): earliest, latest, max timestamp, or the offset for a timestamp.
 
 Special timestamps, as Kafka's: -2 EARLIEST (the log start offset), -1 LATEST (the high
-watermark; the last stable offset for read_committed), -3 MAX_TIMESTAMP (the record with the largest timestamp), -4 EARLIEST_LOCAL (the
-same as earliest: no tiered storage), -5 LATEST_TIERED (nothing tiered: offset -1). Any
-other value finds the first record whose timestamp is at least it; records at or beyond
-the high watermark are never answered, and "none" is offset -1, timestamp -1, error NONE.
+watermark; the last stable offset for read_committed), -3 MAX_TIMESTAMP (the record with
+the largest timestamp), -4 EARLIEST_LOCAL (the same as earliest: no tiered storage), -5
+LATEST_TIERED (nothing tiered: offset -1). Any other value finds the first record whose
+timestamp is at least it; records at or beyond the high watermark (the LSO for
+read_committed) are never answered, and "none" is offset -1, timestamp -1, error NONE.
 """
 
 from __future__ import annotations
