@@ -4,6 +4,8 @@ truncation, retention and compaction."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from trio_broker.errors import ErrorCode, KafkaError
@@ -11,7 +13,7 @@ from trio_broker.log.cleaner import clean_log
 from trio_broker.log.config import LogConfig
 from trio_broker.log.control_batch import ControlType, build_marker_batch, control_type
 from trio_broker.log.loader import load_log
-from trio_broker.protocol.record_codec import build_batch
+from trio_broker.protocol.record_codec import build_batch, iter_records
 from trio_broker.protocol.records import iter_batches
 
 T0 = 1_700_000_000_000
@@ -154,3 +156,27 @@ def test_cleaner_keeps_the_txn_index(tmp_path):
     reopened = _open(tmp_path, config)
     assert [len(s.txn_index.entries) for s in reopened.segments if s.txn_index.entries] == [1]
     reopened.close_handlers()
+
+
+def test_cleaner_never_lets_an_aborted_record_shadow_a_committed_one(tmp_path):
+    config = LogConfig(cleanup_policy=("compact",), segment_bytes=200, delete_retention_ms=1000)
+    log = _open(tmp_path, config)
+    _append(log, build_batch([(b"k", b"committed", (), T0)]))
+    _append(log, build_batch([(b"k", b"committed", (), T0)]))
+    _append(log, txn_batch(1, 0, key=b"k"))  # key k0 ...
+    _append(log, build_batch([(b"k0", b"kept", (), T0)]))
+    _append(log, txn_batch(1, 1, key=b"k"))  # ... k0 again, in the aborted transaction
+    _append(log, marker(False))
+    for i in range(8):
+        _append(log, build_batch([(b"z", b"%d" % i, (), T0)]))
+    assert clean_log(log, first_dirty_offset=0, now_ms=T0 + 10_000, force=True) is not None
+    values = []
+    for segment in log.segments:
+        data = os.pread(segment.fd, segment.size, 0)
+        for pos, header in iter_batches(data):
+            if not header.is_control:
+                values += [(r.key, r.value) for r in iter_records(data[pos : pos + header.size])]
+    # The committed k0 survives: the aborted k0 after it did not count as its replacement.
+    assert (b"k0", b"kept") in values
+    assert values.count((b"k", b"committed")) == 1
+    log.close_handlers()
