@@ -12,8 +12,10 @@ from txntest_helpers import consume_all, create_topic, read_txn_index
 from wire import roundtrip
 
 from trio_broker.broker import Broker
+from trio_broker.cluster.transaction_markers import write_marker
 from trio_broker.cluster.transaction_metadata import TransactionState
 from trio_broker.config import BrokerConfig
+from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.describe_producers_request import (
     DescribeProducersRequest,
     TopicRequest,
@@ -92,7 +94,7 @@ def test_kill_9_mid_transaction(tmp_path):
         broker.kill()
 
 
-def test_prepare_commit_without_markers_completes_after_restart(tmp_path):
+def test_prepare_commit_with_missing_markers_completes_after_restart(tmp_path):
     config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **SMALL}
     with BrokerThread(config) as broker:
         create_topic(broker.bootstrap, "decided", 2)
@@ -111,7 +113,7 @@ def test_prepare_commit_without_markers_completes_after_restart(tmp_path):
     assert consume_all_offline_state(tmp_path, "dies") == TransactionState.ONGOING
 
     # What the coordinator writes first when EndTxn(commit) arrives, then the crash: the
-    # PrepareCommit record is in __transaction_state, no marker in either partition.
+    # PrepareCommit record is in __transaction_state, a marker in one partition only.
     offline = Broker(BrokerConfig.from_properties(config))
     try:
         store = offline.transaction_coordinator.store
@@ -121,6 +123,17 @@ def test_prepare_commit_without_markers_completes_after_restart(tmp_path):
         prepared = attrs.evolve(meta, partitions=set(meta.partitions))
         prepared.transition_to(TransactionState.PREPARE_COMMIT, meta.txn_last_update_timestamp_ms)
         store.append(prepared)
+        # ... and the crash came between the two data partitions' markers.
+        code = write_marker(
+            offline,
+            "decided",
+            0,
+            producer_id=meta.producer_id,
+            producer_epoch=meta.producer_epoch,
+            coordinator_epoch=0,
+            commit=True,
+        )
+        assert code == ErrorCode.NONE
     finally:
         offline.log_manager.close()
 
