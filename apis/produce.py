@@ -48,6 +48,12 @@ def _verify_transactional(
     # A transactional batch must belong to the producer's ongoing transaction, i.e. the
     # partition was added with AddPartitionsToTxn (Kafka's transaction verification). A
     # producer already in a transaction on this partition has been verified before.
+    if transactional_id is None:
+        # Kafka's KafkaApis: transactional records need a transactional id it may authorize.
+        raise KafkaError(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional records without a transactional id",
+        )
     if header.producer_id in log.producer_state.ongoing:
         return
     txn = getattr(broker, "transaction_coordinator", None)

@@ -347,16 +347,16 @@ class TransactionCoordinator:
         tp: tuple[str, int],
     ) -> ErrorCode | None:
         """Is a transactional batch for `tp` part of its producer's ongoing transaction?
+        The codes are what Kafka's partition leader answers after asking the coordinator
+        (AddPartitionsToTxn verify_only, with PRODUCER_FENCED as INVALID_PRODUCER_EPOCH).
         None when this broker does not coordinate the id (the leader would ask the remote
-        coordinator with AddPartitionsToTxn v4 verify_only; not built yet)."""
-        if not transactional_id:
-            return ErrorCode.INVALID_TXN_STATE
-        if not self.running or self.store.check(transactional_id) != ErrorCode.NONE:
+        coordinator; not built yet)."""
+        if not self.running or self.store.check(transactional_id or "") != ErrorCode.NONE:
             return None
-        meta = self.txns.get(transactional_id)
+        meta = self.txns.get(transactional_id or "")
         if meta is None or meta.producer_id != producer_id:
-            return ErrorCode.INVALID_TXN_STATE
-        if producer_epoch < meta.producer_epoch:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if producer_epoch != meta.producer_epoch:
             return ErrorCode.INVALID_PRODUCER_EPOCH
         if meta.state != S.ONGOING or tp not in meta.partitions:
             return ErrorCode.INVALID_TXN_STATE

@@ -154,32 +154,26 @@ def test_bad_transactional_requests_get_kafka_error_codes(kafka_broker_factory):
         }
         assert _describe(sock, "txn-a").transaction_state == "Empty"
 
-        # A transactional batch for a partition never added to the transaction.
-        batch = build_batch(
-            [(None, b"sneaky", (), 0)],
-            producer_id=pid,
-            producer_epoch=epoch,
-            base_sequence=0,
-            is_transactional=True,
-        )
-        produced = roundtrip(
-            sock,
-            ProduceRequest(
-                transactional_id="txn-a",
-                acks=-1,
-                timeout_ms=5000,
-                topic_data=[
-                    TopicProduceData(
-                        name="target",
-                        partition_data=[PartitionProduceData(index=0, records=batch)],
-                    )
-                ],
-            ),
-            9,
-        )
-        assert produced.responses[0].partition_responses[0].error_code == (
-            ErrorCode.INVALID_TXN_STATE
-        )
+        # Transactional batches that are not part of an ongoing transaction.
+        def produce(txn_id, producer_id) -> int:
+            batch = build_batch(
+                [(None, b"sneaky", (), 0)],
+                producer_id=producer_id,
+                producer_epoch=epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
+            data = TopicProduceData(
+                name="target", partition_data=[PartitionProduceData(index=0, records=batch)]
+            )
+            request = ProduceRequest(
+                transactional_id=txn_id, acks=-1, timeout_ms=5000, topic_data=[data]
+            )
+            return roundtrip(sock, request, 9).responses[0].partition_responses[0].error_code
+
+        assert produce("txn-a", pid) == ErrorCode.INVALID_TXN_STATE  # partition never added
+        assert produce("txn-a", pid + 1) == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert produce(None, pid) == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
         # WriteTxnMarkers for an unknown partition.
         markers = roundtrip(
