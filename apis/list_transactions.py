@@ -37,10 +37,8 @@ async def handle(broker: Broker, request: Request) -> ListTransactionsResponse:
         for m in txn.list()
         if (not body.state_filters or m.state in states)
         and (not pids or m.producer_id in pids)
-        and (
-            duration < 0
-            or (m.txn_start_timestamp_ms >= 0 and now - m.txn_start_timestamp_ms >= duration)
-        )
+        # Kafka's rule, start time -1 (no transaction) included: open longer than `duration`.
+        and (duration < 0 or now - m.txn_start_timestamp_ms > duration)
     ]
     return ListTransactionsResponse(
         error_code=ErrorCode.NONE, unknown_state_filters=unknown, transaction_states=listed

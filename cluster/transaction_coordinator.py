@@ -238,18 +238,20 @@ class TransactionCoordinator:
                 txn_last_update_timestamp_ms=now,
             )
         elif expected_producer_id >= 0:
-            # KIP-360: a producer resuming with its id and epoch; a retry of the bump that
-            # already happened gets the current pair back.
+            # KIP-360: a producer resuming with its current id and epoch, or with the pair
+            # before the last bump (its retry, or a timeout abort that bumped the epoch
+            # under it); anything else is a zombie. A retry of a bump that already happened
+            # gets the current pair back.
             current = (meta.producer_id, meta.producer_epoch)
             previous = (
                 meta.last_producer_id if meta.last_producer_id >= 0 else meta.producer_id,
                 meta.last_producer_epoch,
             )
             asked = (expected_producer_id, expected_epoch)
+            if asked not in (current, previous):
+                return ErrorCode.PRODUCER_FENCED, -1, -1
             if asked == previous and meta.state == S.EMPTY:
                 return ErrorCode.NONE, meta.producer_id, meta.producer_epoch
-            if asked != current:
-                return ErrorCode.PRODUCER_FENCED, -1, -1
         try:
             if meta.is_preparing:
                 return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
@@ -258,7 +260,7 @@ class TransactionCoordinator:
                     "InitProducerId for %s aborts its ongoing transaction", transactional_id
                 )
                 meta = self._fence_and_abort(meta)
-            if meta.epoch_exhausted() or meta.producer_epoch < 0 and meta.state != S.EMPTY:
+            if meta.epoch_exhausted():
                 changes = {
                     "last_producer_id": meta.producer_id,
                     "producer_id": self.broker.producer_ids.next_id(),

@@ -82,9 +82,12 @@ def test_epochs_fencing_and_timeout(coordinator):
     assert (meta.state, meta.producer_epoch) == (S.COMPLETE_ABORT, 3)
     assert coordinator.end_txn("app", pid, 2, True) == ErrorCode.PRODUCER_FENCED
 
-    # KIP-360: the producer resumes with its current id and epoch and gets the next epoch.
+    # KIP-360: the producer whose transaction timed out resumes with the epoch it had (the
+    # one before the bump) and gets the next; a retry gets the same; older is fenced.
+    assert coordinator.init_producer_id("app", 60000, pid, 2) == (ErrorCode.NONE, pid, 4)
     assert coordinator.init_producer_id("app", 60000, pid, 3) == (ErrorCode.NONE, pid, 4)
     assert coordinator.init_producer_id("app", 60000, pid, 1)[0] == ErrorCode.PRODUCER_FENCED
+    assert coordinator.init_producer_id("app", 60000, pid, 4) == (ErrorCode.NONE, pid, 5)
 
 
 def test_transactional_ids_expire_with_a_tombstone(coordinator):
