@@ -314,6 +314,7 @@ class PartitionLog:
     read = reader.read_batches
     offset_for_timestamp = reader.offset_for_timestamp
     max_timestamp_offset = reader.max_timestamp_offset
+    collect_aborted_transactions = reader.collect_aborted_transactions
 
     @property
     def last_stable_offset(self) -> int:
@@ -323,16 +324,6 @@ class PartitionLog:
         if first_unstable is None or first_unstable >= hw:
             return hw
         return max(first_unstable, self.log_start_offset)
-
-    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list:
-        """Aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
-        `.txnindex` of the segments from the one holding `fetch_offset` on."""
-        out = []
-        # Not bounded by upper_bound_offset: a transaction that starts in range may end
-        # (and be indexed) in a later segment.
-        for segment in self.segments[self._floor_slot(fetch_offset) :]:
-            out.extend(segment.txn_index.collect(fetch_offset, upper_bound_offset))
-        return out
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""
