@@ -112,6 +112,9 @@ def _committed(bootstrap: str, group: str, topic: str) -> int:
 
 
 def test_consume_transform_produce_exactly_once(broker):
+    """Each batch is a fresh consumer (a restart) resuming at the committed offset; midway a
+    second instance with the same transactional id fences the first, a zombie holding an
+    open transaction, and takes over."""
     create_topic(broker.bootstrap, "in", 1)
     create_topic(broker.bootstrap, "out", 1)
     source = Producer({"bootstrap.servers": broker.bootstrap})
@@ -119,7 +122,7 @@ def test_consume_transform_produce_exactly_once(broker):
         source.produce("in", value=b"%d" % i, partition=0)
     source.flush(10)
 
-    def run_batch(commit: bool) -> None:
+    def run_batch(producer: Producer, finish: str) -> None:
         consumer = Consumer(
             {
                 "bootstrap.servers": broker.bootstrap,
@@ -142,26 +145,31 @@ def test_consume_transform_produce_exactly_once(broker):
             consumer.consumer_group_metadata(),
             15,
         )
-        if commit:
+        producer.flush(15)
+        if finish == "commit":
             producer.commit_transaction(15)
-        else:
-            producer.flush(15)
+        elif finish == "abort":
             producer.abort_transaction(15)
         consumer.close()
 
-    producer = _producer(broker.bootstrap, "eos-pipeline")
-    run_batch(commit=True)
+    first = _producer(broker.bootstrap, "eos-pipeline")
+    run_batch(first, "commit")
     assert _committed(broker.bootstrap, "eos", "in") == 10
-    run_batch(commit=False)  # aborted: neither the output nor the offsets count
+    run_batch(first, "abort")  # aborted: neither the output nor the offsets count
     assert _committed(broker.bootstrap, "eos", "in") == 10
-    run_batch(commit=True)
-    run_batch(commit=True)
+    run_batch(first, "leave open")  # the first instance hangs mid-transaction
+    second = _producer(broker.bootstrap, "eos-pipeline")  # fences it, aborting its work
+    run_batch(second, "commit")
+    run_batch(second, "commit")
     assert _committed(broker.bootstrap, "eos", "in") == 30
+    with pytest.raises(KafkaException) as raised:
+        first.commit_transaction(15)  # the zombie wakes up
+    assert raised.value.args[0].fatal()
 
     out = [v for _, _, v in consume_all(broker.bootstrap, "out", 1, "read_committed")]
     assert out == [b"x%d" % i for i in range(30)]  # each input exactly once, in order
     everything = consume_all(broker.bootstrap, "out", 1, "read_uncommitted")
-    assert len(everything) == 40  # the aborted batch is in the log, invisible to read_committed
+    assert len(everything) == 50  # the aborted batches are in the log, invisible to read_committed
 
 
 def test_second_producer_fences_the_first(broker):

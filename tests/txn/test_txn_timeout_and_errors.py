@@ -13,6 +13,7 @@ from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.add_partitions_to_txn_request import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTransaction,
 )
 from trio_broker.protocol._generated.describe_transactions_request import (
     DescribeTransactionsRequest,
@@ -199,3 +200,49 @@ def test_bad_transactional_requests_get_kafka_error_codes(kafka_broker_factory):
         # Nothing on disk changed for the data partition.
         assert sorted(p.name for p in log_dir.iterdir()) == before
         assert (log_dir / "00000000000000000000.log").stat().st_size == size_before
+
+
+def test_add_partitions_v4_batched_and_verify_only(kafka_broker_factory):
+    broker = kafka_broker_factory(FAST_TIMEOUTS)
+    create_topic(broker.bootstrap, "two", 2)
+    with _connect(broker) as sock:
+        ids = {}
+        for txn_id in ("one", "other"):
+            init = roundtrip(
+                sock, InitProducerIdRequest(transactional_id=txn_id, transaction_timeout_ms=9000), 4
+            )
+            ids[txn_id] = (init.producer_id, init.producer_epoch)
+
+        def entry(txn_id, partitions, verify_only, epoch_shift=0):
+            pid, epoch = ids[txn_id]
+            return AddPartitionsToTxnTransaction(
+                transactional_id=txn_id,
+                producer_id=pid,
+                producer_epoch=epoch + epoch_shift,
+                verify_only=verify_only,
+                topics=[AddPartitionsToTxnTopic(name="two", partitions=partitions)],
+            )
+
+        def send(*transactions):
+            answer = roundtrip(sock, AddPartitionsToTxnRequest(transactions=list(transactions)), 4)
+            assert answer.error_code == ErrorCode.NONE
+            return {
+                (r.transactional_id, p.partition_index): p.partition_error_code
+                for r in answer.results_by_transaction
+                for t in r.topic_results
+                for p in t.results_by_partition
+            }
+
+        # Two transactions in one request: one adds, the other (a fenced epoch) fails.
+        assert send(entry("one", [0], False), entry("other", [1], False, epoch_shift=-1)) == {
+            ("one", 0): ErrorCode.NONE,
+            ("other", 1): ErrorCode.PRODUCER_FENCED,
+        }
+        # verify_only: which partitions are in the ongoing transaction; nothing is added.
+        assert send(entry("one", [0, 1], True), entry("other", [1], True)) == {
+            ("one", 0): ErrorCode.NONE,
+            ("one", 1): ErrorCode.INVALID_TXN_STATE,
+            ("other", 1): ErrorCode.INVALID_TXN_STATE,
+        }
+        assert _describe(sock, "one").topics[0].partitions == [0]
+        assert _describe(sock, "other").transaction_state == "Empty"
