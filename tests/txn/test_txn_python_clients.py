@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 from txntest_helpers import consume_all, create_topic
 
 
@@ -27,6 +28,28 @@ def test_kafka_python_commit_and_abort(broker):
     committed = [v for _, _, v in consume_all(broker.bootstrap, "kp", 1, "read_committed")]
     assert committed == [b"%d-%d" % (t, i) for t in (0, 2) for i in range(3)]
     assert len(consume_all(broker.bootstrap, "kp", 1, "read_uncommitted")) == 12
+
+
+def test_kafka_python_send_offsets_to_transaction(broker):
+    create_topic(broker.bootstrap, "kp-in", 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="kp-eos")
+    tp = TopicPartition("kp-in", 0)
+    try:
+        producer.init_transactions()
+        for offset, commit in ((5, True), (9, False)):
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({tp: OffsetAndMetadata(offset, "", -1)}, "kp-g")
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+    finally:
+        producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id="kp-g")
+    try:
+        assert consumer.committed(tp) == 5  # the aborted transaction's 9 never counted
+    finally:
+        consumer.close()
 
 
 def test_aiokafka_commit_and_abort(broker):
