@@ -389,7 +389,12 @@ class TransactionCoordinator:
     # -- timeouts and expiry -------------------------------------------------------------
 
     def abort_timed_out_transactions(self) -> int:
-        """Abort (under a bumped epoch) every transaction open longer than its timeout."""
+        """Abort (under a bumped epoch) every transaction open longer than its timeout, and
+        retry the completion of prepared ones whose markers or Complete record failed."""
+        for meta in [
+            m for m in self.txns.values() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+        ]:
+            self._try(lambda m=meta: self._complete(m))
         now = self.now_ms()
         doomed = [
             m

@@ -103,3 +103,16 @@ def test_transactional_ids_expire_with_a_tombstone(coordinator):
     store = coordinator.store
     assert "idle" not in store.read_partition(store.partition_for("idle"))
     assert store.read_partition(store.partition_for("busy"))["busy"].producer_id == other_pid
+
+
+def test_a_prepared_transaction_left_behind_is_completed_by_the_cleanup(coordinator):
+    _, pid, epoch = coordinator.init_producer_id("stuck", 60000)
+    assert coordinator.add_partitions("stuck", pid, epoch, [("data", 1)]) == ErrorCode.NONE
+    # As if the markers or the Complete record had failed after PrepareCommit was written.
+    coordinator._write(coordinator.txns["stuck"], S.PREPARE_COMMIT)
+    assert coordinator.end_txn("stuck", pid, epoch, True) == ErrorCode.CONCURRENT_TRANSACTIONS
+    coordinator.abort_timed_out_transactions()
+    assert coordinator.txns["stuck"].state == S.COMPLETE_COMMIT
+    assert coordinator.end_txn("stuck", pid, epoch, True) == ErrorCode.NONE  # a retry: done
+    data = coordinator.broker.topics.get_log("data", 1)
+    assert data.log_end_offset == 1  # the COMMIT marker
