@@ -1,4 +1,4 @@
-"""Error codes of the transactional APIs as each request version knows them.
+"""Shared by the transactional APIs: the coordinator, and error codes as each version knows them.
 
 PRODUCER_FENCED (KIP-588) is answered only to versions that know it; older ones get
 INVALID_PRODUCER_EPOCH, as Kafka's KafkaApis does: InitProducerId from v4,
@@ -7,9 +7,15 @@ AddPartitionsToTxn, AddOffsetsToTxn and EndTxn from v2.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trio_broker.errors import ErrorCode
 
-__all__ = ["for_version"]
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.cluster.transaction_coordinator import TransactionCoordinator
+
+__all__ = ["coordinator", "for_version"]
 
 
 def for_version(code: int, api_version: int, fenced_from: int) -> int:
@@ -18,5 +24,6 @@ def for_version(code: int, api_version: int, fenced_from: int) -> int:
     return code
 
 
-def coordinator(broker):  # noqa: ANN001, ANN201 - the broker's TransactionCoordinator or None
+def coordinator(broker: Broker) -> TransactionCoordinator | None:
+    """The broker's transaction coordinator (None for a broker built without one)."""
     return getattr(broker, "transaction_coordinator", None)
