@@ -154,7 +154,7 @@ class TransactionCoordinator:
     # -- writing -------------------------------------------------------------------------
 
     def _write(
-        self, meta: TransactionMetadata, state: TransactionState, **changes
+        self, meta: TransactionMetadata, state: TransactionState, **changes: object
     ) -> TransactionMetadata:
         """The copy of `meta` in `state` with `changes`, written, then installed."""
         changes.setdefault("partitions", set(meta.partitions))

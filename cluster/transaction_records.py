@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from typing import TYPE_CHECKING
 
-from trio_broker.cluster.group_records import _iter_log_batches
+from trio_broker.cluster.group_records import _iter_log_batches  # the same whole-log read
 from trio_broker.cluster.group_records import partition_for as _partition_for
 from trio_broker.cluster.transaction_metadata import TransactionMetadata, TransactionState
 from trio_broker.protocol._generated.transaction_log_key import TransactionLogKey
@@ -22,6 +23,9 @@ from trio_broker.protocol._generated.transaction_log_value import (
 )
 from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import InvalidRecords
+
+if TYPE_CHECKING:
+    from trio_broker.log import PartitionLog
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
@@ -90,7 +94,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[str, TransactionMetadata | 
     return k.transactional_id, meta
 
 
-def replay(log) -> dict[str, TransactionMetadata]:
+def replay(log: PartitionLog) -> dict[str, TransactionMetadata]:
     """The last word per transactional id in one partition (Kafka's loadTransactionMetadata)."""
     found: dict[str, TransactionMetadata | None] = {}
     for batch in _iter_log_batches(log):
