@@ -24,6 +24,7 @@ from trio_broker.cluster.fetch_sessions import (
 from trio_broker.cluster.purgatory import DelayedOperation
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.fetch_response import (
+    AbortedTransaction,
     FetchableTopicResponse,
     FetchResponse,
     PartitionData,
@@ -84,14 +85,16 @@ class _Fetch:
                 error = _check_epoch(self.broker, p)
             if error is None and log is not None:
                 hw = log.high_watermark
+                lso = log.last_stable_offset
                 data.high_watermark = hw
-                data.last_stable_offset = hw
+                data.last_stable_offset = lso
                 data.log_start_offset = log.log_start_offset
                 try:
                     result = log.read(
                         p.fetch_offset,
                         min(p.partition_max_bytes, remaining),
-                        max_offset=hw,
+                        # read_committed stops at the LSO: nothing undecided is returned.
+                        max_offset=lso if self.read_committed else hw,
                         min_one_message=total == 0,
                     )
                 except KafkaError as exc:
@@ -106,6 +109,15 @@ class _Fetch:
                         )
                         total += result.size
                         remaining = max(remaining - result.size, 0)
+                        if self.read_committed:
+                            data.aborted_transactions = [
+                                AbortedTransaction(
+                                    producer_id=a.producer_id, first_offset=a.first_offset
+                                )
+                                for a in log.collect_aborted_transactions(
+                                    p.fetch_offset, result.next_offset
+                                )
+                            ]
             if error:
                 any_error = True
                 data.error_code = error

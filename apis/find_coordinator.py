@@ -1,7 +1,8 @@
 """FindCoordinator (key 10): this broker coordinates every group (a cluster of one).
 
 v4+ asks for several keys at once (KIP-699). Transactional ids (key type 1) are answered
-only when a transaction coordinator is registered on the broker.
+by the transaction coordinator's broker (this one), creating `__transaction_state` on
+first use as Kafka does.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
         if not error and not key:
             error = ErrorCode.INVALID_REQUEST
     elif key_type == TRANSACTION and getattr(broker, "transaction_coordinator", None) is not None:
-        if not key:
+        try:
+            broker.transaction_coordinator.store.ensure_topic()
+        except KafkaError as exc:
+            error = exc.code
+        if not error and not key:
             error = ErrorCode.INVALID_REQUEST
     else:
         error = (

@@ -1,16 +1,16 @@
-"""InitProducerId (key 22): producer ids for idempotent producers.
+"""InitProducerId (key 22): producer ids for idempotent and transactional producers.
 
 Ids come from `ProducerIdManager`, in blocks persisted before use, so no id is handed out
-twice across restarts. A producer that presents its current id and epoch (KIP-360) gets
-the epoch bumped instead of a new id. Transactional ids need the transaction
-coordinator, which this broker does not have yet: they are refused with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, so clients fail clearly rather than hang.
+twice across restarts. An idempotent producer that presents its current id and epoch
+(KIP-360) gets the epoch bumped instead of a new id. A transactional id is served by the
+transaction coordinator: the id's producer id with a bumped epoch, fencing older ones.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.txn_errors import coordinator, for_version
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.init_producer_id_response import InitProducerIdResponse
 
@@ -23,11 +23,20 @@ _MAX_EPOCH = 32767
 
 async def handle(broker: Broker, request: Request) -> InitProducerIdResponse:
     body = request.body
+    version = request.api_version
     if body.transactional_id is not None:
+        txn = coordinator(broker)
+        if txn is None:
+            return InitProducerIdResponse(
+                error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, producer_id=-1, producer_epoch=-1
+            )
+        expected_id = body.producer_id if version >= 3 else -1
+        expected_epoch = body.producer_epoch if version >= 3 else -1
+        error, pid, epoch = txn.init_producer_id(
+            body.transactional_id, body.transaction_timeout_ms, expected_id, expected_epoch
+        )
         return InitProducerIdResponse(
-            error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
+            error_code=for_version(error, version, 4), producer_id=pid, producer_epoch=epoch
         )
     if body.producer_id >= 0 and 0 <= body.producer_epoch < _MAX_EPOCH - 1:
         return InitProducerIdResponse(

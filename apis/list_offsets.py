@@ -1,11 +1,11 @@
 """ListOffsets (key 2): earliest, latest, max timestamp, or the offset for a timestamp.
 
 Special timestamps, as Kafka's: -2 EARLIEST (the log start offset), -1 LATEST (the high
-watermark; the last stable offset for read_committed, which equals it until transactions
-exist), -3 MAX_TIMESTAMP (the record with the largest timestamp), -4 EARLIEST_LOCAL (the
-same as earliest: no tiered storage), -5 LATEST_TIERED (nothing tiered: offset -1). Any
-other value finds the first record whose timestamp is at least it; records at or beyond
-the high watermark are never answered, and "none" is offset -1, timestamp -1, error NONE.
+watermark; the last stable offset for read_committed), -3 MAX_TIMESTAMP (the record with
+the largest timestamp), -4 EARLIEST_LOCAL (the same as earliest: no tiered storage), -5
+LATEST_TIERED (nothing tiered: offset -1). Any other value finds the first record whose
+timestamp is at least it; records at or beyond the high watermark (the LSO for
+read_committed) are never answered, and "none" is offset -1, timestamp -1, error NONE.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def _lookup(
     part: PartitionState, log: PartitionLog, timestamp: int, isolation_level: int
 ) -> tuple[int, int, int]:
     """(timestamp, offset, leader epoch) for one partition."""
-    # Until transactions exist the last stable offset is the high watermark.
-    fetchable = log.high_watermark
+    # read_committed consumers see up to the last stable offset, others the high watermark.
+    fetchable = log.last_stable_offset if isolation_level == READ_COMMITTED else log.high_watermark
     if timestamp == LATEST:
         return NO_TIMESTAMP, fetchable, part.leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):

@@ -42,8 +42,42 @@ def _check_keys(records: memoryview) -> list[RecordError]:
     return missing
 
 
+def _verify_transactional(
+    broker: Broker, transactional_id: str | None, topic: str, partition: int, header, log
+) -> None:
+    # A transactional batch must belong to the producer's ongoing transaction, i.e. the
+    # partition was added with AddPartitionsToTxn (Kafka's transaction verification). A
+    # producer already in a transaction on this partition has been verified before.
+    if transactional_id is None:
+        # Kafka's KafkaApis: transactional records need a transactional id it may authorize.
+        raise KafkaError(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional records without a transactional id",
+        )
+    if header.producer_id in log.producer_state.ongoing:
+        return
+    txn = getattr(broker, "transaction_coordinator", None)
+    code = None
+    if txn is not None:
+        code = txn.verify_produce(
+            transactional_id, header.producer_id, header.producer_epoch, (topic, partition)
+        )
+    if code:
+        raise KafkaError(
+            code,
+            f"transactional batch of producer {header.producer_id} for {topic}-{partition} "
+            "is not part of an ongoing transaction",
+        )
+
+
 def append_partition(
-    broker: Broker, topic: str, partition: int, records: memoryview | None, acks: int, version: int
+    broker: Broker,
+    topic: str,
+    partition: int,
+    records: memoryview | None,
+    acks: int,
+    version: int,
+    transactional_id: str | None = None,
 ) -> PartitionProduceResponse:
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
     log = broker.topics.get_log(topic, partition)
@@ -67,10 +101,7 @@ def append_partition(
                 ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce version 7 or later"
             )
         if header.is_transactional:
-            raise KafkaError(
-                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "transactions are not supported by this broker yet",
-            )
+            _verify_transactional(broker, transactional_id, topic, partition, header, log)
         if "compact" in config.cleanup_policy:
             errors = _check_keys(records)
             if errors:
@@ -132,7 +163,9 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
         return ProduceResponse(responses=responses)
     for topic in body.topic_data:
         partitions = [
-            append_partition(broker, topic.name, p.index, p.records, acks, version)
+            append_partition(
+                broker, topic.name, p.index, p.records, acks, version, body.transactional_id
+            )
             for p in topic.partition_data
         ]
         responses.append(TopicProduceResponse(name=topic.name, partition_responses=partitions))

@@ -55,6 +55,14 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(8, "OffsetCommit", 0, 9, "offset_commit"),
     ApiSpec(9, "OffsetFetch", 0, 9, "offset_fetch"),
     ApiSpec(47, "OffsetDelete", 0, 0, "offset_delete"),
+    ApiSpec(24, "AddPartitionsToTxn", 0, 4, "add_partitions_to_txn"),
+    ApiSpec(25, "AddOffsetsToTxn", 0, 3, "add_offsets_to_txn"),
+    ApiSpec(26, "EndTxn", 0, 3, "end_txn"),
+    ApiSpec(27, "WriteTxnMarkers", 0, 1, "write_txn_markers"),
+    ApiSpec(28, "TxnOffsetCommit", 0, 3, "txn_offset_commit"),
+    ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
+    ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
+    ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -74,6 +74,17 @@ class GroupOffsets:
         self.coordinator = coordinator
         self.store = coordinator.store
         self.now_ms = coordinator.now_ms
+        from trio_broker.cluster.group_txn_offsets import TxnOffsetCommits
+
+        self.txn = TxnOffsetCommits(self)
+
+    # -- transactional offsets (trio_broker.cluster.group_txn_offsets) ---------------------
+
+    def txn_commit_offsets(self, body: Any, *, api_version: int) -> Any:
+        return self.txn.commit(body, api_version=api_version)
+
+    def complete_txn_offsets(self, producer_id: int, partition: int, commit: bool) -> None:
+        self.txn.complete(producer_id, partition, commit)
 
     @property
     def groups(self) -> dict[str, GroupMetadata]:
@@ -84,6 +95,8 @@ class GroupOffsets:
     def on_partition_loaded(self, partition: int, loaded: dict[str, LoadedGroup]) -> None:
         """Rebuild the groups of one replayed partition (Kafka's loadGroup)."""
         for group_id, found in loaded.items():
+            if found.pending_txn_offsets:
+                self.txn.add_loaded(group_id, found.pending_txn_offsets)
             if group_id in self.groups:
                 continue
             group = GroupMetadata(group_id=group_id, offsets=dict(found.offsets))
@@ -229,13 +242,14 @@ class GroupOffsets:
             groups = []
             for wanted in body.groups:
                 error, found = self._fetch_group(wanted.group_id, wanted.topics)
+                topics = _found_topics(
+                    found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
+                )
+                if body.require_stable:
+                    self.txn.mark_unstable(wanted.group_id, topics)
                 groups.append(
                     OffsetFetchResponseGroup(
-                        group_id=wanted.group_id,
-                        error_code=error,
-                        topics=_found_topics(
-                            found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
-                        ),
+                        group_id=wanted.group_id, error_code=error, topics=topics
                     )
                 )
             return OffsetFetchResponse(groups=groups)
@@ -255,10 +269,10 @@ class GroupOffsets:
                 for t in body.topics or []
             ]
             return OffsetFetchResponse(topics=topics)
-        return OffsetFetchResponse(
-            error_code=error,
-            topics=_found_topics(found, OffsetFetchResponseTopic, OffsetFetchResponsePartition),
-        )
+        topics = _found_topics(found, OffsetFetchResponseTopic, OffsetFetchResponsePartition)
+        if api_version >= 7 and body.require_stable:
+            self.txn.mark_unstable(body.group_id, topics)
+        return OffsetFetchResponse(error_code=error, topics=topics)
 
     def _fetch_group(
         self, group_id: str, topics: list[Any] | None

@@ -148,6 +148,8 @@ class LoadedGroup:
     metadata: GroupMetadataValue | None = None
     offsets: dict[tuple[str, int], OffsetAndMetadata] = attrs.Factory(dict)
     deleted: bool = False  # its last GroupMetadata record was a tombstone
+    # producer id -> offsets of a transaction without its marker yet (TxnOffsetCommit)
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = attrs.Factory(dict)
 
 
 def _iter_log_batches(log: PartitionLog) -> Iterator[memoryview]:
@@ -172,7 +174,7 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
             found = groups[group_id] = LoadedGroup(group_id=group_id)
         return found
 
-    def apply(key: bytes, value: bytes | None, offset: int) -> None:
+    def apply(key: bytes, value: bytes | None, offset: int, pending_pid: int = -1) -> None:
         if len(key) < 2:
             return
         (key_version,) = _INT16.unpack_from(key)
@@ -180,14 +182,17 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
             k, _ = OffsetCommitKey.decode(key, key_version, 2)
             group = get(k.group)
             tp = (k.topic, k.partition)
+            offsets = group.offsets
+            if pending_pid >= 0:
+                offsets = group.pending_txn_offsets.setdefault(pending_pid, {})
             if value is None:
-                group.offsets.pop(tp, None)
+                offsets.pop(tp, None)
                 return
             (value_version,) = _INT16.unpack_from(value)
             v, _ = OffsetCommitValue.decode(
                 value, min(value_version, OffsetCommitValue.MAX_VERSION), 2
             )
-            group.offsets[tp] = OffsetAndMetadata(
+            offsets[tp] = OffsetAndMetadata(
                 offset=v.offset,
                 leader_epoch=v.leader_epoch,
                 metadata=v.metadata,
@@ -237,4 +242,15 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
                 apply(record.key, record.value, record.offset)
             except Exception as exc:  # one record from a newer Kafka must not stop the load
                 logger.warning("%s: record at %d skipped: %s", log.name, record.offset, exc)
-    return {g: lg for g, lg in groups.items() if lg.metadata is not None or lg.offsets}
+    # Transactions without a marker yet stay pending (Kafka's loadGroup does the same).
+    for producer_id, left in pending_txn.items():
+        for key, value, offset in left:
+            try:
+                apply(key, value, offset, producer_id)
+            except Exception as exc:
+                logger.warning("%s: record at %d skipped: %s", log.name, offset, exc)
+    return {
+        g: lg
+        for g, lg in groups.items()
+        if lg.metadata is not None or lg.offsets or lg.pending_txn_offsets
+    }

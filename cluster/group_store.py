@@ -96,8 +96,18 @@ class GroupStore:
             time.monotonic() - started,
         )
 
-    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+    def append(
+        self,
+        group_id: str,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> int:
         """Append keyed records for `group_id` as one batch; returns the first offset.
+
+        With a `producer_id` the batch is transactional (TxnOffsetCommit): it carries the
+        producer's id and epoch, no sequence, and waits for the transaction's marker.
 
         The batch is in the log (the page cache) when this returns: on one broker that is the
         whole ISR, so the append is committed, as Kafka's acks=-1 append of offsets is. Like
@@ -112,12 +122,25 @@ class GroupStore:
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no log for {OFFSETS_TOPIC}-{partition}"
             )
         now = self.now_ms()
-        batch = bytearray(build_batch([(key, value, (), now) for key, value in records]))
+        batch = bytearray(
+            build_batch(
+                [(key, value, (), now) for key, value in records],
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                is_transactional=producer_id >= 0,
+            )
+        )
         # We built the batch ourselves: its header is read back, not validated (no CRC pass).
         headers = [read_header(batch)]
         state = self.broker.metadata.topics[OFFSETS_TOPIC].partitions.get(partition)
         epoch = state.leader_epoch if state is not None else 0
-        result = log.append_as_leader(batch, headers, leader_epoch=epoch, log_append_time_ms=None)
+        result = log.append_as_leader(
+            batch,
+            headers,
+            leader_epoch=epoch,
+            log_append_time_ms=None,
+            from_coordinator=producer_id >= 0,
+        )
         # A single broker is the whole ISR: the append is committed at once.
         log.high_watermark = log.log_end_offset
         if result.flush_needed:

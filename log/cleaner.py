@@ -11,6 +11,8 @@ For a log with `cleanup.policy` containing `compact`:
    Batches keep their base and last offsets, producer id, epoch, base sequence, codec and
    timestamp type; a batch left without records is kept empty when it carries a producer
    id (its sequence numbers must outlive the data), else dropped. Control batches stay.
+   Records of aborted transactions (from the segments' `.txnindex`) are kept but never
+   count as a key's latest value, and cleaning stops at the last stable offset.
    Tombstones (null values) are dropped once their segment's newest record is older than
    `delete.retention.ms`, so consumers that read within that time still see the delete.
 4. Swap, as Kafka's UnifiedLog.replaceSegments does, so that a crash at any instant leaves
@@ -105,7 +107,8 @@ def _cleanable(log: PartitionLog, now_ms: int) -> list[LogSegment]:
     segments = log.segments
     for i, segment in enumerate(segments[:-1]):  # never the active segment
         upper = segments[i + 1].base_offset
-        if upper > log.high_watermark:
+        # Never past the LSO: an undecided transaction's records must not shadow older ones.
+        if upper > log.last_stable_offset:
             break
         if segment.size and now_ms - segment.largest_timestamp() < lag:
             break
@@ -137,6 +140,8 @@ class _Pass:
     bytes_before: int = 0
     bytes_after: int = 0
     removed: int = 0
+    # producer id -> (first, last) offsets of its aborted transactions, from the .txnindex
+    aborted: dict[int, list[tuple[int, int]]] = attrs.Factory(dict)
 
     def still_current(self) -> bool:
         """Every segment of the pass is still in the log, closed and unchanged."""
@@ -210,7 +215,21 @@ def _plan(log: PartitionLog, *, first_dirty_offset: int, now_ms: int, force: boo
         end=end,
         index_interval_bytes=log.config.index_interval_bytes,
         max_index_size=log.config.segment_index_bytes,
+        aborted=_aborted_ranges(log),
     )
+
+
+def _aborted_ranges(log: PartitionLog) -> dict[int, list[tuple[int, int]]]:
+    out: dict[int, list[tuple[int, int]]] = {}
+    for segment in log.segments:
+        for txn in segment.txn_index.entries:
+            out.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+    return out
+
+
+def _is_aborted(aborted: dict[int, list[tuple[int, int]]], header: BatchHeader) -> bool:
+    ranges = aborted.get(header.producer_id)
+    return bool(ranges) and any(a <= header.base_offset <= b for a, b in ranges)
 
 
 def _check(stop: threading.Event | None) -> None:
@@ -228,6 +247,8 @@ def _build_offset_map(plan: _Pass, stop: threading.Event | None = None) -> dict[
             _check(stop)
             if header.last_offset < first_dirty or header.is_control:
                 continue
+            if header.is_transactional and _is_aborted(plan.aborted, header):
+                continue  # aborted records never replace a committed value (Kafka's rule)
             for record in iter_records(memoryview(data)[pos : pos + header.size]):
                 if record.key is not None and record.offset >= first_dirty:
                     latest[record.key] = record.offset
@@ -320,6 +341,9 @@ def _write_cleaned(
         file_suffix=CLEANED_SUFFIX,
     )
     new.append(memoryview(cleaned), batches)
+    # Aborted records are kept (not removed as Kafka's cleaner does), so their index too.
+    for txn in old.txn_index.entries:
+        new.txn_index.append(txn)
     # The final time index entry (the segment's largest timestamp) and trimmed indexes:
     # what a rolled segment has, so the loader can trust them without a rebuild.
     new.on_become_inactive()

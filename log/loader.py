@@ -25,7 +25,6 @@ from trio_broker.log.checkpoints import (
 )
 from trio_broker.log.config import LogConfig
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
-from trio_broker.log.producer_state import increment_sequence
 from trio_broker.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -33,6 +32,8 @@ from trio_broker.log.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from trio_broker.log.transactions import replay_batch
+from trio_broker.log.txn_index import TXN_INDEX_SUFFIX
 from trio_broker.protocol.records import BatchHeader
 
 __all__ = ["complete_swaps", "load_log", "rebuild_producer_state"]
@@ -89,7 +90,7 @@ def load_log(
         )
     # Index files whose segment is gone are orphans.
     bases = set(log._bases)
-    for suffix in (".index", ".timeindex"):
+    for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
         for path in directory.glob("*" + suffix):
             if path.stem.isdigit() and int(path.stem) not in bases:
                 path.unlink(missing_ok=True)
@@ -148,6 +149,7 @@ def complete_swaps(directory: Path) -> list[int]:
             for path in indexes + swapped:
                 path.unlink(missing_ok=True)
             how = "rebuilding its indexes"
+        _swap_txn_index(directory, stem)
         os.replace(log_swap, directory / (stem + LOG_SUFFIX))
         done.append(int(stem))
         logger.warning(
@@ -206,6 +208,7 @@ def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
             epochs.append((header.partition_leader_epoch, header.base_offset))
 
     size_before = os.fstat(segment.fd).st_size
+    segment.txn_index.reset(rebuild=True)  # rebuilt by rebuild_producer_state's replay
     truncated = segment.recover(on_batch)
     for epoch, offset in epochs:
         if (
@@ -240,7 +243,7 @@ def rebuild_producer_state(log: PartitionLog, end_offset: int) -> None:
     """Load the newest producer snapshot at or below `end_offset` and replay batch headers
     from there to `end_offset` (Kafka's UnifiedLog.rebuildProducerState)."""
     state = log.producer_state
-    start = state.load_latest_snapshot(end_offset)
+    start = state.load_latest_snapshot(_replay_bound(log, end_offset))
     if start is None:
         start = log.log_start_offset
         state.producers.clear()
@@ -251,23 +254,15 @@ def rebuild_producer_state(log: PartitionLog, end_offset: int) -> None:
         found = segment.translate_offset(start)
         if found is None:
             continue
-        for _, header in segment.batches_from(found[0]):
+        for pos, header in segment.batches_from(found[0]):
             if header.base_offset >= end_offset:
                 break
-            if header.base_offset < start or header.producer_id < 0 or header.is_control:
+            if header.base_offset < start or header.producer_id < 0:
                 continue
-            info = state.prepare_update(header.producer_id)
-            info.append_data_batch(
-                epoch=header.producer_epoch,
-                first_seq=header.base_sequence,
-                last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
-                first_offset=header.base_offset,
-                last_offset=header.last_offset,
-                timestamp=header.max_timestamp,
-                validate=False,
-            )
-            state.update(info)
+            replay_batch(log, segment, pos, header, segment.txn_index.needs_rebuild)
             replayed += 1
+    for segment in log.segments:
+        segment.txn_index.needs_rebuild = False
     state.update_map_end_offset(end_offset)
     if replayed:
         logger.info(
@@ -277,3 +272,18 @@ def rebuild_producer_state(log: PartitionLog, end_offset: int) -> None:
             end_offset,
             replayed,
         )
+
+
+def _replay_bound(log: PartitionLog, end_offset: int) -> int:
+    # A segment whose `.txnindex` is being rebuilt must be replayed whole: the producer
+    # state comes from a snapshot at or below its base offset (Kafka's segment recovery).
+    rebuilt = [s.base_offset for s in log.segments if s.txn_index.needs_rebuild]
+    return min([end_offset, *rebuilt])
+
+
+def _swap_txn_index(directory: Path, stem: str) -> None:
+    # The cleaner copies a segment's aborted transactions unchanged into the cleaned one, so
+    # the old and new `.txnindex` are equal: whichever is present is right.
+    swapped = directory / (stem + TXN_INDEX_SUFFIX + _SWAP_SUFFIX)
+    if swapped.exists():
+        os.replace(swapped, directory / (stem + TXN_INDEX_SUFFIX))

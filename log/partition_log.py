@@ -30,11 +30,13 @@ from trio_broker.log.checkpoints import fsync_dir, write_partition_metadata
 from trio_broker.log.config import LogConfig, TimestampType
 from trio_broker.log.leader_epoch import LeaderEpochCache
 from trio_broker.log.producer_state import (
+    CompletedTxn,
     ProducerAppendInfo,
     ProducerStateManager,
     increment_sequence,
 )
 from trio_broker.log.segment import LogSegment, SegmentStateUnknown
+from trio_broker.log.transactions import end_txn_marker, record_completed_txn
 from trio_broker.protocol.records import (
     BatchHeader,
     set_base_offset,
@@ -239,12 +241,15 @@ class PartitionLog:
         *,
         leader_epoch: int,
         log_append_time_ms: int | None = None,
+        from_coordinator: bool = False,
     ) -> AppendResult:
         """Assign offsets to already validated batches and append them.
 
         `headers` describe the batches of `records` in order, as read before any rewrite.
         For a LogAppendTime topic every batch is stamped with `log_append_time_ms` (the
         current time when None). Raises KafkaError for producer-state violations.
+        `from_coordinator`: the broker's own batches (markers, transactional offset
+        commits), whose sequence numbers are not checked.
         """
         self._check_open()
         view = records if isinstance(records, memoryview) else memoryview(records)
@@ -266,13 +271,23 @@ class PartitionLog:
         offset = self.log_end_offset
         position = 0
         record_count = 0
+        completed: list[CompletedTxn] = []
         for header in headers:
             base, last = offset, offset + header.last_offset_delta
             max_ts = append_time if append_time >= 0 else header.max_timestamp
-            if header.producer_id >= 0:
+            if header.producer_id >= 0 and header.is_control:
+                info = updates.get(header.producer_id)
+                if info is None:
+                    info = updates[header.producer_id] = self.producer_state.prepare_update(
+                        header.producer_id
+                    )
+                done = end_txn_marker(info, view[position : position + header.size], base, True)
+                if done is not None:
+                    completed.append(done)
+            elif header.producer_id >= 0:
                 entry = self.producer_state.last_entry(header.producer_id)
                 last_seq = increment_sequence(header.base_sequence, header.last_offset_delta)
-                if entry is not None:
+                if entry is not None and header.base_sequence >= 0:
                     duplicate = entry.find_duplicate(
                         header.producer_epoch, header.base_sequence, last_seq
                     )
@@ -297,6 +312,8 @@ class PartitionLog:
                     last_offset=last,
                     timestamp=max_ts,
                     validate=True,
+                    is_transactional=header.is_transactional,
+                    check_sequence=not from_coordinator,
                 )
             planned.append((position, header, base, last, max_ts))
             position += header.size
@@ -325,6 +342,8 @@ class PartitionLog:
         self.log_end_offset = last_offset + 1
         for info in updates.values():
             self.producer_state.update(info)
+        for txn in completed:
+            record_completed_txn(self, self.active_segment, txn)
         self.producer_state.update_map_end_offset(self.log_end_offset)
         if leader_epoch >= 0:
             try:
@@ -350,6 +369,16 @@ class PartitionLog:
     read = reader.read_batches
     offset_for_timestamp = reader.offset_for_timestamp
     max_timestamp_offset = reader.max_timestamp_offset
+    collect_aborted_transactions = reader.collect_aborted_transactions
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it (Kafka's UnifiedLog.lastStableOffset)."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self._high_watermark
+        if first_unstable is None or first_unstable >= hw:
+            return hw
+        return max(first_unstable, self.log_start_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch; (-1, -1) when unknown."""

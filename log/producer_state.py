@@ -9,7 +9,11 @@ its original offsets, and a gap or a stale epoch is refused. The state is snapsh
     producer_id int64 | epoch int16 | last_sequence int32 | last_offset int64 |
     offset_delta int32 | timestamp int64 | coordinator_epoch int32 | current_txn_first_offset int64
 
-Transactions (ongoing/aborted txn tracking, LSO) are not modelled yet.
+Transactions: an entry's `current_txn_first_offset` is the first offset of the producer's
+open transaction in this partition (-1 when none), set by its first transactional batch and
+cleared by the COMMIT or ABORT marker. `ongoing` maps producer id to that offset, so the
+first unstable offset (the smallest of them) bounds the last stable offset (LSO). A marker
+yields a `CompletedTxn`; an aborted one becomes an entry of the segment's `.txnindex`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from trio_broker.log.checkpoints import atomic_write
 
 __all__ = [
     "BatchMetadata",
+    "CompletedTxn",
     "ProducerAppendInfo",
     "ProducerStateEntry",
     "ProducerStateManager",
@@ -85,6 +90,16 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
+@attrs.frozen(kw_only=True)
+class CompletedTxn:
+    """A transaction ended by a marker: its offsets, from its first batch to the marker."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
 @attrs.define
 class ProducerStateEntry:
     producer_id: int
@@ -133,10 +148,22 @@ class ProducerAppendInfo:
         last_offset: int,
         timestamp: int,
         validate: bool,
+        is_transactional: bool = False,
+        check_sequence: bool = True,
     ) -> None:
+        """`check_sequence` is False for the coordinator's own transactional batches
+        (TxnOffsetCommit records carry no sequence, as in Kafka's AppendOrigin.COORDINATOR)."""
         if validate:
             self._check_epoch(epoch)
-            self._check_sequence(epoch, first_seq)
+            if check_sequence:
+                self._check_sequence(epoch, first_seq)
+            if not is_transactional and self.updated.current_txn_first_offset >= 0:
+                raise KafkaError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"expected a transactional write from producer {self.current.producer_id}",
+                )
+        if is_transactional and self.updated.current_txn_first_offset < 0:
+            self.updated.current_txn_first_offset = first_offset
         self.updated.add_batch(
             epoch,
             BatchMetadata(
@@ -145,6 +172,41 @@ class ProducerAppendInfo:
                 offset_delta=last_offset - first_offset,
                 timestamp=timestamp,
             ),
+        )
+
+    def append_end_txn_marker(
+        self,
+        *,
+        commit: bool,
+        epoch: int,
+        coordinator_epoch: int,
+        offset: int,
+        timestamp: int,
+        validate: bool = True,
+    ) -> CompletedTxn:
+        """A COMMIT or ABORT marker at `offset` (Kafka's appendEndTxnMarker)."""
+        pid = self.current.producer_id
+        if validate:
+            self._check_epoch(epoch)
+            if self.updated.coordinator_epoch > coordinator_epoch:
+                raise KafkaError(
+                    ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                    f"marker for producer {pid} from coordinator epoch {coordinator_epoch}, "
+                    f"older than {self.updated.coordinator_epoch}",
+                )
+        first = self.updated.current_txn_first_offset
+        updated = self.updated
+        if epoch != updated.producer_epoch:
+            updated.batches.clear()
+            updated.producer_epoch = epoch
+        updated.current_txn_first_offset = -1
+        updated.coordinator_epoch = coordinator_epoch
+        updated.last_timestamp = timestamp
+        return CompletedTxn(
+            producer_id=pid,
+            first_offset=first if first >= 0 else offset,
+            last_offset=offset,
+            is_aborted=not commit,
         )
 
     def _check_epoch(self, epoch: int) -> None:
@@ -188,6 +250,8 @@ class ProducerStateManager:
         # The offset up to which the state reflects the log (Kafka's mapEndOffset).
         self.map_end_offset = 0
         self.last_snapshot_offset = 0
+        # producer id -> first offset of its open transaction in this partition.
+        self.ongoing: dict[int, int] = {}
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -207,13 +271,33 @@ class ProducerStateManager:
 
     def update(self, info: ProducerAppendInfo) -> None:
         """Commit a validated update: the new batches join the retained ones."""
-        current = self.producers.get(info.current.producer_id)
-        if current is None or current.producer_epoch != info.updated.producer_epoch:
-            self.producers[info.updated.producer_id] = info.updated
+        updated = info.updated
+        pid = updated.producer_id
+        if updated.current_txn_first_offset >= 0:
+            self.ongoing[pid] = updated.current_txn_first_offset
+        else:
+            self.ongoing.pop(pid, None)
+        current = self.producers.get(pid)
+        if current is None or current.producer_epoch != updated.producer_epoch:
+            self.producers[pid] = updated
             return
-        for meta in info.updated.batches:
+        for meta in updated.batches:
             current.batches.append(meta)
-        current.last_timestamp = info.updated.last_timestamp
+        current.last_timestamp = updated.last_timestamp
+        current.current_txn_first_offset = updated.current_txn_first_offset
+        current.coordinator_epoch = updated.coordinator_epoch
+
+    # -- transactions ----------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once `completed` is done: the next open transaction's first offset, or
+        the offset after the marker (Kafka's ProducerStateManager.lastStableOffset)."""
+        others = [o for p, o in self.ongoing.items() if p != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset
@@ -229,6 +313,7 @@ class ProducerStateManager:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.producers.clear()
+        self.ongoing.clear()
         for path in self.list_snapshots():
             path.unlink(missing_ok=True)
         self.map_end_offset = self.last_snapshot_offset = offset
@@ -275,6 +360,7 @@ class ProducerStateManager:
         Snapshots above `max_offset` (a truncated log) or corrupt ones are deleted.
         """
         self.producers.clear()
+        self.ongoing.clear()
         for path in reversed(self.list_snapshots()):
             offset = int(path.stem)
             if offset > max_offset or offset < min_offset:
@@ -287,6 +373,11 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             self.map_end_offset = self.last_snapshot_offset = offset
+            self.ongoing = {
+                pid: e.current_txn_first_offset
+                for pid, e in self.producers.items()
+                if e.current_txn_first_offset >= 0
+            }
             return offset
         return None
 

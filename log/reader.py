@@ -2,9 +2,10 @@
 
 Everything here only reads: the fetch path's `read_batches` walks batch headers and hands
 back file regions without reading record data, and the timestamp lookups answer
-ListOffsets from the segments' time indexes. PartitionLog binds these functions as its
-`read`, `offset_for_timestamp` and `max_timestamp_offset` methods; the log's state is only
-ever changed by its own methods.
+ListOffsets from the segments' time indexes; read_committed fetches get the aborted
+transactions of their range from the `.txnindex`. PartitionLog binds these functions as its
+`read`, `offset_for_timestamp`, `max_timestamp_offset` and `collect_aborted_transactions`
+methods; the log's state is only ever changed by its own methods.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from trio_broker.log.partition_log import PartitionLog
+    from trio_broker.log.txn_index import AbortedTxn
 
 __all__ = [
     "FileRegion",
     "ReadResult",
+    "collect_aborted_transactions",
     "max_timestamp_offset",
     "offset_for_timestamp",
     "read_batches",
@@ -119,6 +122,19 @@ def read_batches(
         log_start_offset=log.log_start_offset,
         log_end_offset=log.log_end_offset,
     )
+
+
+def collect_aborted_transactions(
+    log: PartitionLog, fetch_offset: int, upper_bound_offset: int
+) -> list[AbortedTxn]:
+    """Aborted transactions overlapping [fetch_offset, upper_bound_offset), from the
+    `.txnindex` of the segments from the one holding `fetch_offset` on (read_committed)."""
+    out: list[AbortedTxn] = []
+    # Not bounded by upper_bound_offset: a transaction that starts in range may end (and be
+    # indexed) in a later segment.
+    for segment in log.segments[log._floor_slot(fetch_offset) :]:
+        out.extend(segment.txn_index.collect(fetch_offset, upper_bound_offset))
+    return out
 
 
 def offset_for_timestamp(log: PartitionLog, timestamp: int) -> tuple[int, int] | None:

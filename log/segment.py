@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from trio_broker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import (
     HEADER_SIZE,
@@ -116,6 +117,10 @@ class LogSegment:
             self.index_needs_rebuild = True
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = (
             self.time_index.last_entry()
+        )
+        # Aborted transactions (issue 15); the file exists only once one was aborted here.
+        self.txn_index = TransactionIndex(
+            partition_dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX + file_suffix)
         )
 
     # -- reading headers -------------------------------------------------------------------
@@ -376,6 +381,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         if found is None:
             return 0
         position = found[0]
@@ -444,6 +450,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Close cleanly: the indexes are trimmed so a restart can trust them."""
@@ -464,13 +471,13 @@ class LogSegment:
         new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, new_log)
         self.log_path = new_log
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename the three files from `old_suffix` to `new_suffix`: indexes first, then the
         log (os.replace: an existing file of the new name is replaced atomically)."""
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(_with_suffix(index.path, old_suffix, new_suffix))
         new_log = _with_suffix(self.log_path, old_suffix, new_suffix)
         os.replace(self.log_path, new_log)
@@ -480,6 +487,7 @@ class LogSegment:
         self.close_handlers()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+        self.txn_index.delete()
 
 
 def _with_suffix(path: Path, old_suffix: str, new_suffix: str) -> Path:

@@ -115,6 +115,9 @@ class Broker:
         from trio_broker.log.cleaner import LogCleaner
 
         self.services.append(GroupCoordinator(self))
+        from trio_broker.cluster.transaction_coordinator import TransactionCoordinator
+
+        self.services.append(TransactionCoordinator(self))
         self.services.append(LogCleaner(self.log_manager, backoff_ms=config.log_cleaner_backoff_ms))
         from trio_broker.cluster.purgatory import Purgatory
 

@@ -512,6 +512,63 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "Idempotent producer state expiry.",
     ),
+    # transactions (issue 15): the transaction coordinator and `__transaction_state`
+    ConfigKey(
+        "transaction.state.log.num.partitions",
+        "INT",
+        50,
+        _int,
+        _at_least(1),
+        "Partitions of __transaction_state (fixed once the topic exists).",
+    ),
+    ConfigKey(
+        "transaction.state.log.replication.factor",
+        "SHORT",
+        1,
+        _int,
+        _at_least(1),
+        "Replication factor of __transaction_state (1 like offsets.topic.replication.factor).",
+    ),
+    ConfigKey(
+        "transaction.state.log.segment.bytes",
+        "INT",
+        104857600,
+        _int,
+        _at_least(1),
+        "Segment size of __transaction_state.",
+    ),
+    ConfigKey(
+        "transaction.state.log.min.isr",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "min.insync.replicas of __transaction_state.",
+    ),
+    ConfigKey(
+        "transaction.max.timeout.ms",
+        "INT",
+        900000,
+        _int,
+        _at_least(1),
+        "Largest transaction.timeout.ms a producer may ask for.",
+    ),
+    ConfigKey(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "INT",
+        10000,
+        _int,
+        _at_least(1),
+        "How often transactions open longer than their timeout are aborted.",
+    ),
+    ConfigKey(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "INT",
+        3600000,
+        _int,
+        _at_least(1),
+        "How often transactional ids past transactional.id.expiration.ms are removed.",
+    ),
 )
 
 # cluster: ZooKeeper. Without zookeeper.connect the broker is a cluster of one, its own

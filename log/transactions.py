@@ -1,0 +1,101 @@
+"""The log's side of transactions: markers, the aborted-transaction index, their replay.
+
+Shared by the append path (`PartitionLog.append_as_leader`) and recovery
+(`trio_broker.log.loader.rebuild_producer_state`), so that both build the same producer
+state and `.txnindex` from the same batch headers. Only a control batch's one small record
+is read; data batches stay opaque.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from trio_broker.log.control_batch import ControlType, control_type
+from trio_broker.log.producer_state import CompletedTxn, ProducerAppendInfo, increment_sequence
+from trio_broker.log.txn_index import AbortedTxn
+from trio_broker.protocol.records import BatchHeader
+
+if TYPE_CHECKING:
+    from trio_broker.log.partition_log import PartitionLog
+    from trio_broker.log.segment import LogSegment
+
+__all__ = ["end_txn_marker", "record_completed_txn", "replay_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+def _coordinator_epoch(batch: bytes | bytearray | memoryview) -> int:
+    from trio_broker.protocol.record_codec import iter_records
+
+    for record in iter_records(batch):
+        value = record.value
+        if value is not None and len(value) >= 6:
+            return int.from_bytes(bytes(value[2:6]), "big", signed=True)
+    return -1
+
+
+def end_txn_marker(
+    info: ProducerAppendInfo, batch: bytes | bytearray | memoryview, offset: int, validate: bool
+) -> CompletedTxn | None:
+    """Apply the control batch `batch` (at `offset`) to its producer's pending update."""
+    from trio_broker.protocol.records import read_header
+
+    header = read_header(batch)
+    kind = control_type(batch)
+    if kind is None:
+        return None  # a control record that is no transaction marker
+    return info.append_end_txn_marker(
+        commit=kind == ControlType.COMMIT,
+        epoch=header.producer_epoch,
+        coordinator_epoch=_coordinator_epoch(batch),
+        offset=offset,
+        timestamp=header.max_timestamp,
+        validate=validate,
+    )
+
+
+def record_completed_txn(log: PartitionLog, segment: LogSegment, txn: CompletedTxn) -> None:
+    """After the marker is in `segment`: an aborted transaction joins its `.txnindex`."""
+    if not txn.is_aborted:
+        return
+    lso = log.producer_state.last_stable_offset_after(txn)
+    segment.txn_index.append(
+        AbortedTxn(
+            producer_id=txn.producer_id,
+            first_offset=txn.first_offset,
+            last_offset=txn.last_offset,
+            last_stable_offset=lso,
+        )
+    )
+
+
+def replay_batch(
+    log: PartitionLog, segment: LogSegment, position: int, header: BatchHeader, index: bool
+) -> None:
+    """Recovery: apply one batch's header (and a marker's record) to the producer state;
+    with `index`, an aborted transaction is appended to the segment's `.txnindex` (being
+    rebuilt) unless already there."""
+    state = log.producer_state
+    info = state.prepare_update(header.producer_id)
+    if header.is_control:
+        batch = os.pread(segment.fd, header.size, position)
+        done = end_txn_marker(info, batch, header.base_offset, validate=False)
+        state.update(info)
+        if done is not None and index:
+            entries = segment.txn_index.entries
+            if not entries or entries[-1].last_offset < done.last_offset:
+                record_completed_txn(log, segment, done)
+        return
+    info.append_data_batch(
+        epoch=header.producer_epoch,
+        first_seq=header.base_sequence,
+        last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
+        first_offset=header.base_offset,
+        last_offset=header.last_offset,
+        timestamp=header.max_timestamp,
+        validate=False,
+        is_transactional=header.is_transactional,
+    )
+    state.update(info)
