@@ -31,6 +31,7 @@ __all__ = ["NEW_BATCH_NEEDED", "ProducerBatch", "RecordAccumulator", "record_siz
 
 _UINT32 = struct.Struct(">I")
 _CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_LZ4 = 3
 TopicPartition = tuple[str, int]
 Header = tuple[str, bytes | None]
 
@@ -210,7 +211,10 @@ class ProducerBatch:
         size = self.pos
         target: bytearray | bytes = buffer
         if codec:
-            compressed = _codecs.compress(codec, memoryview(buffer)[HEADER_SIZE:size])
+            records = memoryview(buffer)[HEADER_SIZE:size]
+            if codec == _LZ4:  # cramjam's lz4 Compressor takes bytes only
+                records = records.tobytes()
+            compressed = _codecs.compress(codec, records)
             size = HEADER_SIZE + len(compressed)
             if size <= len(buffer):
                 buffer[HEADER_SIZE:size] = compressed  # back into the pooled buffer

@@ -76,7 +76,7 @@ class ClientConfig:
 
 def _coerce(field: attrs.Attribute, value: Any) -> Any:
     # Dotted configs often come from properties files, as strings.
-    if isinstance(value, str) and field.type in ("int", "bool"):
+    if isinstance(value, str) and field.type in ("int", "bool") and field.converter is None:
         if field.type == "bool":
             return value.strip().lower() == "true"
         return int(value)
