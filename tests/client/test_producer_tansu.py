@@ -38,7 +38,8 @@ async def test_every_codec_on_tansu(tansu, codec):
     ]
     async with Producer(tansu.bootstrap, compression_type=codec, batch_size=2048) as p:
         handles = [
-            await p.send_soon(topic, v, key=k, headers=h, timestamp_ms=ts) for k, v, h, ts in records
+            await p.send_soon(topic, v, key=k, headers=h, timestamp_ms=ts)
+            for k, v, h, ts in records
         ]
         await p.flush()
         metas = [await h.wait() for h in handles]
