@@ -194,6 +194,7 @@ async def test_buffer_memory_blocks_fifo_then_times_out_with_a_stopped_broker(ka
         async with trio.open_nursery() as nursery:
             await nursery.start(blocked, "a")
             await _until(lambda: pool.queued == 1)
+            await trio.sleep(0.1)  # b's deadline comes clearly after a's
             await nursery.start(blocked, "b")
             await _until(lambda: pool.queued == 2)
         assert [o.split(":")[0] for o in order] == ["a timed out", "b timed out"]

@@ -27,7 +27,7 @@ from trio_broker.client.buffer_pool import BufferPool
 from trio_broker.protocol import compression as _codecs
 from trio_broker.protocol.records import CRC_OFFSET, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
 
-__all__ = ["NEW_BATCH_NEEDED", "ProducerBatch", "RecordAccumulator", "record_size"]
+__all__ = ["ProducerBatch", "RecordAccumulator", "record_size"]
 
 _UINT32 = struct.Struct(">I")
 _CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -66,6 +66,25 @@ def _encode_record(
     headers: Sequence[Header] | None,
 ) -> bytes:
     varint = _VARINT
+    if not headers and key is None and value is not None and 0 <= timestamp_delta < 8192:
+        # The common record (no key, no headers), sized and joined in one step.
+        n = len(value)
+        ts = varint[timestamp_delta << 1]
+        off = varint[offset_delta << 1] if offset_delta < 8192 else _varint(offset_delta)
+        vlen = varint[n << 1] if n < 8192 else _varint(n)
+        size = 3 + len(ts) + len(off) + len(vlen) + n  # attributes, null key, header count
+        return b"".join(
+            (
+                varint[size << 1] if size < 8192 else _varint(size),
+                _ZERO_ATTRIBUTES,
+                ts,
+                off,
+                _NULL,
+                vlen,
+                value,
+                _ZERO_ATTRIBUTES,
+            )
+        )
     parts = [
         _ZERO_ATTRIBUTES,
         varint[timestamp_delta << 1] if 0 <= timestamp_delta < 8192 else _varint(timestamp_delta),
@@ -108,14 +127,6 @@ def record_size(key: bytes | None, value: bytes | None, headers: Sequence[Header
     for hkey, hvalue in headers or ():
         size += 10 + len(hkey.encode() if isinstance(hkey, str) else hkey) + len(hvalue or b"")
     return size
-
-
-class NewBatchNeeded:
-    """What `append(..., abort_on_new_batch=True)` returns when the record needs a new batch
-    (the sticky partitioner then moves on before the batch is created)."""
-
-
-NEW_BATCH_NEEDED = NewBatchNeeded()
 
 
 class ProducerBatch:
@@ -329,15 +340,11 @@ class RecordAccumulator:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[Header] | None,
-        *,
-        abort_on_new_batch: bool = False,
-    ) -> tuple[ProducerBatch, int] | NewBatchNeeded:
+    ) -> tuple[ProducerBatch, int]:
         """Append a record, opening a new batch (waiting for its memory) if needed."""
         appended = self.try_append(topic, partition, timestamp, key, value, headers)
         if appended is not None:
             return appended
-        if abort_on_new_batch:
-            return NEW_BATCH_NEEDED
         size = max(self.batch_size, HEADER_SIZE + record_size(key, value, headers))
         buffer = self.pool.try_allocate(size)
         if buffer is None:

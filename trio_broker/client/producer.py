@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 import trio
 
-from trio_broker.client.accumulator import NEW_BATCH_NEEDED, ProducerBatch, RecordAccumulator
+from trio_broker.client.accumulator import ProducerBatch, RecordAccumulator
 from trio_broker.client.buffer_pool import BufferPool
 from trio_broker.client.config import ProducerConfig
 from trio_broker.client.connection import InFlightRequest, NetworkClient
@@ -218,24 +218,25 @@ class Producer:
         if count is None:
             count = await self._partitions_for(topic)
         acc = self.accumulator
+        sticky = False
         if partition is None:
             if key is not None:
                 partition = partition_for_key(key, count)
             else:
+                sticky = True
                 partition = self._partitioner.partition(topic, count)
-                appended = await acc.append(
-                    topic, partition, timestamp, key, value, headers, abort_on_new_batch=True
-                )
-                if appended is not NEW_BATCH_NEEDED:
-                    return RecordHandle(appended[0], appended[1], timestamp)
-                partition = self._partitioner.on_new_batch(topic, count, partition)
         elif not 0 <= partition < count:
             raise error_for(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"partition {partition} of topic {topic!r} with {count} partitions",
             )
+        # The hot path: the record fits the partition's open batch; nothing to await.
         appended = acc.try_append(topic, partition, timestamp, key, value, headers)
         if appended is None:
+            if sticky:
+                # A keyless record that needs a new batch goes to the next sticky partition
+                # (KIP-480's abort-on-new-batch).
+                partition = self._partitioner.on_new_batch(topic, count, partition)
             self._check_size(key, value, headers)
             appended = await acc.append(topic, partition, timestamp, key, value, headers)
         return RecordHandle(appended[0], appended[1], timestamp)  # type: ignore[index]
