@@ -198,7 +198,29 @@ class ProducerBatch:
         count = self.record_count
         if count == 0:
             self.base_timestamp = timestamp
-        record = _encode_record(count, timestamp - self.base_timestamp, key, value, headers)
+        delta = timestamp - self.base_timestamp
+        if key is None and not headers and value is not None and 0 <= delta < 8192 and count < 8192:
+            # _encode_record's common case, inlined: this runs once per record.
+            varint = _VARINT
+            n = len(value)
+            ts = varint[delta << 1]
+            off = varint[count << 1]
+            vlen = varint[n << 1] if n < 8192 else _varint(n)
+            size = 3 + len(ts) + len(off) + len(vlen) + n
+            record = b"".join(
+                (
+                    varint[size << 1] if size < 8192 else _varint(size),
+                    _ZERO_ATTRIBUTES,
+                    ts,
+                    off,
+                    _NULL,
+                    vlen,
+                    value,
+                    _ZERO_ATTRIBUTES,
+                )
+            )
+        else:
+            record = _encode_record(count, delta, key, value, headers)
         pos = self.pos
         end = pos + len(record)
         if end > len(self.buffer) or self.closed:
@@ -498,6 +520,7 @@ class RecordAccumulator:
         self._release(batch)
 
     def _release(self, batch: ProducerBatch) -> None:
+        batch.closed = True  # nothing may be appended to a finished batch
         if batch in self.incomplete:
             self.incomplete.discard(batch)
             buffer = batch.buffer

@@ -50,19 +50,19 @@ class StickyPartitioner:
     """One partition per topic for keyless records, changed when its batch fills up."""
 
     def __init__(self) -> None:
-        self._current: dict[str, int] = {}
+        self.current: dict[str, int] = {}
 
     def partition(self, topic: str, partitions: int) -> int:
-        current = self._current.get(topic)
+        current = self.current.get(topic)
         if current is None or current >= partitions:
-            current = self._current[topic] = random.randrange(partitions)
+            current = self.current[topic] = random.randrange(partitions)
         return current
 
     def on_new_batch(self, topic: str, partitions: int, previous: int) -> int:
         """The batch of `previous` is full: move to another partition (if there is one)."""
-        if self._current.get(topic) == previous:
+        if self.current.get(topic) == previous:
             choice = random.randrange(partitions)
             if partitions > 1 and choice == previous:
                 choice = (choice + 1 + random.randrange(partitions - 1)) % partitions
-            self._current[topic] = choice
-        return self._current[topic]
+            self.current[topic] = choice
+        return self.current[topic]

@@ -23,9 +23,9 @@ twice and never overtaken.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from functools import partial
+from time import time_ns as _time_ns
 from typing import Any
 
 import attrs
@@ -151,6 +151,8 @@ class Producer:
         self.producer_id = -1
         self.producer_epoch = -1
         self._partitioner = StickyPartitioner()
+        self._sticky = self._partitioner.current
+        self._sticky_batch: dict[str, ProducerBatch] = {}  # the open batch keyless records go to
         self._wakeup = trio.Event()
         self._closed = False
         self._max_block_s = cfg.max_block_ms / 1000
@@ -185,6 +187,7 @@ class Producer:
     def _close_now(self) -> None:
         # Whatever is still buffered fails now and its memory goes back to the pool.
         self._closed = True
+        self._sticky_batch.clear()
         self.accumulator.abort_all(ProducerClosedError())
 
     def _wake(self) -> None:
@@ -203,6 +206,15 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordHandle:
         """Put the record in a batch and return its handle (see the module docstring)."""
+        if key is None and partition is None and not headers and type(value) is bytes:
+            # The commonest record (keyless, no headers): straight into the topic's sticky
+            # batch while it is open (the producer being closed closes every batch).
+            batch = self._sticky_batch.get(topic)
+            if batch is not None and not batch.closed:
+                timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
+                index = batch.try_append(timestamp, None, value, None)
+                if index is not None:
+                    return RecordHandle(batch, index, timestamp)
         if self._closed:
             raise ProducerClosedError()
         if type(value) is not bytes:
@@ -213,7 +225,7 @@ class Producer:
             if isinstance(headers, Mapping):
                 headers = list(headers.items())
             headers = [(k, _as_bytes(v, "header value")) for k, v in headers]
-        timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+        timestamp = _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         count = self._partition_counts.get(topic)
         if count is None:
             count = await self._partitions_for(topic)
@@ -224,13 +236,24 @@ class Producer:
                 partition = partition_for_key(key, count)
             else:
                 sticky = True
-                partition = self._partitioner.partition(topic, count)
+                partition = self._sticky.get(topic)  # the partitioner's choice, inlined
+                if partition is None or partition >= count:
+                    partition = self._partitioner.partition(topic, count)
         elif not 0 <= partition < count:
             raise error_for(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 f"partition {partition} of topic {topic!r} with {count} partitions",
             )
         # The hot path: the record fits the partition's open batch; nothing to await.
+        dq = acc.batches.get((topic, partition))
+        if dq:
+            batch = dq[-1]
+            if not batch.closed:
+                index = batch.try_append(timestamp, key, value, headers)
+                if index is not None:
+                    if sticky:
+                        self._sticky_batch[topic] = batch
+                    return RecordHandle(batch, index, timestamp)
         appended = acc.try_append(topic, partition, timestamp, key, value, headers)
         if appended is None:
             if sticky:
@@ -239,6 +262,8 @@ class Producer:
                 partition = self._partitioner.on_new_batch(topic, count, partition)
             self._check_size(key, value, headers)
             appended = await acc.append(topic, partition, timestamp, key, value, headers)
+        if sticky:
+            self._sticky_batch[topic] = appended[0]
         return RecordHandle(appended[0], appended[1], timestamp)  # type: ignore[index]
 
     async def send(
