@@ -334,3 +334,20 @@ async def test_cancelling_the_nursery_closes_the_producer(tmp_path, nursery):
             with pytest.raises(KafkaError, match="closed"):
                 await h.wait()
         proxy.resume()
+
+
+async def test_unknown_topic_refreshes_metadata_and_retries(kafka_broker):
+    """UNKNOWN_TOPIC_OR_PARTITION from the broker (the topic was deleted under the producer)
+    asks for fresh metadata; auto-creation brings the topic back and the retry lands."""
+    from trio_broker.client import Admin
+
+    async with Producer(kafka_broker.bootstrap, linger_ms=0, retry_backoff_ms=20) as p:
+        assert (await p.send("vanishing", b"one")).offset == 0
+        async with Admin(kafka_broker.bootstrap) as admin:
+            await admin.delete_topics(["vanishing"])
+        seen = p.metadata.version
+        meta = await p.send("vanishing", b"two")
+        assert (meta.partition, meta.offset) == (0, 0)
+        assert p.metadata.version > seen
+    rows = await trio.to_thread.run_sync(read_confluent, kafka_broker.bootstrap, "vanishing", 1, 1)
+    assert [r[3] for r in rows] == [b"two"]
