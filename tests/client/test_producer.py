@@ -351,3 +351,31 @@ async def test_unknown_topic_refreshes_metadata_and_retries(kafka_broker):
         assert p.metadata.version > seen
     rows = await trio.to_thread.run_sync(read_confluent, kafka_broker.bootstrap, "vanishing", 1, 1)
     assert [r[3] for r in rows] == [b"two"]
+
+
+async def test_a_rejected_batch_does_not_break_its_partitions_sequence(kafka_broker):
+    """With idempotence, a batch the broker rejects for good (MESSAGE_TOO_LARGE) leaves a
+    hole in the sequence numbers; the batches after it, some already in flight, are
+    renumbered and land, in order, with no gap in the offsets."""
+    await create_topic(kafka_broker.bootstrap, "holes", 1, **{"max.message.bytes": "3000"})
+    # 5100-byte batches: a 5000-byte record leaves no room for a 100-byte one.
+    async with Producer(kafka_broker.bootstrap, linger_ms=0, batch_size=5100) as p:
+        assert (await p.send("holes", b"before")).offset == 0
+        handles = []
+        for i in range(12):
+            value = b"x" * 5000 if i in (2, 7) else (b"small-%d" % i).ljust(100, b".")
+            handles.append(await p.send_soon("holes", value))
+            await trio.sleep(0)  # let the sender put each in its own request
+        results = []
+        for i, h in enumerate(handles):
+            try:
+                results.append((await h.wait()).offset)
+            except KafkaError as exc:
+                assert exc.code == ErrorCode.MESSAGE_TOO_LARGE, (i, exc)
+                results.append("too large")
+    assert results[2] == results[7] == "too large", results
+    assert [r for r in results if r != "too large"] == list(range(1, 11)), results
+    rows = await trio.to_thread.run_sync(read_confluent, kafka_broker.bootstrap, "holes", 1, 11)
+    assert [r[3] for r in rows] == [b"before"] + [
+        (b"small-%d" % i).ljust(100, b".") for i in range(12) if i not in (2, 7)
+    ]

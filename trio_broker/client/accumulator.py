@@ -30,6 +30,8 @@ from trio_broker.protocol.records import CRC_OFFSET, CRC_START, HEADER, HEADER_S
 __all__ = ["ProducerBatch", "RecordAccumulator", "record_size"]
 
 _UINT32 = struct.Struct(">I")
+_INT32 = struct.Struct(">i")
+_BASE_SEQUENCE_OFFSET = 53  # baseSequence in the 61-byte batch header
 _CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _LZ4 = 3
 TopicPartition = tuple[str, int]
@@ -150,6 +152,7 @@ class ProducerBatch:
         "payload",
         "pos",
         "record_count",
+        "resequenced",
         "size",
         "topic",
         "waiters",
@@ -176,6 +179,7 @@ class ProducerBatch:
         self.error: BaseException | None = None
         self.done: trio.Event | None = None
         self.waiters = 0
+        self.resequenced = False  # its sequence moved down after an earlier batch failed
 
     def __repr__(self) -> str:
         return (
@@ -276,6 +280,14 @@ class ProducerBatch:
         _UINT32.pack_into(target, CRC_OFFSET, crc32c.crc32c(view[CRC_START:size]))
         self.payload = view[:size]
         self.size = size
+
+    def set_base_sequence(self, sequence: int) -> None:
+        """Renumber the batch (an earlier one failed for good); rewrites header and CRC."""
+        self.base_sequence = sequence
+        payload = self.payload
+        if payload is not None:
+            _INT32.pack_into(payload, _BASE_SEQUENCE_OFFSET, sequence)
+            _UINT32.pack_into(payload, CRC_OFFSET, crc32c.crc32c(payload[CRC_START:]))
 
     def complete(self, base_offset: int, log_append_time: int) -> None:
         if self.finished:
@@ -527,6 +539,27 @@ class RecordAccumulator:
             batch.buffer = bytearray()
             batch.payload = None
             self.pool.deallocate(buffer)
+
+    def resequence_after_failure(self, failed: ProducerBatch) -> None:
+        """A batch the broker rejected for good leaves a hole in its partition's sequence:
+        move every later batch down by its record count, as Kafka's TransactionManager
+        does, so the next ones are accepted. Later batches already in flight come back
+        OUT_OF_ORDER_SEQUENCE_NUMBER and are retried with their new numbers."""
+        seq = failed.base_sequence
+        if not self.idempotent or seq is None:
+            return
+        tp = failed.topic_partition
+        n = failed.record_count
+        for other in self.incomplete:
+            if (
+                other is not failed
+                and other.topic_partition == tp
+                and other.base_sequence is not None
+                and other.base_sequence > seq
+            ):
+                other.set_base_sequence(other.base_sequence - n)
+                other.resequenced = True
+        self.next_sequence[tp] = (self.next_sequence.get(tp, n) - n) & 0x7FFFFFFF
 
     def expire(self, now: float, delivery_timeout_s: float) -> list[ProducerBatch]:
         """Batches waiting in deques past delivery.timeout.ms (not those in flight)."""

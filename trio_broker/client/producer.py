@@ -445,12 +445,15 @@ class Producer:
         error = error_for(code, part.error_message or f"{batch.topic}-{batch.partition}")
         if code in STALE_METADATA_ERRORS:
             self.metadata.request_update()
-        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._earlier_incomplete(batch):
-            # An earlier batch of this partition failed and is being retried: this one
-            # follows it (Kafka's Sender treats it as retriable in that case).
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and (
+            batch.resequenced or self._earlier_incomplete(batch)
+        ):
+            # An earlier batch of this partition is being retried, or failed for good and
+            # this one was renumbered: it follows (Kafka's Sender retries it too).
+            batch.resequenced = False
             self._retry_or_fail(batch, error, force=True)
             return
-        self._retry_or_fail(batch, error)
+        self._retry_or_fail(batch, error, rejected=True)
 
     def _earlier_incomplete(self, batch: ProducerBatch) -> bool:
         seq = batch.base_sequence
@@ -471,7 +474,11 @@ class Producer:
             self._retry_or_fail(batch, error, force=True)
 
     def _retry_or_fail(
-        self, batch: ProducerBatch, error: BaseException, force: bool = False
+        self,
+        batch: ProducerBatch,
+        error: BaseException,
+        force: bool = False,
+        rejected: bool = False,
     ) -> None:
         now = trio.current_time()
         retriable = force or (isinstance(error, KafkaError) and is_retriable(error.code))
@@ -486,6 +493,9 @@ class Producer:
             return
         if retriable and now - batch.created >= self._delivery_timeout_s:
             error = self._expired(batch, now)
+        elif rejected:
+            # The broker answered with an error: the batch was not written.
+            self.accumulator.resequence_after_failure(batch)
         self._fail_batch(batch, error)
 
     def _fail_batch(self, batch: ProducerBatch, error: BaseException) -> None:
