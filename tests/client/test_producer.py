@@ -379,3 +379,12 @@ async def test_a_rejected_batch_does_not_break_its_partitions_sequence(kafka_bro
     assert [r[3] for r in rows] == [b"before"] + [
         (b"small-%d" % i).ljust(100, b".") for i in range(12) if i not in (2, 7)
     ]
+
+
+async def test_an_error_in_the_body_propagates_unwrapped(kafka_broker):
+    with pytest.raises(KafkaError, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        async with Producer(kafka_broker.bootstrap) as p:
+            await p.send("unwrapped", b"x", partition=5)
+    with pytest.raises(ZeroDivisionError):
+        async with Producer(kafka_broker.bootstrap):
+            1 / 0  # noqa: B018

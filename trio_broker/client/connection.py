@@ -454,9 +454,12 @@ class NetworkClient:
         self.close()
         self._nursery.cancel_scope.cancel()
         try:
-            return await self._exit_stack.__aexit__(*exc_info)
+            # The body's exception is not handed to the nursery: it propagates as raised,
+            # not wrapped in an ExceptionGroup (the nursery only holds our own tasks).
+            await self._exit_stack.__aexit__(None, None, None)
         finally:
             self._nursery = None
+        return None
 
     def close(self) -> None:
         for connection in list(self._connections.values()):
