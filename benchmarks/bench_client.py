@@ -5,9 +5,9 @@
 One trio-broker process (benchmarks/run.py's `start_broker`) serves every client in the
 same run. Each client runs in its own process and produces keyless records (100 B and
 1 KiB values, acks=1, linger 5 ms, 64 KiB batches, no compression) to a fresh 4-partition
-topic, then reports records/s, MB/s and its own CPU seconds per GB produced (`cpu_seconds`
-of its process, so librdkafka's threads count too). Consumption is not measured: this
-client has no consumer yet.
+topic, then reports records/s, MB/s and its own CPU seconds per GB (`cpu_seconds` of its
+process, so librdkafka's threads count too). Then each consumes the same log (the 1 KiB
+records, 4 partitions assigned, from the beginning, no group).
 """
 
 from __future__ import annotations
@@ -94,6 +94,72 @@ def _produce_confluent(bootstrap: str, topic: str, n: int, value: bytes) -> None
     producer.flush(600)
 
 
+def _consume_ours(bootstrap: str, topic: str, n: int) -> None:
+    import trio
+
+    from trio_broker.client import Consumer
+
+    async def main() -> None:
+        async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([(topic, p) for p in range(PARTITIONS)])
+            count = 0
+            while count < n:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    count += len(records)
+
+    trio.run(main)
+
+
+def _consume_aiokafka(bootstrap: str, topic: str, n: int) -> None:
+    import asyncio
+
+    import aiokafka
+
+    async def main() -> None:
+        consumer = aiokafka.AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            tps = [aiokafka.TopicPartition(topic, p) for p in range(PARTITIONS)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            count = 0
+            while count < n:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    count += len(records)
+        finally:
+            await consumer.stop()
+
+    asyncio.run(main())
+
+
+def _consume_confluent(bootstrap: str, topic: str, n: int) -> None:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False}
+    )
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(PARTITIONS)
+        ]
+    )
+    count = 0
+    while count < n:
+        for msg in consumer.consume(10_000, timeout=1.0):
+            if not msg.error():
+                count += 1
+    consumer.close()
+
+
+_CONSUMERS = {
+    "trio-broker": _consume_ours,
+    "aiokafka": _consume_aiokafka,
+    "confluent-kafka": _consume_confluent,
+}
+
 _PRODUCERS = {
     "trio-broker": _produce_ours,
     "aiokafka": _produce_aiokafka,
@@ -110,15 +176,22 @@ _IMPORTS = {
 }
 
 
-def child(client: str, bootstrap: str, topic: str, n: int, size: int) -> None:
+def child(client: str, bootstrap: str, topic: str, n: int, size: int, consume: bool) -> None:
     import importlib
 
     for module in _IMPORTS[client]:
         importlib.import_module(module)
+    if consume:
+        importlib.import_module(
+            {"trio-broker": "trio_broker.client.consumer"}.get(client, _IMPORTS[client][-1])
+        )
     value = os.urandom(size)
     cpu0 = run.cpu_seconds(os.getpid())
     t0 = time.perf_counter()
-    _PRODUCERS[client](bootstrap, topic, n, value)
+    if consume:
+        _CONSUMERS[client](bootstrap, topic, n)
+    else:
+        _PRODUCERS[client](bootstrap, topic, n, value)
     elapsed = time.perf_counter() - t0
     cpu = run.cpu_seconds(os.getpid()) - cpu0
     print(json.dumps({"elapsed": elapsed, "cpu": cpu, "n": n, "size": size}))
@@ -139,17 +212,23 @@ def _create_topic(bootstrap: str, topic: str) -> None:
     trio.run(main)
 
 
-def measure(client: str, bootstrap: str, n: int, size: int) -> dict:
-    topic = f"bench-{client}-{size}-{time.monotonic_ns()}"
-    _create_topic(bootstrap, topic)
+def measure(client: str, bootstrap: str, n: int, size: int, topic: str | None = None) -> dict:
+    """Produce n records of `size` to a new topic or, given `topic`, consume them from it."""
+    consume = topic is not None
+    if topic is None:
+        topic = f"bench-{client}-{size}-{time.monotonic_ns()}"
+        _create_topic(bootstrap, topic)
     cmd = [sys.executable, __file__, "--child", client, "--bootstrap", bootstrap,
            "--topic", topic, "-n", str(n), "--size", str(size)]  # fmt: skip
+    if consume:
+        cmd.append("--consume")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
             result = json.loads(line)
             mb = n * size / 1e6
             return {
+                "topic": topic,
                 "records_s": n / result["elapsed"],
                 "mb_s": mb / result["elapsed"],
                 "cpu_s_per_gb": result["cpu"] / (mb / 1000),
@@ -167,9 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic")
     parser.add_argument("-n", type=int)
     parser.add_argument("--size", type=int)
+    parser.add_argument("--consume", action="store_true")
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.bootstrap, args.topic, args.n, args.size)
+        child(args.child, args.bootstrap, args.topic, args.n, args.size, args.consume)
         return 0
     clients = args.clients.split(",")
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,14 +258,21 @@ def main(argv: list[str] | None = None) -> int:
             rows = []
             for size, n in ((100, args.records_100), (1024, args.records_1k)):
                 for client in clients:
-                    run.progress(f"{client}: {n} records of {size} B")
-                    rows.append((client, size, measure(client, broker.bootstrap, n, size)))
+                    run.progress(f"{client}: produce {n} records of {size} B")
+                    result = measure(client, broker.bootstrap, n, size)
+                    rows.append((client, f"produce {size} B", result))
+            # Every client consumes the same log: the 1 KiB records produced above.
+            log_topic = rows[-1][2]["topic"]
+            for client in clients:
+                run.progress(f"{client}: consume {args.records_1k} records of 1024 B")
+                result = measure(client, broker.bootstrap, args.records_1k, 1024, log_topic)
+                rows.append((client, "consume 1024 B", result))
         finally:
             broker.stop()
-    print(f"{'client':<16} {'record':>6} {'records/s':>11} {'MB/s':>8} {'CPU s/GB':>9}")
-    for client, size, r in rows:
+    print(f"{'client':<16} {'workload':<15} {'records/s':>11} {'MB/s':>8} {'CPU s/GB':>9}")
+    for client, what, r in rows:
         print(
-            f"{client:<16} {size:>5}B {r['records_s']:>11,.0f} {r['mb_s']:>8.1f} "
+            f"{client:<16} {what:<15} {r['records_s']:>11,.0f} {r['mb_s']:>8.1f} "
             f"{r['cpu_s_per_gb']:>9.1f}"
         )
     return 0

@@ -266,17 +266,7 @@ class Admin:
     # -- records and offsets ---------------------------------------------------------------------
 
     async def _by_leader(self, topic_partitions: Iterable[tuple[str, int]]) -> dict[int, list]:
-        tps = list(topic_partitions)
-        cluster = await self.metadata.refresh({t for t, _ in tps})
-        by_leader: dict[int, list] = {}
-        for topic, partition in tps:
-            leader = cluster.leader_for(topic, partition)
-            if leader is None:
-                raise error_for(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no leader for {topic}-{partition}"
-                )
-            by_leader.setdefault(leader, []).append((topic, partition))
-        return by_leader
+        return await partitions_by_leader(self.metadata, topic_partitions)
 
     async def delete_records(self, before: Mapping[tuple[str, int], int]) -> dict:
         """Delete records before `{(topic, partition): offset}`; returns the new low watermarks."""
@@ -312,29 +302,7 @@ class Admin:
         self, topic_partitions: Iterable[tuple[str, int]], timestamp: int = LATEST_TIMESTAMP
     ) -> dict[tuple[str, int], int]:
         """Offsets by timestamp (-1 latest, -2 earliest) from each partition's leader."""
-        from trio_broker.protocol._generated.list_offsets_request import (
-            ListOffsetsPartition,
-            ListOffsetsRequest,
-            ListOffsetsTopic,
-        )
-
-        out: dict[tuple[str, int], int] = {}
-        for leader, tps in (await self._by_leader(topic_partitions)).items():
-            topics: dict[str, list] = {}
-            for topic, partition in tps:
-                topics.setdefault(topic, []).append(
-                    ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
-                )
-            request = ListOffsetsRequest(
-                replica_id=-1,
-                topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
-            )
-            response = await self.client.send(leader, request)
-            for topic in response.topics:
-                for part in topic.partitions:
-                    _check(part.error_code, f"list offsets of {topic.name}-{part.partition_index}")
-                    out[(topic.name, part.partition_index)] = part.offset
-        return out
+        return await list_offsets(self.client, self.metadata, topic_partitions, timestamp)
 
     # -- groups -------------------------------------------------------------------------------
 
@@ -429,3 +397,52 @@ class Admin:
             PartitionOffsets(topic=t, partition=p, committed=offset, end=ends[(t, p)])
             for (t, p), offset in sorted(committed.items())
         ]
+
+
+async def partitions_by_leader(
+    metadata: ClusterMetadata, topic_partitions: Iterable[tuple[str, int]]
+) -> dict[int, list[tuple[str, int]]]:
+    """Group partitions by their leader's node id, after a metadata refresh."""
+    tps = list(topic_partitions)
+    cluster = await metadata.refresh({t for t, _ in tps})
+    by_leader: dict[int, list[tuple[str, int]]] = {}
+    for topic, partition in tps:
+        leader = cluster.leader_for(topic, partition)
+        if leader is None:
+            raise error_for(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no leader for {topic}-{partition}"
+            )
+        by_leader.setdefault(leader, []).append((topic, partition))
+    return by_leader
+
+
+async def list_offsets(
+    client: NetworkClient,
+    metadata: ClusterMetadata,
+    topic_partitions: Iterable[tuple[str, int]],
+    timestamp: int = LATEST_TIMESTAMP,
+) -> dict[tuple[str, int], int]:
+    """ListOffsets for each partition at its leader (-1 latest, -2 earliest)."""
+    from trio_broker.protocol._generated.list_offsets_request import (
+        ListOffsetsPartition,
+        ListOffsetsRequest,
+        ListOffsetsTopic,
+    )
+
+    out: dict[tuple[str, int], int] = {}
+    for leader, tps in (await partitions_by_leader(metadata, topic_partitions)).items():
+        topics: dict[str, list] = {}
+        for topic, partition in tps:
+            topics.setdefault(topic, []).append(
+                ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
+            )
+        request = ListOffsetsRequest(
+            replica_id=-1,
+            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
+        )
+        response = await client.send(leader, request)
+        for topic in response.topics:
+            for part in topic.partitions:
+                _check(part.error_code, f"list offsets of {topic.name}-{part.partition_index}")
+                out[(topic.name, part.partition_index)] = part.offset
+    return out
