@@ -170,7 +170,13 @@ _PRODUCERS = {
 # What each client imports, loaded before the clock starts: the figures are steady-state
 # produce cost, not import time.
 _IMPORTS = {
-    "trio-broker": ("trio", "trio_broker.client.producer"),
+    "trio-broker": (
+        "trio",
+        "trio_broker.client.producer",
+        "trio_broker.protocol._generated.produce_response",
+        "trio_broker.protocol._generated.fetch_request",
+        "trio_broker.protocol._generated.fetch_response",
+    ),
     "aiokafka": ("asyncio", "aiokafka"),
     "confluent-kafka": ("confluent_kafka",),
 }

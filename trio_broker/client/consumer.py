@@ -73,6 +73,14 @@ class ConsumerRecord(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
+class _RawChunk(NamedTuple):
+    """Fetched record batches of one partition, not decoded yet."""
+
+    tp: TopicPartition
+    data: memoryview
+    position: int
+
+
 class Consumer:
     def __init__(
         self,
@@ -85,7 +93,8 @@ class Consumer:
         self.client = NetworkClient(self.config)
         self.metadata = ClusterMetadata(self.client)
         self._positions: dict[TopicPartition, int | None] = {}
-        self._ready: deque[list[ConsumerRecord]] = deque()
+        self._ready: deque[list[ConsumerRecord] | _RawChunk] = deque()
+        self._ready_bytes: deque[int] = deque()  # the fetched bytes each chunk came from
         self._buffered_bytes = 0
         self._data = trio.Event()  # set when records arrive
         self._room = trio.Event()  # set when the caller takes records
@@ -126,6 +135,7 @@ class Consumer:
     def _flush_buffer(self) -> None:
         self._epoch += 1
         self._ready.clear()
+        self._ready_bytes.clear()
         self._buffered_bytes = 0
         self._room.set()
         self._changed.set()
@@ -136,30 +146,60 @@ class Consumer:
         self, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records fetched so far (waiting up to `timeout_ms` for some), by partition."""
-        if not self._ready and timeout_ms:
-            with trio.move_on_after(timeout_ms / 1000):
-                while not self._ready and self._error is None:
-                    await self._data.wait()
-        else:
-            await trio.lowlevel.checkpoint()
-        self._raise_error()
+        deadline = trio.current_time() + timeout_ms / 1000
+        while True:
+            if not self._ready and self._error is None and trio.current_time() < deadline:
+                with trio.move_on_at(deadline):
+                    while not self._ready and self._error is None:
+                        await self._data.wait()
+            else:
+                await trio.lowlevel.checkpoint()
+            self._raise_error()
+            out = self._take(max_records)
+            if out or trio.current_time() >= deadline:
+                return out
+
+    def _take(self, max_records: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         taken = 0
-        while self._ready and (max_records is None or taken < max_records):
-            chunk = self._ready[0]
-            room = len(chunk) if max_records is None else max_records - taken
-            part, rest = chunk[:room], chunk[room:]
-            if rest:
-                self._ready[0] = rest
-            else:
-                self._ready.popleft()
-            first = part[0]
-            out.setdefault((first.topic, first.partition), []).extend(part)
-            taken += len(part)
-            self._buffered_bytes -= sum(len(r.value or b"") + len(r.key or b"") for r in part)
-        if not self._ready:
-            self._data = trio.Event()
-        self._room.set()
+        ready = self._ready
+        try:
+            while ready and (max_records is None or taken < max_records):
+                chunk = ready[0]
+                if type(chunk) is _RawChunk:
+                    # Decoded here, in the caller's task: the fetcher has long sent the
+                    # next Fetch, so decoding overlaps the broker's work.
+                    try:
+                        chunk = ready[0] = self._decode(chunk.tp, chunk.data, chunk.position)[0]
+                    except (KafkaError, IndexError) as exc:
+                        ready.popleft()
+                        self._buffered_bytes -= self._ready_bytes.popleft()
+                        if isinstance(exc, KafkaError):
+                            raise
+                        raise error_for(
+                            ErrorCode.CORRUPT_MESSAGE, f"records of {chunk.tp[0]}-{chunk.tp[1]}"
+                        ) from None
+                room = len(chunk) if max_records is None else max_records - taken
+                nbytes = self._ready_bytes[0]
+                if room < len(chunk):
+                    part = chunk[:room]
+                    ready[0] = chunk[room:]
+                    share = nbytes * room // len(chunk)
+                    self._ready_bytes[0] = nbytes - share
+                    nbytes = share
+                else:
+                    part = chunk
+                    ready.popleft()
+                    self._ready_bytes.popleft()
+                self._buffered_bytes -= nbytes
+                if part:
+                    first = part[0]
+                    out.setdefault((first.topic, first.partition), []).extend(part)
+                    taken += len(part)
+        finally:
+            if not ready:
+                self._data = trio.Event()
+            self._room.set()
         return out
 
     def __aiter__(self) -> Consumer:
@@ -277,27 +317,22 @@ class Consumer:
                     self._error = error_for(code, f"fetch {tp[0]}-{tp[1]}")
                     self._data.set()
                     continue
-                try:
-                    records, next_offset = self._decode(tp, part.records, position)
-                except (KafkaError, IndexError) as exc:
-                    # Bad bytes from the broker: the caller hears of it; the position stays.
-                    self._error = (
-                        exc
-                        if isinstance(exc, KafkaError)
-                        else error_for(ErrorCode.CORRUPT_MESSAGE, f"records of {tp[0]}-{tp[1]}")
-                    )
-                    self._data.set()
-                    continue
-                if records:
-                    self._ready.append(records)
-                    self._buffered_bytes += sum(
-                        len(r.value or b"") + len(r.key or b"") for r in records
-                    )
+                data = part.records
+                next_offset = position
+                if data is not None:
+                    # Only the batch headers now, for the next position; records later.
+                    for _pos, header in iter_batches(data):
+                        next_offset = max(next_offset, header.next_offset)
+                if next_offset > position:
+                    nbytes = len(data)
+                    self._ready.append(_RawChunk(tp, data, position))
+                    self._ready_bytes.append(nbytes)
+                    self._buffered_bytes += nbytes
                     self._data.set()
                 self._positions[tp] = next_offset
 
     @staticmethod
-    def _decode(
+    def _decode(  # raises KafkaError(CORRUPT_MESSAGE) or InvalidRecords on bad bytes
         tp: TopicPartition, data: memoryview | None, position: int
     ) -> tuple[list[ConsumerRecord], int]:
         topic, partition = tp
@@ -368,30 +403,45 @@ def _decode_plain(
     pos = 0
     limit = len(data)
     append = out.append
-    make = ConsumerRecord
+    new = tuple.__new__  # ConsumerRecord without the namedtuple's Python-level __new__
+    cls = ConsumerRecord
     for _ in range(header.record_count):
         if pos >= limit:
             raise error_for(ErrorCode.CORRUPT_MESSAGE, f"records of {topic}-{partition} cut short")
         length, pos = _varint(data, pos)
         end = pos + length
         pos += 1  # attributes
-        ts_delta, pos = _varint(data, pos)
-        off_delta, pos = _varint(data, pos)
-        n, pos = _varint(data, pos)
-        if n >= 0:
+        # One-byte varints (small deltas, a null key, no headers) are read inline.
+        b = data[pos]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            ts_delta, pos = _varint(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            off_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            off_delta, pos = _varint(data, pos)
+        if data[pos] == 1:  # zigzag(-1): a null key
+            key = None
+            pos += 1
+        else:
+            n, pos = _varint(data, pos)
             key = data[pos : pos + n]
             pos += n
-        else:
-            key = None
         n, pos = _varint(data, pos)
         if n >= 0:
             value = data[pos : pos + n]
             pos += n
         else:
             value = None
-        count, pos = _varint(data, pos)
         headers: tuple = ()
-        if count > 0:
+        if data[pos] == 0:
+            pos += 1
+        else:
+            count, pos = _varint(data, pos)
             items = []
             for _ in range(count):
                 n, pos = _varint(data, pos)
@@ -408,7 +458,9 @@ def _decode_plain(
             raise error_for(ErrorCode.CORRUPT_MESSAGE, f"bad record size in {topic}-{partition}")
         offset = base_offset + off_delta
         if offset >= position:
-            append(make(topic, partition, offset, base_timestamp + ts_delta, key, value, headers))
+            append(
+                new(cls, (topic, partition, offset, base_timestamp + ts_delta, key, value, headers))
+            )
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
