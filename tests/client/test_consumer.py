@@ -86,3 +86,24 @@ async def test_no_reset_policy_is_an_error(kafka_broker):
         with pytest.raises(KafkaError, match="OFFSET_OUT_OF_RANGE") as info:
             await consumer.getmany(timeout_ms=5000)
         assert info.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_cancelling_the_nursery_closes_the_consumer(kafka_broker):
+    await create_topic(kafka_broker.bootstrap, "cancel-c", 1)
+    consumer = Consumer(kafka_broker.bootstrap, auto_offset_reset="earliest")
+    got = trio.Event()
+
+    async def run():
+        async with consumer:
+            consumer.assign([("cancel-c", 0)])
+            async for _record in consumer:
+                got.set()
+
+    async with Producer(kafka_broker.bootstrap) as p:
+        await p.send("cancel-c", b"x")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        with trio.fail_after(10):
+            await got.wait()
+        nursery.cancel_scope.cancel()
+    assert consumer.client._nursery is None

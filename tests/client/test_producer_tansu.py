@@ -7,7 +7,7 @@ import pytest
 import trio
 from client_helpers import bench_run, create_topic, read_confluent, read_kafka_python
 
-from trio_broker.client import Producer
+from trio_broker.client import Consumer, Producer
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 
@@ -54,3 +54,15 @@ async def test_every_codec_on_tansu(tansu, codec):
     assert got == expected
     got = await trio.to_thread.run_sync(read_kafka_python, tansu.bootstrap, topic, 2, len(records))
     assert got == expected
+    # And our consumer reads the same from Tansu.
+    async with Consumer(tansu.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, 0), (topic, 1)])
+        ours = []
+        with trio.fail_after(20):
+            while len(ours) < len(records):
+                for batch in (await consumer.getmany(timeout_ms=1000)).values():
+                    ours += [
+                        (r.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
+                        for r in batch
+                    ]
+    assert sorted(ours) == expected
