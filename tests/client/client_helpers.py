@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from trio_broker.client.config import ClientConfig
-from trio_broker.client.connection import NetworkClient
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.protocol._generated.create_topics_request import (
     CreatableTopic,
     CreateTopicsRequest,

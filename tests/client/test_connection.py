@@ -7,9 +7,9 @@ from client_proxy import start_proxy
 
 import trio_broker
 from trio_broker.client.config import ClientConfig
-from trio_broker.client.connection import NetworkClient
 from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError
 from trio_broker.client.metadata import ClusterMetadata
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated import REQUEST_VERSIONS
 from trio_broker.protocol._generated.api_versions_response import ApiVersion, ApiVersionsResponse

@@ -32,7 +32,7 @@ _WHERE = {
     "Consumer": "consumer",
     "ConsumerRecord": "consumer",
     "KafkaConnectionError": "errors",
-    "NetworkClient": "connection",
+    "NetworkClient": "network_client",
     "Producer": "producer",
     "RecordMetadata": "producer",
     "RequestTimedOutError": "errors",

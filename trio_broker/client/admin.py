@@ -20,9 +20,9 @@ from typing import Any
 import attrs
 
 from trio_broker.client.config import ClientConfig
-from trio_broker.client.connection import NetworkClient
 from trio_broker.client.errors import error_for
 from trio_broker.client.metadata import ClusterMetadata, TopicMetadata
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode
 
 __all__ = ["Admin", "ConfigEntry", "GroupDescription", "GroupMember", "PartitionOffsets"]

@@ -24,9 +24,9 @@ import attrs
 import trio
 
 from trio_broker.client.config import ClientConfig
-from trio_broker.client.connection import NetworkClient
 from trio_broker.client.errors import KafkaError, error_for
 from trio_broker.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import iter_batches

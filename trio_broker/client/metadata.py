@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 import attrs
 import trio
 
-from trio_broker.client.connection import NetworkClient
 from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError, error_for
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
 

@@ -34,7 +34,7 @@ import trio
 from trio_broker.client.accumulator import ProducerBatch, RecordAccumulator
 from trio_broker.client.buffer_pool import BufferPool
 from trio_broker.client.config import ProducerConfig
-from trio_broker.client.connection import InFlightRequest, NetworkClient
+from trio_broker.client.connection import InFlightRequest
 from trio_broker.client.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -43,6 +43,7 @@ from trio_broker.client.errors import (
     is_retriable,
 )
 from trio_broker.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
+from trio_broker.client.network_client import NetworkClient
 from trio_broker.client.partitioner import StickyPartitioner, partition_for_key
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.init_producer_id_request import InitProducerIdRequest
