@@ -1,0 +1,144 @@
+"""Client configuration: Kafka's keys, spelled with underscores (as aiokafka does) or dots.
+
+    ProducerConfig.build(bootstrap_servers="h:9092", linger_ms=5, config={"acks": "all"})
+
+Both spellings name the same field; an unknown key is an error naming it, so a typo is
+never silently ignored. Times keep Kafka's units in their names (`*_ms`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+import attrs
+
+__all__ = ["ClientConfig", "ProducerConfig", "parse_address"]
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """ "host:port" or "[v6]:port" -> (host, port)."""
+    text = text.strip()
+    for scheme in ("PLAINTEXT://", "plaintext://"):
+        text = text.removeprefix(scheme)
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"bootstrap server {text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def _servers(value: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = value.split(",")
+    servers = tuple(s.strip() for s in value if s.strip())
+    if not servers:
+        raise ValueError("bootstrap_servers is empty")
+    for server in servers:
+        parse_address(server)
+    return servers
+
+
+@attrs.frozen(kw_only=True)
+class ClientConfig:
+    """What every client (and the broker's own outgoing connections) is configured with."""
+
+    bootstrap_servers: tuple[str, ...] = attrs.field(
+        converter=_servers, default=("localhost:9092",)
+    )
+    client_id: str = "trio-broker-client"
+    request_timeout_ms: int = 30_000
+    socket_connection_setup_timeout_ms: int = 10_000
+    reconnect_backoff_ms: int = 50
+    reconnect_backoff_max_ms: int = 1_000
+    max_in_flight_requests_per_connection: int = 5
+    metadata_max_age_ms: int = 300_000
+    retry_backoff_ms: int = 100
+    # The largest response frame accepted; a bigger size prefix closes the connection.
+    receive_max_bytes: int = 512 * 1024 * 1024
+
+    @classmethod
+    def build(cls, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
+        """From keyword arguments and/or a dict of Kafka's dotted names."""
+        return cls(**cls._values(config, kwargs))
+
+    @classmethod
+    def _values(cls, config: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict:
+        fields = {f.name: f for f in attrs.fields(cls)}
+        values: dict[str, Any] = {}
+        for source in (config or {}, kwargs):
+            for key, value in source.items():
+                name = key.replace(".", "_")
+                if name not in fields:
+                    raise ValueError(f"unknown {cls.__name__} key {key!r}")
+                values[name] = _coerce(fields[name], value)
+        return values
+
+
+def _coerce(field: attrs.Attribute, value: Any) -> Any:
+    # Dotted configs often come from properties files, as strings.
+    if isinstance(value, str) and field.type in ("int", "bool") and field.converter is None:
+        if field.type == "bool":
+            return value.strip().lower() == "true"
+        return int(value)
+    return value
+
+
+def _acks(value: int | str) -> int:
+    if value in ("all", -1, "-1"):
+        return -1
+    acks = int(value)
+    if acks not in (0, 1):
+        raise ValueError(f"acks must be 0, 1, -1 or 'all', not {value!r}")
+    return acks
+
+
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _codec(value: str | None) -> str:
+    value = (value or "none").lower()
+    if value not in _CODECS:
+        raise ValueError(f"compression_type must be one of {', '.join(_CODECS)}, not {value!r}")
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class ProducerConfig(ClientConfig):
+    """Kafka's producer keys and defaults (Kafka 4.0: linger.ms 5, idempotence on)."""
+
+    client_id: str = "trio-broker-producer"
+    acks: int = attrs.field(converter=_acks, default=-1)
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60_000
+    compression_type: str = attrs.field(converter=_codec, default="none")
+    max_request_size: int = 1_048_576
+    delivery_timeout_ms: int = 120_000
+    retries: int = 2_147_483_647
+    enable_idempotence: bool = True
+    allow_auto_create_topics: bool = True
+
+    @classmethod
+    def build(cls, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
+        values = cls._values(config, kwargs)
+        if "enable_idempotence" not in values and (
+            _acks(values.get("acks", -1)) != -1
+            or values.get("max_in_flight_requests_per_connection", 5) > 5
+        ):
+            # As Kafka 3+: idempotence is the default only where the user's settings allow it.
+            values["enable_idempotence"] = False
+        return cls(**values)
+
+    def __attrs_post_init__(self) -> None:
+        if self.enable_idempotence:
+            if self.acks != -1:
+                raise ValueError(
+                    "enable_idempotence needs acks='all' (set enable_idempotence=False)"
+                )
+            if not 1 <= self.max_in_flight_requests_per_connection <= 5:
+                raise ValueError(
+                    "enable_idempotence needs max_in_flight_requests_per_connection <= 5"
+                )
+        if self.batch_size <= 0 or self.buffer_memory < self.batch_size:
+            raise ValueError("batch_size must be positive and no larger than buffer_memory")
