@@ -21,6 +21,12 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "RequestTimedOutError",
+    "CommitFailedError",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "TopicPartition",
+    "AdminError",
 ]
 
 _WHERE = {
@@ -32,6 +38,12 @@ _WHERE = {
     "Producer": "producer",
     "RecordMetadata": "producer",
     "RequestTimedOutError": "errors",
+    "CommitFailedError": "group",
+    "Consumer": "consumer",
+    "ConsumerRebalanceListener": "group",
+    "ConsumerRecord": "subscription",
+    "TopicPartition": "subscription",
+    "AdminError": "admin",
 }
 
 

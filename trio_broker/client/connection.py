@@ -305,7 +305,7 @@ class BrokerConnection:
             while True:  # gather what is queued into one write
                 try:
                     items.append(receive.receive_nowait())
-                except trio.WouldBlock:
+                except (trio.WouldBlock, trio.EndOfChannel):  # closed meanwhile: send what we have
                     break
             if len(items) == 1:
                 await stream.send_all(item[0])
