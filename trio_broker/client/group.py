@@ -195,6 +195,8 @@ class GroupMember:
         self.fatal: BaseException | None = None
         self.joined_partition_counts: dict[str, int] = {}
         self.rebalances = 0
+        self.joining = False  # a JoinGroup/SyncGroup task is running
+        self._ready: set[TopicPartition] | None = None  # its answer, for the next poll
         self._wake = wake
         self._backoff_s = config.retry_backoff_ms / 1000
         self.cooperative = all(
@@ -264,12 +266,25 @@ class GroupMember:
         return False
 
     async def ensure_active(self) -> None:
-        """Join (or rejoin) the group if needed; runs the rebalance callbacks. Poll calls it."""
+        """Poll calls this: run due rebalance callbacks, and start a join if one is needed.
+
+        It does not wait for the join: JoinGroup waits at the broker until every member
+        has rejoined, and a poll must keep its timeout meanwhile (other members may be
+        polled by the same task). Callbacks run here, in the polling task: revocations
+        before the join (eager) or once the new assignment is known (cooperative), and
+        the new assignment once SyncGroup has answered.
+        """
         if self.fatal is not None:
             raise self.fatal
-        if self.stable and not self.need_rejoin and self.metadata_changed():
+        if self.stable and not self.need_rejoin and not self.joining and self.metadata_changed():
             self.need_rejoin = True
-        while not self.stable or self.need_rejoin:
+        while True:
+            ready, self._ready = self._ready, None
+            if ready is not None:
+                await self._apply_assignment(ready)
+                continue
+            if self.joining or (self.stable and not self.need_rejoin):
+                return
             if self.lost:
                 lost = set(self.subscriptions.assignment)
                 self.subscriptions.assign([])
@@ -278,11 +293,30 @@ class GroupMember:
                     await self.listener.on_partitions_lost(lost)
             elif not self.cooperative and self.subscriptions.assignment:
                 await self._revoke(set(self.subscriptions.assignment))
-            try:
-                await self._join_and_sync()
-            except (KafkaConnectionError, RequestTimedOutError) as exc:
-                log.info("group %r: join failed: %s", self.group_id, exc)
-                await trio.sleep(self._backoff_s)
+            self.joining = True
+            self.stable = False
+            self.need_rejoin = False
+            self.client.nursery.start_soon(self._join_task)
+            return
+
+    async def _join_task(self) -> None:
+        try:
+            while True:
+                try:
+                    self._ready = await self._join_and_sync()
+                    return
+                except (KafkaConnectionError, RequestTimedOutError) as exc:
+                    log.info("group %r: join failed: %s", self.group_id, exc)
+                    await trio.sleep(self._backoff_s)
+                except KafkaError as exc:
+                    if exc.retriable:
+                        await trio.sleep(self._backoff_s)
+                        continue
+                    self.fatal = exc
+                    return
+        finally:
+            self.joining = False
+            self._wake()
 
     async def _revoke(self, revoked: set[TopicPartition]) -> None:
         if self.config.enable_auto_commit:
@@ -310,9 +344,7 @@ class GroupMember:
             counts[topic] = meta.partition_count
         return counts
 
-    async def _join_and_sync(self) -> None:
-        self.stable = False
-        self.need_rejoin = False
+    async def _join_and_sync(self) -> set[TopicPartition]:
         topics = sorted(self.subscriptions.topics)
         self.joined_partition_counts = await self._partition_counts(topics)
         owned = list(self.subscriptions.assignment) if self.cooperative else []
@@ -379,8 +411,7 @@ class GroupMember:
                 continue
             if code:
                 raise error_for(code, f"SyncGroup {self.group_id!r}")
-            break
-        await self._apply_assignment(decode_assignment(answer.assignment))
+            return decode_assignment(answer.assignment)
 
     async def _apply_assignment(self, assigned: set[TopicPartition]) -> None:
         self.rebalances += 1
@@ -470,7 +501,7 @@ class GroupMember:
                     partition_index=tp.partition, committed_offset=offset, committed_metadata=meta
                 )
             )
-        in_group = bool(self.subscriptions.topics) and self.stable
+        in_group = bool(self.subscriptions.topics) and self.generation >= 0
         request = OffsetCommitRequest(
             group_id=self.group_id,
             generation_id_or_member_epoch=self.generation if in_group else -1,
