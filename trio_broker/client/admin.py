@@ -322,7 +322,8 @@ class Admin:
         """Partitions with leader, replicas and ISR; every topic when `names` is None."""
         node = self.client.least_loaded_node()
         topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
-        response = await self.client.send(node, MetadataRequest(topics=topics))
+        request = MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+        response = await self.client.send(node, request)
         results, errors = {}, {}
         for t in response.topics:
             if t.error_code:
