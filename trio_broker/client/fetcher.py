@@ -341,7 +341,9 @@ class Fetcher:
 
     async def _fetch(self, node: int) -> None:
         try:
-            await self._fetch_once(node)
+            if await self._fetch_once(node):
+                # A partition error (a stale leader, say): wait for metadata, not in a loop.
+                await trio.sleep(self._backoff_s)
         except (KafkaConnectionError, RequestTimedOutError) as exc:
             log.info("fetch from node %s failed: %s", node, exc)
             self.sessions.pop(node, None)
@@ -356,12 +358,13 @@ class Fetcher:
             self._in_flight.discard(node)
             self.wake()
 
-    async def _fetch_once(self, node: int) -> None:
+    async def _fetch_once(self, node: int) -> bool:
+        """One fetch from `node`; True when some partition answered an error."""
         wanted = self._fetchable().get(node, {})
         session = self.sessions.setdefault(node, FetchSession())
         to_send, forget, full = session.build(wanted)
         if not wanted and full:
-            return
+            return False
         subs = self.subscriptions
         epochs = {tp: subs.assignment[tp].epoch for tp in wanted}
         offsets = {tp: v[0] for tp, v in wanted.items()}
@@ -400,7 +403,7 @@ class Fetcher:
                     "fetch session with node %s: %s", node, ErrorCode(response.error_code).name
                 )
                 session.reset()
-                return
+                return False
             raise error_for(response.error_code, f"fetch from node {node}")
         if use_sessions and response.session_id:
             if full:
@@ -413,9 +416,10 @@ class Fetcher:
             session.epoch = session.epoch % 0x7FFFFFFF + 1
         else:
             session.reset()
-        got = False
+        got = errors = False
         for topic in response.responses:
             for p in topic.partitions:
+                errors |= p.error_code != 0
                 tp = TopicPartition(topic.topic, p.partition_index)
                 state = subs.assignment.get(tp)
                 if state is None or state.epoch != epochs.get(tp):
@@ -423,6 +427,7 @@ class Fetcher:
                 got |= self._apply(tp, state, p, offsets[tp], session)
         if got:
             self._on_records()
+        return errors
 
     def _apply(
         self,

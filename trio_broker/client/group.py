@@ -456,7 +456,9 @@ class GroupMember:
         interval = self.config.heartbeat_interval_ms / 1000
         while True:
             await trio.sleep(interval)
-            if not self.stable or self.need_rejoin:
+            # Heartbeats go on while a rebalance waits for this member's next poll (they
+            # keep its session alive); not while its JoinGroup is at the coordinator.
+            if self.joining or self.generation < 0 or not self.member_id:
                 continue
             request = HeartbeatRequest(
                 group_id=self.group_id,
