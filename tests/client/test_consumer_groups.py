@@ -249,3 +249,28 @@ async def test_static_member_restart_gets_its_partitions_back_without_a_rebalanc
                 for _ in range(5):
                     await keeper.getmany(timeout_ms=50)
                 assert keeper.group.rebalances == rebalances
+
+
+async def test_auto_commit_on_rebalance(tmp_path):
+    """The auto-commit interval is long: only the rebalance (and then leaving) commits."""
+    async with broker(tmp_path) as bootstrap:
+        await create_topic(bootstrap, "ar", 2)
+        await trio.to_thread.run_sync(_produce_numbered, bootstrap, "ar", 2, 100)
+        conf = dict(group_id="ar-g", auto_commit_interval_ms=600_000,
+                    partition_assignment_strategy="range", **FAST)  # fmt: skip
+        async with Admin(bootstrap) as admin, Consumer(bootstrap, **conf) as a:
+            a.subscribe(["ar"])
+            got = []
+            with trio.fail_after(15):
+                while len(got) < 100:
+                    for records in (await a.getmany(timeout_ms=100)).values():
+                        got.extend(records)
+            assert await admin.list_group_offsets("ar-g") == {}
+            async with Consumer(bootstrap, **conf) as b:
+                b.subscribe(["ar"])
+                await _until([a, b], lambda: len(a.assignment()) == 1 == len(b.assignment()))
+                assert await admin.list_group_offsets("ar-g") == {
+                    TopicPartition("ar", 0): 50,
+                    TopicPartition("ar", 1): 50,
+                }
+                assert await b.getmany(timeout_ms=300) == {}

@@ -134,3 +134,28 @@ def test_consumer_protocol_messages_round_trip():
     assignment = encode_assignment([("t", 2), ("t", 0), ("u", 1)])
     assert decode_assignment(assignment) == {("t", 0), ("t", 2), ("u", 1)}
     assert decode_assignment(b"") == set()
+
+
+def test_the_fast_reader_agrees_with_the_record_codec():
+    from trio_broker.protocol.record_codec import iter_records
+
+    records = [
+        (
+            None if i % 5 == 0 else b"k" * (i * 37 % 300),
+            None if i % 7 == 0 else bytes([i % 256]) * (i * 911 % 20_000),
+            tuple((f"h{j}", None if j == 2 else b"v" * j * 70) for j in range(i % 4)),
+            1_700_000_000_000 + (i * 104_729 % 10_000_000) - 5_000_000,  # deltas of both signs
+        )
+        for i in range(300)
+    ]
+    for codec in (Compression.NONE, Compression.LZ4):
+        batch = build_batch(records, base_offset=1000, compression=codec)
+        expected = [
+            (1000 + i, r.timestamp, r.key, r.value, r.headers)
+            for i, r in enumerate(iter_records(batch))
+        ]
+        got, next_offset, used = decode_records(TP, batch, 1000)
+        assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in got] == expected
+        assert next_offset == 1300 and used == len(batch)
+        tail, _, _ = decode_records(TP, batch, 1290)
+        assert [r.offset for r in tail] == list(range(1290, 1300))

@@ -31,6 +31,7 @@ from trio_broker.client.config import ConsumerConfig
 from trio_broker.client.connection import NetworkClient
 from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError, error_for
 from trio_broker.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
+from trio_broker.client.record_reader import read_records
 from trio_broker.client.subscription import (
     ConsumerRecord,
     PartitionState,
@@ -49,7 +50,7 @@ from trio_broker.protocol._generated.list_offsets_request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.record_codec import iter_records, records_payload
 from trio_broker.protocol.records import HEADER_SIZE, MAGIC, compute_crc, read_header
 
 __all__ = ["Fetcher", "FetchSession", "decode_records", "list_offsets"]
@@ -131,21 +132,20 @@ def decode_records(
                 continue
         if header.is_control:
             continue
-        timestamp_type = 1 if header.is_log_append_time else 0
-        for record in iter_records(batch):
-            if record.offset >= fetch_offset:
-                records.append(
-                    ConsumerRecord(
-                        topic=topic,
-                        partition=partition,
-                        offset=record.offset,
-                        timestamp=record.timestamp,
-                        timestamp_type=timestamp_type,
-                        key=record.key,
-                        value=record.value,
-                        headers=record.headers,
-                    )
-                )
+        payload = records_payload(batch)
+        read_records(
+            ConsumerRecord,
+            payload.tobytes() if isinstance(payload, memoryview) else payload,
+            header.record_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.max_timestamp if header.is_log_append_time else None,
+            fetch_offset,
+            topic,
+            partition,
+            1 if header.is_log_append_time else 0,
+            records,
+        )
     return records, next_offset, pos
 
 

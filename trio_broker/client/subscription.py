@@ -23,9 +23,12 @@ class TopicPartition(NamedTuple):
     partition: int
 
 
-@attrs.frozen(kw_only=True)
-class ConsumerRecord:
-    """One record as the consumer hands it out (aiokafka's and Kafka's field names)."""
+class ConsumerRecord(NamedTuple):
+    """One record as the consumer hands it out (aiokafka's and Kafka's field names).
+
+    A named tuple rather than an attrs class: a consumer builds one per record, and a
+    tuple is built in one step (see `client/record_reader.py`).
+    """
 
     topic: str
     partition: int
