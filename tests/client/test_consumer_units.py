@@ -12,13 +12,13 @@ from trio_broker.client.assignors import (
     assign_cooperative_sticky,
     assign_range,
 )
-from trio_broker.client.fetcher import FetchSession, decode_records
-from trio_broker.client.group import (
+from trio_broker.client.consumer_protocol import (
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
+from trio_broker.client.fetcher import FetchSession, decode_records
 from trio_broker.client.subscription import TopicPartition
 from trio_broker.errors import KafkaError
 from trio_broker.protocol.record_codec import build_batch

@@ -16,18 +16,29 @@ futures would, folded into one exception as aiokafka raises).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import trio
 
+from trio_broker.client.admin_types import (
+    AdminError,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    PartitionInfo,
+    PartitionLag,
+    TopicDescription,
+)
 from trio_broker.client.config import AdminConfig
 from trio_broker.client.connection import NetworkClient
+from trio_broker.client.consumer_protocol import decode_assignment, decode_subscription
 from trio_broker.client.errors import error_for
 from trio_broker.client.fetcher import EARLIEST, LATEST, list_offsets
-from trio_broker.client.group import decode_assignment, decode_subscription
 from trio_broker.client.metadata import ClusterMetadata
 from trio_broker.client.subscription import TopicPartition
 from trio_broker.errors import ErrorCode, KafkaError, is_retriable
@@ -81,102 +92,6 @@ __all__ = [
 ]
 
 _DEFAULT_TIMEOUT_MS = 30_000
-
-
-class AdminError(KafkaError):
-    """Some resources of a call failed: `.errors` maps each to its KafkaError."""
-
-    def __init__(self, what: str, errors: Mapping[Any, KafkaError], results: Any = None) -> None:
-        first = next(iter(errors.values()))
-        detail = "; ".join(f"{resource}: {error}" for resource, error in errors.items())
-        super().__init__(first.code, f"{what} failed for {detail}")
-        self.errors = dict(errors)
-        self.results = results
-
-
-class ConfigResourceType(enum.IntEnum):
-    TOPIC = 2
-    BROKER = 4
-
-
-@attrs.frozen
-class ConfigResource:
-    type: ConfigResourceType = attrs.field(converter=ConfigResourceType)
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.type.name.lower()} {self.name!r}"
-
-
-@attrs.frozen
-class NewTopic:
-    name: str
-    num_partitions: int = -1  # -1: the broker's num.partitions
-    replication_factor: int = -1  # -1: the broker's default.replication.factor
-    configs: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
-
-
-@attrs.frozen(kw_only=True)
-class PartitionInfo:
-    partition: int
-    leader: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-
-
-@attrs.frozen(kw_only=True)
-class TopicDescription:
-    name: str
-    topic_id: str
-    is_internal: bool
-    partitions: tuple[PartitionInfo, ...]
-
-
-@attrs.frozen(kw_only=True)
-class ConfigEntry:
-    name: str
-    value: str | None
-    read_only: bool = False
-    is_default: bool = False
-    is_sensitive: bool = False
-    source: int = -1
-
-
-@attrs.frozen(kw_only=True)
-class GroupListing:
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-@attrs.frozen(kw_only=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    topics: tuple[str, ...]  # the member's subscription (consumer groups)
-    assignment: frozenset[TopicPartition]
-
-
-@attrs.frozen(kw_only=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: tuple[MemberDescription, ...]
-
-
-@attrs.frozen(kw_only=True)
-class PartitionLag:
-    committed: int | None
-    log_end_offset: int
-
-    @property
-    def lag(self) -> int:
-        """Records not yet consumed: all of them when nothing is committed."""
-        return self.log_end_offset - (self.committed if self.committed is not None else 0)
 
 
 def _check(what: str, errors: dict, results: Any = None) -> None:

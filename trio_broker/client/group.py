@@ -21,30 +21,23 @@ to their new owner (KIP-429).
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterable, Mapping
 
 import trio
 
-from trio_broker.client.assignors import ASSIGNORS, MemberSubscription
+from trio_broker.client.assignors import ASSIGNORS
 from trio_broker.client.config import ConsumerConfig
 from trio_broker.client.connection import NetworkClient
+from trio_broker.client.consumer_protocol import (
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError, error_for
 from trio_broker.client.metadata import ClusterMetadata
 from trio_broker.client.subscription import SubscriptionState, TopicPartition
 from trio_broker.errors import ErrorCode, KafkaError
-from trio_broker.protocol._generated.consumer_protocol_assignment import (
-    ConsumerProtocolAssignment,
-)
-from trio_broker.protocol._generated.consumer_protocol_assignment import (
-    TopicPartition as AssignedTopic,
-)
-from trio_broker.protocol._generated.consumer_protocol_subscription import (
-    ConsumerProtocolSubscription,
-)
-from trio_broker.protocol._generated.consumer_protocol_subscription import (
-    TopicPartition as OwnedTopic,
-)
 from trio_broker.protocol._generated.find_coordinator_request import FindCoordinatorRequest
 from trio_broker.protocol._generated.heartbeat_request import HeartbeatRequest
 from trio_broker.protocol._generated.join_group_request import (
@@ -72,15 +65,10 @@ __all__ = [
     "CommitFailedError",
     "ConsumerRebalanceListener",
     "GroupMember",
-    "decode_assignment",
-    "decode_subscription",
-    "encode_assignment",
-    "encode_subscription",
 ]
 
 log = logging.getLogger(__name__)
 
-_VERSION = struct.Struct(">h")
 _COORDINATOR_ERRORS = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR)
 _REJOIN_ERRORS = (
     ErrorCode.REBALANCE_IN_PROGRESS,
@@ -110,57 +98,6 @@ class ConsumerRebalanceListener:
 
     async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
         await self.on_partitions_revoked(lost)
-
-
-# -- the consumer protocol's embedded messages (a version, then the message) ----------------
-
-
-def encode_subscription(topics: Iterable[str], owned: Iterable[TopicPartition] = ()) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for tp in owned:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
-    message = ConsumerProtocolSubscription(
-        topics=sorted(topics),
-        user_data=None,
-        owned_partitions=[OwnedTopic(topic=t, partitions=sorted(p)) for t, p in by_topic.items()],
-    )
-    # v1: what librdkafka and Kafka's assignors read (owned partitions for cooperative).
-    return bytes(message.encode(1, bytearray(_VERSION.pack(1))))
-
-
-def decode_subscription(member_id: str, data: bytes, instance_id: str | None) -> MemberSubscription:
-    (version,) = _VERSION.unpack_from(data)
-    message, _ = ConsumerProtocolSubscription.decode(data, min(version, 3), 2)
-    owned = tuple(
-        TopicPartition(t.topic, p) for t in message.owned_partitions for p in t.partitions
-    )
-    return MemberSubscription(
-        member_id=member_id,
-        topics=tuple(message.topics),
-        owned=owned,
-        group_instance_id=instance_id,
-    )
-
-
-def encode_assignment(partitions: Iterable[tuple[str, int]]) -> bytes:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    message = ConsumerProtocolAssignment(
-        assigned_partitions=[
-            AssignedTopic(topic=t, partitions=sorted(p)) for t, p in sorted(by_topic.items())
-        ],
-        user_data=None,
-    )
-    return bytes(message.encode(0, bytearray(_VERSION.pack(0))))
-
-
-def decode_assignment(data: bytes) -> set[TopicPartition]:
-    if not data:
-        return set()
-    (version,) = _VERSION.unpack_from(data)
-    message, _ = ConsumerProtocolAssignment.decode(data, min(version, 3), 2)
-    return {TopicPartition(t.topic, p) for t in message.assigned_partitions for p in t.partitions}
 
 
 class GroupMember:
