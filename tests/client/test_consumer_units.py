@@ -82,6 +82,11 @@ def test_a_cut_batch_is_left_for_the_next_fetch_and_a_bad_crc_raises():
     broken[-1] ^= 0xFF
     with pytest.raises(KafkaError, match="CORRUPT_MESSAGE.*CRC"):
         decode_records(TP, bytes(broken), 0)
+    # A length that would not move the reader forward is refused, not looped on.
+    struck = bytearray(data)
+    struck[8:12] = (-12).to_bytes(4, "big", signed=True)
+    with pytest.raises(KafkaError, match="CORRUPT_MESSAGE.*claims -12 bytes"):
+        decode_records(TP, bytes(struck), 0)
 
 
 def test_fetch_session_sends_only_what_changed():

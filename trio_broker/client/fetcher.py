@@ -51,7 +51,13 @@ from trio_broker.protocol._generated.list_offsets_request import (
     ListOffsetsTopic,
 )
 from trio_broker.protocol.record_codec import iter_records, records_payload
-from trio_broker.protocol.records import HEADER_SIZE, MAGIC, compute_crc, read_header
+from trio_broker.protocol.records import (
+    HEADER_SIZE,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    compute_crc,
+    read_header,
+)
 
 __all__ = ["Fetcher", "FetchSession", "decode_records", "list_offsets"]
 
@@ -100,6 +106,12 @@ def decode_records(
     topic, partition = tp
     while total - pos >= HEADER_SIZE:
         header = read_header(mv, pos)
+        if header.batch_length < MIN_BATCH_LENGTH:
+            raise error_for(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{topic}-{partition}: record batch at offset {header.base_offset} "
+                f"claims {header.batch_length} bytes",
+            )
         size = header.size
         if pos + size > total:
             break
@@ -266,7 +278,9 @@ class Fetcher:
                     await self._wakeup.wait()
 
     def _fail(self, error: BaseException) -> None:
-        self.errors.append(error)
+        # Raised by the next poll; a failure repeated while nobody polls is kept once.
+        if not any(str(e) == str(error) for e in self.errors):
+            self.errors.append(error)
         self._on_records()
 
     def _fetchable(self) -> dict[int | None, dict[TopicPartition, tuple[int, int]]]:
