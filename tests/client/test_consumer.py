@@ -196,3 +196,46 @@ async def test_cancelling_the_nursery_closes_the_consumer_and_leaves_the_group(t
         assert described["cx-g"].members == ()
         assert described["cx-g"].state == "Empty"
         assert client_tasks() == []
+
+
+async def test_connections_cut_mid_stream_leave_no_gap_and_no_duplicate(tmp_path, nursery):
+    """Fetch, group and commit connections all cut, again and again, through a proxy."""
+    from client_proxy import start_proxy
+
+    import trio_broker
+    from trio_broker.testing import free_port
+
+    proxy = await start_proxy(nursery, ("127.0.0.1", 0))
+    port = free_port()
+    proxy.target = ("127.0.0.1", port)
+    config = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.address[1]}",
+        "log.dirs": str(tmp_path / "data"),
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "3",
+    }
+    async with trio_broker.open_broker(config) as bootstrap:
+        await create_topic(bootstrap, "cut", 3)
+        expected = await produce_confluent(bootstrap, "cut", 3, 1500)
+        via_proxy = f"127.0.0.1:{proxy.address[1]}"
+        got = []
+        async with Consumer(via_proxy, group_id="cut-g", auto_offset_reset="earliest",
+                            enable_auto_commit=False, heartbeat_interval_ms=100,
+                            max_poll_records=100, max_partition_fetch_bytes=4096,
+                            reconnect_backoff_ms=10) as c:  # fmt: skip
+            c.subscribe(["cut"])
+            cuts = 0
+            with trio.fail_after(30):
+                while len(got) < len(expected):
+                    for records in (await c.getmany(timeout_ms=100)).values():
+                        got.extend(records)
+                    await c.commit()
+                    if len(got) >= (cuts + 1) * 250:
+                        proxy.cut()
+                        cuts += 1
+            assert cuts >= 5 and proxy.connections > 5
+            assert await c.getmany(timeout_ms=200) == {}
+            committed = [await c.committed(TopicPartition("cut", p)) for p in range(3)]
+        assert sorted(_row(r) for r in got) == expected  # no duplicate, no gap
+        assert committed == [500, 500, 500]
