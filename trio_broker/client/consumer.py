@@ -396,6 +396,17 @@ class Consumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        # The common case first: a record is buffered and the group has nothing to do.
+        group = self.group
+        if (
+            self._open
+            and not self.fetcher.errors
+            and (group is None or not self.subscriptions.topics or group.settled)
+        ):
+            record = self._next_record()
+            if record is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return record
         self._check_open()
         while True:
             await self._poll_group()

@@ -189,6 +189,11 @@ class GroupMember:
 
     # -- joining ------------------------------------------------------------------------
 
+    @property
+    def settled(self) -> bool:
+        """Nothing for a poll to do: stable, no rejoin asked, no assignment to apply."""
+        return self.stable and not self.need_rejoin and self._ready is None and not self.fatal
+
     def request_rejoin(self) -> None:
         self.need_rejoin = True
         self._wake()
