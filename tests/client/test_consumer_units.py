@@ -164,3 +164,30 @@ def test_the_fast_reader_agrees_with_the_record_codec():
         assert next_offset == 1300 and used == len(batch)
         tail, _, _ = decode_records(TP, batch, 1290)
         assert [r.offset for r in tail] == list(range(1290, 1300))
+
+
+def test_consumer_config_takes_both_spellings_and_refuses_typos():
+    from trio_broker.client import Consumer
+
+    c = Consumer(
+        "h:1",
+        group_id="g",
+        max_poll_records=7,
+        config={"auto.offset.reset": "earliest", "enable.auto.commit": "false",
+                "isolation.level": "read_committed", "partition.assignment.strategy": "cooperative-sticky"},
+    )  # fmt: skip
+    cfg = c.config
+    assert (cfg.auto_offset_reset, cfg.enable_auto_commit, cfg.isolation_level) == (
+        "earliest",
+        False,
+        1,
+    )
+    assert cfg.partition_assignment_strategy == ("cooperative-sticky",)
+    assert cfg.max_poll_records == 7 and cfg.group_id == "g"
+    assert c.group is not None and c.group.cooperative
+    with pytest.raises(ValueError, match="auto.offset.rest"):
+        Consumer("h:1", config={"auto.offset.rest": "earliest"})
+    with pytest.raises(ValueError, match="isolation_level"):
+        Consumer("h:1", isolation_level="read_most")
+    with pytest.raises(ValueError, match="subscribe\\(\\) needs a group_id"):
+        Consumer("h:1").subscribe(["t"])
