@@ -274,3 +274,52 @@ async def test_auto_commit_on_rebalance(tmp_path):
                     TopicPartition("ar", 1): 50,
                 }
                 assert await b.getmany(timeout_ms=300) == {}
+
+
+async def test_a_member_whose_session_expired_loses_its_partitions_and_rejoins(tmp_path, nursery):
+    """The broker hears nothing for longer than the session (a stalled network): the
+    member's next heartbeat gets UNKNOWN_MEMBER_ID, on_partitions_lost runs (not
+    on_partitions_revoked: a commit would be refused), and the member joins again."""
+    from client_proxy import start_proxy
+
+    import trio_broker
+    from trio_broker.testing import free_port
+
+    class Lost(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lost: list[set] = []
+
+        async def on_partitions_lost(self, lost) -> None:  # noqa: ANN001
+            self.lost.append(set(lost))
+
+    proxy = await start_proxy(nursery, ("127.0.0.1", 0))
+    port = free_port()
+    proxy.target = ("127.0.0.1", port)
+    config = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.address[1]}",
+        "log.dirs": str(tmp_path / "data"),
+        "group.initial.rebalance.delay.ms": "0",
+        "offsets.topic.num.partitions": "3",
+        "group.min.session.timeout.ms": "500",
+    }
+    async with trio_broker.open_broker(config) as bootstrap:
+        await create_topic(bootstrap, "lost", 2)
+        listener = Lost()
+        async with Consumer(f"127.0.0.1:{proxy.address[1]}", group_id="lost-g",
+                            session_timeout_ms=1000, heartbeat_interval_ms=100,
+                            request_timeout_ms=700, reconnect_backoff_ms=10,
+                            auto_offset_reset="earliest") as c:  # fmt: skip
+            c.subscribe(["lost"], listener=listener)
+            await _until([c], lambda: len(c.assignment()) == 2)
+            first_member = c.group.member_id
+            proxy.stall = True
+            await trio.sleep(2.5)  # the broker's session timer (1 s) expires meanwhile
+            proxy.resume()
+            proxy.cut()
+            await _until([c], lambda: bool(listener.lost) and len(c.assignment()) == 2)
+            assert listener.lost == [{TopicPartition("lost", 0), TopicPartition("lost", 1)}]
+            assert listener.revoked == []
+            assert c.group.member_id != first_member
+            assert len(listener.assigned) == 2
