@@ -63,6 +63,15 @@ async def test_topics_partitions_and_configs(tmp_path):
         with pytest.raises(AdminError, match="UNKNOWN_TOPIC_OR_PARTITION"):
             await admin.describe_topics(["nope"])
 
+        # The short form: {name: partitions}, configs by name.
+        await admin.create_topics({"e": 2}, configs={"e": {"retention.ms": "5000"}})
+        assert (await admin.describe_topics(["e"]))["e"].partition_count == 2
+        assert "e" in await admin.list_topics()
+        assert (await trio.to_thread.run_sync(_their_configs, bootstrap, "e"))[
+            "retention.ms"
+        ] == "5000"
+        await admin.delete_topics(["e"])
+
         await admin.create_partitions({"a": 5})
         assert (await trio.to_thread.run_sync(_their_topics, bootstrap))["a"] == 5
         with pytest.raises(AdminError, match="INVALID_PARTITIONS"):

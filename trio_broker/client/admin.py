@@ -176,12 +176,19 @@ class Admin:
 
     async def create_topics(
         self,
-        topics: Iterable[NewTopic],
+        topics: Iterable[NewTopic] | Mapping[str, int],
         *,
+        configs: Mapping[str, Mapping[str, str]] | None = None,
         validate_only: bool = False,
         timeout_ms: int = _DEFAULT_TIMEOUT_MS,
     ) -> dict[str, NewTopic]:
-        """CreateTopics; returns each topic as created (partition count, replication factor)."""
+        """CreateTopics; returns each topic as created (partition count, replication factor).
+
+        `topics` is NewTopics, or {name: partition count} with `configs` {name: {key: value}}.
+        """
+        if isinstance(topics, Mapping):
+            configs = configs or {}
+            topics = [NewTopic(n, count, -1, configs.get(n)) for n, count in topics.items()]
         topics = list(topics)
         request = CreateTopicsRequest(
             topics=[
@@ -230,6 +237,10 @@ class Admin:
             if r.error_code
         }
         _check("DeleteTopics", errors)
+
+    async def list_topics(self) -> list[str]:
+        """The names of every topic, internal ones included."""
+        return sorted(await self.describe_topics())
 
     async def describe_topics(
         self, names: Iterable[str] | None = None

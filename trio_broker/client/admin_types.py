@@ -57,7 +57,7 @@ class NewTopic:
     name: str
     num_partitions: int = -1  # -1: the broker's num.partitions
     replication_factor: int = -1  # -1: the broker's default.replication.factor
-    configs: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    configs: Mapping[str, str] = attrs.field(factory=dict, converter=lambda c: dict(c or {}))
 
 
 @attrs.frozen(kw_only=True)
@@ -74,6 +74,10 @@ class TopicDescription:
     topic_id: str
     is_internal: bool
     partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
 
 
 @attrs.frozen(kw_only=True)

@@ -305,7 +305,7 @@ class BrokerConnection:
             while True:  # gather what is queued into one write
                 try:
                     items.append(receive.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):  # closed meanwhile: send what we have
+                except (trio.WouldBlock, trio.EndOfChannel):
                     break
             if len(items) == 1:
                 await stream.send_all(item[0])
