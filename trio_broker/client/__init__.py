@@ -1,4 +1,4 @@
-"""A Trio-native Kafka client: the connection layer, a producer and an admin client.
+"""A Trio-native Kafka client: the connection layer, a producer, a consumer and an admin client.
 
     async with trio_broker.client.Producer("127.0.0.1:9092", linger_ms=5) as producer:
         metadata = await producer.send("events", b"value", key=b"key")
@@ -23,6 +23,10 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "RequestTimedOutError",
+    "CommitFailedError",
+    "ConsumerRebalanceListener",
+    "TopicPartition",
+    "AdminError",
 ]
 
 _WHERE = {
@@ -30,12 +34,16 @@ _WHERE = {
     "BufferExhaustedError": "errors",
     "ClusterMetadata": "metadata",
     "Consumer": "consumer",
-    "ConsumerRecord": "consumer",
     "KafkaConnectionError": "errors",
     "NetworkClient": "network_client",
     "Producer": "producer",
     "RecordMetadata": "producer",
     "RequestTimedOutError": "errors",
+    "CommitFailedError": "group",
+    "ConsumerRebalanceListener": "group",
+    "ConsumerRecord": "subscription",
+    "TopicPartition": "subscription",
+    "AdminError": "admin",
 }
 
 

@@ -1,15 +1,17 @@
-"""The admin client: topics, partitions, configs, groups and records.
+"""The admin client (Kafka's Admin), in Trio.
 
     async with Admin("127.0.0.1:9092") as admin:
-        await admin.create_topics({"events": 3}, configs={"events": {"retention.ms": "60000"}})
-        print(await admin.describe_topics(["events"]))
-        await admin.alter_configs("events", updates={"retention.ms": "120000"})
-        print(await admin.list_group_offsets("my-group"))   # committed offsets and lag
+        await admin.create_topics([NewTopic("events", num_partitions=6, configs={"retention.ms": "60000"})])
+        described = await admin.describe_topics(["events"])
+        lag = await admin.group_lag("my-group")        # {TopicPartition: PartitionLag}
 
-Each call raises a KafkaError naming the first error a broker answered (topic-level
-errors included), so a caller never has to read error codes. Requests go where Kafka's
-AdminClient sends them: topic changes to the controller, record deletion and offset
-listing to each partition's leader, group requests to the group's coordinator.
+Every call sends its requests to the broker Kafka sends them to (the controller for
+topic changes, each partition's leader for ListOffsets and DeleteRecords, the group's
+coordinator for group calls) and returns small frozen values. Errors are per resource,
+as Kafka answers them: a call whose answer carries errors raises one `AdminError` naming
+each failed resource and its Kafka error (`.errors`: resource -> KafkaError), after every
+resource was tried; `.results` holds what succeeded (as confluent-kafka's per-resource
+futures would, folded into one exception as aiokafka raises).
 """
 
 from __future__ import annotations
@@ -17,70 +19,93 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
+import trio
 
-from trio_broker.client.config import ClientConfig
+from trio_broker.client.admin_types import (
+    AdminError,
+    ConfigEntry,
+    ConfigResource,
+    ConfigResourceType,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    PartitionInfo,
+    PartitionLag,
+    TopicDescription,
+)
+from trio_broker.client.config import AdminConfig
+from trio_broker.client.consumer_protocol import decode_assignment, decode_subscription
 from trio_broker.client.errors import error_for
-from trio_broker.client.metadata import ClusterMetadata, TopicMetadata
+from trio_broker.client.fetcher import EARLIEST, LATEST, list_offsets
+from trio_broker.client.metadata import ClusterMetadata
 from trio_broker.client.network_client import NetworkClient
-from trio_broker.errors import ErrorCode
+from trio_broker.client.subscription import TopicPartition
+from trio_broker.errors import ErrorCode, KafkaError, is_retriable
+from trio_broker.protocol._generated import alter_configs_request as _alter
+from trio_broker.protocol._generated import incremental_alter_configs_request as _incremental
+from trio_broker.protocol._generated.create_partitions_request import (
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
+from trio_broker.protocol._generated.create_topics_request import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from trio_broker.protocol._generated.delete_groups_request import DeleteGroupsRequest
+from trio_broker.protocol._generated.delete_records_request import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+from trio_broker.protocol._generated.delete_topics_request import (
+    DeleteTopicsRequest,
+    DeleteTopicState,
+)
+from trio_broker.protocol._generated.describe_configs_request import (
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+)
+from trio_broker.protocol._generated.describe_groups_request import DescribeGroupsRequest
+from trio_broker.protocol._generated.find_coordinator_request import FindCoordinatorRequest
+from trio_broker.protocol._generated.list_groups_request import ListGroupsRequest
+from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
+from trio_broker.protocol._generated.offset_fetch_request import (
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+)
 
-__all__ = ["Admin", "ConfigEntry", "GroupDescription", "GroupMember", "PartitionOffsets"]
+__all__ = [
+    "Admin",
+    "AdminError",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigResourceType",
+    "GroupDescription",
+    "GroupListing",
+    "MemberDescription",
+    "NewTopic",
+    "PartitionInfo",
+    "PartitionLag",
+    "TopicDescription",
+]
 
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
-LATEST_TIMESTAMP = -1
-
-
-@attrs.frozen(kw_only=True)
-class ConfigEntry:
-    name: str
-    value: str | None
-    is_default: bool
-    read_only: bool
-    is_sensitive: bool
-    source: int
-
-
-@attrs.frozen(kw_only=True)
-class GroupMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    assignment: bytes
+_DEFAULT_TIMEOUT_MS = 30_000
 
 
-@attrs.frozen(kw_only=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: tuple[GroupMember, ...]
+def _check(what: str, errors: dict, results: Any = None) -> None:
+    if errors:
+        raise AdminError(what, errors, results)
 
 
-@attrs.frozen(kw_only=True)
-class PartitionOffsets:
-    """A group's committed offset on one partition, the log end offset, and the lag."""
-
-    topic: str
-    partition: int
-    committed: int
-    end: int
-
-    @property
-    def lag(self) -> int:
-        return max(self.end - self.committed, 0) if self.committed >= 0 else self.end
-
-
-def _check(code: int, what: str, message: str | None = None) -> None:
-    if code:
-        raise error_for(code, f"{what}: {message}" if message else what)
+def _error(code: int, message: str | None, what: str) -> KafkaError:
+    return error_for(code, f"{what}: {message}" if message else what)
 
 
 class Admin:
+    """`async with Admin(bootstrap_servers, **config)`; see the module docstring."""
+
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] = "localhost:9092",
@@ -88,11 +113,10 @@ class Admin:
         config: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("client_id", "trio-broker-admin")
-        self.config = ClientConfig.build(config, bootstrap_servers=bootstrap_servers, **kwargs)
+        self.config = AdminConfig.build(config, bootstrap_servers=bootstrap_servers, **kwargs)
         self.client = NetworkClient(self.config)
         self.metadata = ClusterMetadata(self.client)
-        self._timeout_ms = self.config.request_timeout_ms
+        self._backoff_s = self.config.retry_backoff_ms / 1000
 
     async def __aenter__(self) -> Admin:
         await self.client.__aenter__()
@@ -101,348 +125,469 @@ class Admin:
     async def __aexit__(self, *exc_info: Any) -> bool | None:
         return await self.client.__aexit__(*exc_info)
 
-    async def _controller(self) -> Any:
+    # -- routing ------------------------------------------------------------------------
+
+    async def _controller(self) -> int:
         cluster = await self.metadata.refresh([])
         if cluster.controller_id in cluster.brokers:
             return cluster.controller_id
-        return self.client.least_loaded_node()
+        return next(iter(cluster.brokers))
 
-    # -- topics -------------------------------------------------------------------------------
+    async def _coordinator(self, group_id: str) -> tuple[str, int]:
+        with trio.fail_after(self.config.request_timeout_ms / 1000):
+            while True:
+                node = self.client.least_loaded_node()
+                version = await self.client.api_version(node, FindCoordinatorRequest.API_KEY)
+                if version >= 4:
+                    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id])
+                    found = (await self.client.send(node, request, version)).coordinators[0]
+                else:
+                    request = FindCoordinatorRequest(key=group_id, key_type=0)
+                    found = await self.client.send(node, request, version)
+                if not found.error_code:
+                    return (found.host, found.port)
+                if not is_retriable(found.error_code):
+                    raise error_for(found.error_code, f"FindCoordinator for group {group_id!r}")
+                await trio.sleep(self._backoff_s)
+
+    async def _leaders(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[int, list[TopicPartition]]:
+        partitions = list(partitions)
+        cluster = await self.metadata.refresh({tp.topic for tp in partitions})
+        by_node: dict[int, list[TopicPartition]] = {}
+        errors = {}
+        for tp in partitions:
+            leader = cluster.leader_for(tp.topic, tp.partition)
+            if leader is None:
+                meta = cluster.topics.get(tp.topic)
+                code = (
+                    meta.error_code
+                    if meta and meta.error_code
+                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                errors[tp] = error_for(code, f"{tp.topic}-{tp.partition}")
+            else:
+                by_node.setdefault(leader, []).append(tp)
+        _check("finding leaders", errors)
+        return by_node
+
+    # -- topics -------------------------------------------------------------------------
 
     async def create_topics(
         self,
-        topics: Mapping[str, int],
+        topics: Iterable[NewTopic] | Mapping[str, int],
         *,
-        replication_factor: int = 1,
         configs: Mapping[str, Mapping[str, str]] | None = None,
         validate_only: bool = False,
-    ) -> None:
-        """Create `{name: partitions}`; raises TOPIC_ALREADY_EXISTS and the like."""
-        from trio_broker.protocol._generated.create_topics_request import (
-            CreatableTopic,
-            CreatableTopicConfig,
-            CreateTopicsRequest,
-        )
+        timeout_ms: int = _DEFAULT_TIMEOUT_MS,
+    ) -> dict[str, NewTopic]:
+        """CreateTopics; returns each topic as created (partition count, replication factor).
 
+        `topics` is NewTopics, or {name: partition count} with `configs` {name: {key: value}}.
+        """
+        if isinstance(topics, Mapping):
+            configs = configs or {}
+            topics = [NewTopic(n, count, -1, configs.get(n)) for n, count in topics.items()]
+        topics = list(topics)
         request = CreateTopicsRequest(
             topics=[
                 CreatableTopic(
-                    name=name,
-                    num_partitions=count,
-                    replication_factor=replication_factor,
-                    configs=[
-                        CreatableTopicConfig(name=k, value=v)
-                        for k, v in (configs or {}).get(name, {}).items()
-                    ],
+                    name=t.name,
+                    num_partitions=t.num_partitions,
+                    replication_factor=t.replication_factor,
+                    configs=[CreatableTopicConfig(name=k, value=v) for k, v in t.configs.items()],
                 )
-                for name, count in topics.items()
+                for t in topics
             ],
-            timeout_ms=self._timeout_ms,
+            timeout_ms=timeout_ms,
             validate_only=validate_only,
         )
         response = await self.client.send(await self._controller(), request)
-        for result in response.topics:
-            _check(result.error_code, f"create topic {result.name!r}", result.error_message)
+        results, errors = {}, {}
+        for t in response.topics:
+            if t.error_code:
+                errors[t.name] = _error(t.error_code, t.error_message, f"topic {t.name!r}")
+            else:
+                results[t.name] = NewTopic(
+                    t.name,
+                    t.num_partitions,
+                    t.replication_factor,
+                    {c.name: c.value for c in t.configs or ()},
+                )
+        _check("CreateTopics", errors, results)
+        return results
 
-    async def delete_topics(self, topics: Iterable[str]) -> None:
-        from trio_broker.protocol._generated.delete_topics_request import (
-            DeleteTopicsRequest,
-            DeleteTopicState,
-        )
-
-        names = list(topics)
-        request = DeleteTopicsRequest(
-            topics=[DeleteTopicState(name=name) for name in names],
-            topic_names=names,
-            timeout_ms=self._timeout_ms,
-        )
-        response = await self.client.send(await self._controller(), request)
-        for result in response.responses:
-            _check(result.error_code, f"delete topic {result.name!r}", result.error_message)
-
-    async def describe_topics(self, topics: Iterable[str]) -> dict[str, TopicMetadata]:
-        names = list(topics)
-        cluster = await self.metadata.refresh(names)
-        out = {}
-        for name in names:
-            meta = cluster.topics.get(name)
-            if meta is None:
-                raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r}")
-            _check(meta.error_code, f"describe topic {name!r}")
-            out[name] = meta
-        return out
+    async def delete_topics(
+        self, names: Iterable[str], *, timeout_ms: int = _DEFAULT_TIMEOUT_MS
+    ) -> None:
+        names = list(names)
+        node = await self._controller()
+        version = await self.client.api_version(node, DeleteTopicsRequest.API_KEY)
+        if version >= 6:
+            request = DeleteTopicsRequest(
+                topics=[DeleteTopicState(name=n) for n in names], timeout_ms=timeout_ms
+            )
+        else:
+            request = DeleteTopicsRequest(topic_names=names, timeout_ms=timeout_ms)
+        response = await self.client.send(node, request, version)
+        errors = {
+            r.name: _error(r.error_code, r.error_message, f"topic {r.name!r}")
+            for r in response.responses
+            if r.error_code
+        }
+        _check("DeleteTopics", errors)
 
     async def list_topics(self) -> list[str]:
-        from trio_broker.protocol._generated.metadata_request import MetadataRequest
+        """The names of every topic, internal ones included."""
+        return sorted(await self.describe_topics())
 
-        response = await self.client.send(
-            self.client.least_loaded_node(), MetadataRequest(topics=None)
-        )
-        return sorted(t.name for t in response.topics if not t.is_internal)
+    async def describe_topics(
+        self, names: Iterable[str] | None = None
+    ) -> dict[str, TopicDescription]:
+        """Partitions with leader, replicas and ISR; every topic when `names` is None."""
+        node = self.client.least_loaded_node()
+        topics = None if names is None else [MetadataRequestTopic(name=n) for n in names]
+        request = MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+        response = await self.client.send(node, request)
+        results, errors = {}, {}
+        for t in response.topics:
+            if t.error_code:
+                errors[t.name] = error_for(t.error_code, f"topic {t.name!r}")
+                continue
+            partitions = sorted(
+                (
+                    PartitionInfo(
+                        partition=p.partition_index,
+                        leader=p.leader_id,
+                        replicas=tuple(p.replica_nodes),
+                        isr=tuple(p.isr_nodes),
+                    )
+                    for p in t.partitions
+                ),
+                key=lambda p: p.partition,
+            )
+            results[t.name] = TopicDescription(
+                name=t.name,
+                topic_id=str(getattr(t, "topic_id", "")),
+                is_internal=t.is_internal,
+                partitions=tuple(partitions),
+            )
+        _check("describing topics", errors, results)
+        return results
 
-    async def create_partitions(self, counts: Mapping[str, int]) -> None:
-        """Grow each topic to `counts[topic]` partitions in total."""
-        from trio_broker.protocol._generated.create_partitions_request import (
-            CreatePartitionsRequest,
-            CreatePartitionsTopic,
-        )
-
+    async def create_partitions(
+        self,
+        new_totals: Mapping[str, int],
+        *,
+        validate_only: bool = False,
+        timeout_ms: int = _DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        """Grow each topic to the given total number of partitions."""
         request = CreatePartitionsRequest(
             topics=[
-                CreatePartitionsTopic(name=name, count=count, assignments=None)
-                for name, count in counts.items()
+                CreatePartitionsTopic(name=t, count=n, assignments=None)
+                for t, n in new_totals.items()
             ],
-            timeout_ms=self._timeout_ms,
+            timeout_ms=timeout_ms,
+            validate_only=validate_only,
         )
         response = await self.client.send(await self._controller(), request)
-        for result in response.results:
-            _check(result.error_code, f"create partitions of {result.name!r}", result.error_message)
+        errors = {
+            r.name: _error(r.error_code, r.error_message, f"topic {r.name!r}")
+            for r in response.results
+            if r.error_code
+        }
+        _check("CreatePartitions", errors)
 
-    # -- configs ------------------------------------------------------------------------------
+    # -- configs ------------------------------------------------------------------------
+
+    async def _config_node(self, resource: ConfigResource) -> int | str:
+        # Broker configs go to that broker; topic configs to any.
+        if resource.type == ConfigResourceType.BROKER and resource.name:
+            await self.metadata.refresh([])
+            return int(resource.name)
+        return self.client.least_loaded_node()
 
     async def describe_configs(
-        self, topic: str | None = None, *, broker: int | None = None
-    ) -> dict[str, ConfigEntry]:
-        """A topic's (or a broker's) configuration entries by name."""
-        from trio_broker.protocol._generated.describe_configs_request import (
-            DescribeConfigsRequest,
-            DescribeConfigsResource,
-        )
-
-        kind, name = (
-            (TOPIC_RESOURCE, topic) if topic is not None else (BROKER_RESOURCE, str(broker))
-        )
-        request = DescribeConfigsRequest(
-            resources=[
-                DescribeConfigsResource(
-                    resource_type=kind, resource_name=name, configuration_keys=None
-                )
-            ]
-        )
-        node = broker if broker is not None else self.client.least_loaded_node()
-        if broker is not None:
-            await self.metadata.refresh([])
-        response = await self.client.send(node, request)
-        result = response.results[0]
-        _check(result.error_code, f"describe configs of {name!r}", result.error_message)
-        return {
-            c.name: ConfigEntry(
-                name=c.name,
-                value=c.value,
-                is_default=c.is_default or c.config_source == 5,
-                read_only=c.read_only,
-                is_sensitive=c.is_sensitive,
-                source=c.config_source,
+        self, resources: Iterable[ConfigResource]
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        results, errors = {}, {}
+        for resource in resources:
+            request = DescribeConfigsRequest(
+                resources=[
+                    DescribeConfigsResource(
+                        resource_type=int(resource.type),
+                        resource_name=resource.name,
+                        configuration_keys=None,
+                    )
+                ]
             )
-            for c in result.configs
-        }
+            response = await self.client.send(await self._config_node(resource), request)
+            r = response.results[0]
+            if r.error_code:
+                errors[resource] = _error(r.error_code, r.error_message, str(resource))
+                continue
+            results[resource] = {
+                c.name: ConfigEntry(
+                    name=c.name,
+                    value=c.value,
+                    read_only=c.read_only,
+                    is_default=c.is_default or c.config_source == 5,
+                    is_sensitive=c.is_sensitive,
+                    source=c.config_source,
+                )
+                for c in r.configs
+            }
+        _check("DescribeConfigs", errors, results)
+        return results
 
     async def alter_configs(
-        self, topic: str, updates: Mapping[str, str] | None = None, delete: Iterable[str] = ()
+        self, configs: Mapping[ConfigResource, Mapping[str, str]], *, validate_only: bool = False
     ) -> None:
-        """Set and delete (reset to default) a topic's config entries, incrementally."""
-        from trio_broker.protocol._generated.incremental_alter_configs_request import (
-            AlterableConfig,
-            AlterConfigsResource,
-            IncrementalAlterConfigsRequest,
-        )
-
-        configs = [
-            AlterableConfig(name=k, config_operation=_SET, value=v)
-            for k, v in (updates or {}).items()
-        ]
-        configs += [AlterableConfig(name=k, config_operation=_DELETE, value=None) for k in delete]
-        request = IncrementalAlterConfigsRequest(
-            resources=[
-                AlterConfigsResource(
-                    resource_type=TOPIC_RESOURCE, resource_name=topic, configs=configs
-                )
-            ]
-        )
-        response = await self.client.send(self.client.least_loaded_node(), request)
-        for result in response.responses:
-            _check(result.error_code, f"alter configs of {topic!r}", result.error_message)
-
-    # -- records and offsets ---------------------------------------------------------------------
-
-    async def _by_leader(self, topic_partitions: Iterable[tuple[str, int]]) -> dict[int, list]:
-        return await partitions_by_leader(self.metadata, topic_partitions)
-
-    async def delete_records(self, before: Mapping[tuple[str, int], int]) -> dict:
-        """Delete records before `{(topic, partition): offset}`; returns the new low watermarks."""
-        from trio_broker.protocol._generated.delete_records_request import (
-            DeleteRecordsPartition,
-            DeleteRecordsRequest,
-            DeleteRecordsTopic,
-        )
-
-        out: dict[tuple[str, int], int] = {}
-        for leader, tps in (await self._by_leader(before)).items():
-            topics: dict[str, list] = {}
-            for topic, partition in tps:
-                topics.setdefault(topic, []).append(
-                    DeleteRecordsPartition(
-                        partition_index=partition, offset=before[(topic, partition)]
+        """AlterConfigs: each resource's whole set of dynamic configs becomes `configs`."""
+        errors = {}
+        for resource, entries in configs.items():
+            request = _alter.AlterConfigsRequest(
+                resources=[
+                    _alter.AlterConfigsResource(
+                        resource_type=int(resource.type),
+                        resource_name=resource.name,
+                        configs=[
+                            _alter.AlterableConfig(name=k, value=v) for k, v in entries.items()
+                        ],
                     )
-                )
-            request = DeleteRecordsRequest(
-                topics=[DeleteRecordsTopic(name=t, partitions=p) for t, p in topics.items()],
-                timeout_ms=self._timeout_ms,
+                ],
+                validate_only=validate_only,
             )
-            response = await self.client.send(leader, request)
-            for topic in response.topics:
-                for part in topic.partitions:
-                    _check(
-                        part.error_code, f"delete records of {topic.name}-{part.partition_index}"
+            response = await self.client.send(await self._config_node(resource), request)
+            r = response.responses[0]
+            if r.error_code:
+                errors[resource] = _error(r.error_code, r.error_message, str(resource))
+        _check("AlterConfigs", errors)
+
+    _OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+    async def incremental_alter_configs(
+        self,
+        configs: Mapping[ConfigResource, Mapping[str, str | None | tuple[str, str | None]]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs: per key a value to set, None to delete (back to the
+        default), or ("append" | "subtract" | "set" | "delete", value)."""
+        errors = {}
+        for resource, entries in configs.items():
+            ops = []
+            for name, value in entries.items():
+                if isinstance(value, tuple):
+                    op, value = value
+                else:
+                    op = "delete" if value is None else "set"
+                ops.append(
+                    _incremental.AlterableConfig(
+                        name=name, config_operation=self._OPS[op], value=value
                     )
-                    out[(topic.name, part.partition_index)] = part.low_watermark
-        return out
+                )
+            request = _incremental.IncrementalAlterConfigsRequest(
+                resources=[
+                    _incremental.AlterConfigsResource(
+                        resource_type=int(resource.type), resource_name=resource.name, configs=ops
+                    )
+                ],
+                validate_only=validate_only,
+            )
+            response = await self.client.send(await self._config_node(resource), request)
+            r = response.responses[0]
+            if r.error_code:
+                errors[resource] = _error(r.error_code, r.error_message, str(resource))
+        _check("IncrementalAlterConfigs", errors)
 
-    async def list_offsets(
-        self, topic_partitions: Iterable[tuple[str, int]], timestamp: int = LATEST_TIMESTAMP
-    ) -> dict[tuple[str, int], int]:
-        """Offsets by timestamp (-1 latest, -2 earliest) from each partition's leader."""
-        return await list_offsets(self.client, self.metadata, topic_partitions, timestamp)
+    # -- groups -------------------------------------------------------------------------
 
-    # -- groups -------------------------------------------------------------------------------
-
-    async def _coordinator(self, group_id: str) -> int:
-        from trio_broker.protocol._generated.find_coordinator_request import (
-            FindCoordinatorRequest,
-        )
-
-        node = self.client.least_loaded_node()
-        version = await self.client.api_version(node, FindCoordinatorRequest.API_KEY)
-        request = FindCoordinatorRequest(key=group_id, key_type=0, coordinator_keys=[group_id])
-        response = await self.client.send(node, request, version)
-        if version >= 4:
-            found = response.coordinators[0]
-            code, message, node_id = found.error_code, found.error_message, found.node_id
-            host, port = found.host, found.port
-        else:
-            code, message, node_id = response.error_code, response.error_message, response.node_id
-            host, port = response.host, response.port
-        _check(code, f"find coordinator of group {group_id!r}", message)
-        self.client.set_nodes({**self.client.nodes, node_id: (host, port)})
-        return node_id
-
-    async def list_groups(self) -> list[tuple[str, str]]:
-        """(group id, state) of every group on every broker."""
-        from trio_broker.protocol._generated.list_groups_request import ListGroupsRequest
-
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group on every broker."""
         cluster = await self.metadata.refresh([])
-        out = []
-        for node in cluster.brokers:
+        listings, errors = [], {}
+        for node in sorted(cluster.brokers):
             response = await self.client.send(node, ListGroupsRequest())
-            _check(response.error_code, "list groups")
-            out += [(g.group_id, g.group_state) for g in response.groups]
-        return sorted(out)
+            if response.error_code:
+                errors[f"broker {node}"] = error_for(
+                    response.error_code, f"ListGroups on broker {node}"
+                )
+                continue
+            listings += [
+                GroupListing(
+                    group_id=g.group_id, protocol_type=g.protocol_type, state=g.group_state
+                )
+                for g in response.groups
+            ]
+        _check("ListGroups", errors, listings)
+        return sorted(listings, key=lambda g: g.group_id)
 
     async def describe_groups(self, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
-        from trio_broker.protocol._generated.describe_groups_request import DescribeGroupsRequest
-
-        out = {}
+        """State, protocol and members, with consumer subscriptions and assignments decoded."""
+        results, errors = {}, {}
         for group_id in group_ids:
-            node = await self._coordinator(group_id)
-            response = await self.client.send(node, DescribeGroupsRequest(groups=[group_id]))
-            group = response.groups[0]
-            _check(group.error_code, f"describe group {group_id!r}")
-            out[group_id] = GroupDescription(
-                group_id=group.group_id,
-                state=group.group_state,
-                protocol_type=group.protocol_type,
-                protocol=group.protocol_data,
-                members=tuple(
-                    GroupMember(
+            coordinator = await self._coordinator(group_id)
+            response = await self.client.send(coordinator, DescribeGroupsRequest(groups=[group_id]))
+            g = response.groups[0]
+            if g.error_code:
+                errors[group_id] = error_for(g.error_code, f"group {group_id!r}")
+                continue
+            members = []
+            for m in g.members:
+                topics: tuple[str, ...] = ()
+                assignment: frozenset[TopicPartition] = frozenset()
+                if g.protocol_type == "consumer":
+                    if m.member_metadata:
+                        topics = decode_subscription(m.member_id, m.member_metadata, None).topics
+                    assignment = frozenset(decode_assignment(m.member_assignment))
+                members.append(
+                    MemberDescription(
                         member_id=m.member_id,
                         group_instance_id=m.group_instance_id,
                         client_id=m.client_id,
                         client_host=m.client_host,
-                        assignment=bytes(m.member_assignment),
+                        topics=topics,
+                        assignment=assignment,
                     )
-                    for m in group.members
-                ),
+                )
+            results[group_id] = GroupDescription(
+                group_id=group_id,
+                state=g.group_state,
+                protocol_type=g.protocol_type,
+                protocol=g.protocol_data,
+                members=tuple(members),
             )
-        return out
+        _check("DescribeGroups", errors, results)
+        return results
 
-    async def list_group_offsets(self, group_id: str) -> list[PartitionOffsets]:
-        """The group's committed offsets, with each partition's end offset and the lag."""
-        from trio_broker.protocol._generated.offset_fetch_request import (
-            OffsetFetchRequest,
-            OffsetFetchRequestGroup,
-        )
-
-        node = await self._coordinator(group_id)
-        version = await self.client.api_version(node, OffsetFetchRequest.API_KEY)
-        request = OffsetFetchRequest(
-            group_id=group_id,
-            topics=None,
-            groups=[OffsetFetchRequestGroup(group_id=group_id, topics=None)],
-        )
-        response = await self.client.send(node, request, version)
+    async def list_group_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
+        """The group's committed offsets (all of them when `partitions` is None)."""
+        coordinator = await self._coordinator(group_id)
+        version = await self.client.api_version(coordinator, OffsetFetchRequest.API_KEY)
+        wanted = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in partitions:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            wanted = by_topic
         if version >= 8:
-            group = response.groups[0]
-            _check(group.error_code, f"fetch offsets of group {group_id!r}")
-            topics = group.topics
+            from trio_broker.protocol._generated.offset_fetch_request import (
+                OffsetFetchRequestTopics,
+            )
+
+            topics = (
+                None
+                if wanted is None
+                else [
+                    OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                    for t, ps in wanted.items()
+                ]
+            )
+            request = OffsetFetchRequest(
+                groups=[OffsetFetchRequestGroup(group_id=group_id, topics=topics)]
+            )
         else:
-            _check(response.error_code, f"fetch offsets of group {group_id!r}")
-            topics = response.topics
-        committed = {}
-        for topic in topics:
-            for part in topic.partitions:
-                _check(part.error_code, f"offset of {topic.name}-{part.partition_index}")
-                committed[(topic.name, part.partition_index)] = part.committed_offset
-        ends = await self.list_offsets(committed) if committed else {}
-        return [
-            PartitionOffsets(topic=t, partition=p, committed=offset, end=ends[(t, p)])
-            for (t, p), offset in sorted(committed.items())
-        ]
+            from trio_broker.protocol._generated.offset_fetch_request import OffsetFetchRequestTopic
 
-
-async def partitions_by_leader(
-    metadata: ClusterMetadata, topic_partitions: Iterable[tuple[str, int]]
-) -> dict[int, list[tuple[str, int]]]:
-    """Group partitions by their leader's node id, after a metadata refresh."""
-    tps = list(topic_partitions)
-    cluster = await metadata.refresh({t for t, _ in tps})
-    by_leader: dict[int, list[tuple[str, int]]] = {}
-    for topic, partition in tps:
-        leader = cluster.leader_for(topic, partition)
-        if leader is None:
-            raise error_for(
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no leader for {topic}-{partition}"
+            topics = (
+                None
+                if wanted is None
+                else [
+                    OffsetFetchRequestTopic(name=t, partition_indexes=ps)
+                    for t, ps in wanted.items()
+                ]
             )
-        by_leader.setdefault(leader, []).append((topic, partition))
-    return by_leader
+            request = OffsetFetchRequest(group_id=group_id, topics=topics)
+        response = await self.client.send(coordinator, request, version)
+        if version >= 8:
+            code, answer = response.groups[0].error_code, response.groups[0].topics
+        else:
+            code, answer = response.error_code, response.topics
+        if code:
+            raise AdminError("OffsetFetch", {group_id: error_for(code, f"group {group_id!r}")})
+        result, errors = {}, {}
+        for t in answer:
+            for p in t.partitions:
+                tp = TopicPartition(t.name, p.partition_index)
+                if p.error_code:
+                    errors[tp] = error_for(p.error_code, f"{t.name}-{p.partition_index}")
+                elif p.committed_offset >= 0:
+                    result[tp] = p.committed_offset
+        _check("OffsetFetch", errors, result)
+        return result
 
-
-async def list_offsets(
-    client: NetworkClient,
-    metadata: ClusterMetadata,
-    topic_partitions: Iterable[tuple[str, int]],
-    timestamp: int = LATEST_TIMESTAMP,
-) -> dict[tuple[str, int], int]:
-    """ListOffsets for each partition at its leader (-1 latest, -2 earliest)."""
-    from trio_broker.protocol._generated.list_offsets_request import (
-        ListOffsetsPartition,
-        ListOffsetsRequest,
-        ListOffsetsTopic,
-    )
-
-    out: dict[tuple[str, int], int] = {}
-    for leader, tps in (await partitions_by_leader(metadata, topic_partitions)).items():
-        topics: dict[str, list] = {}
-        for topic, partition in tps:
-            topics.setdefault(topic, []).append(
-                ListOffsetsPartition(partition_index=partition, timestamp=timestamp)
+    async def list_offsets(
+        self, specs: Mapping[TopicPartition, str | int], *, isolation_level: int = 0
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets: per partition "earliest" (the log start), "latest" (the log end) or a
+        timestamp in ms (the first offset at or after it)."""
+        timestamps = {
+            TopicPartition(*tp): {"earliest": EARLIEST, "latest": LATEST}.get(spec, spec)  # type: ignore[arg-type]
+            for tp, spec in specs.items()
+        }
+        result, errors = {}, {}
+        for node, tps in (await self._leaders(timestamps)).items():
+            answers = await list_offsets(
+                self.client, node, {tp: timestamps[tp] for tp in tps}, isolation_level
             )
-        request = ListOffsetsRequest(
-            replica_id=-1,
-            topics=[ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
-        )
-        response = await client.send(leader, request)
-        for topic in response.topics:
-            for part in topic.partitions:
-                _check(part.error_code, f"list offsets of {topic.name}-{part.partition_index}")
-                out[(topic.name, part.partition_index)] = part.offset
-    return out
+            for tp, (code, offset) in answers.items():
+                if code:
+                    errors[tp] = error_for(code, f"{tp.topic}-{tp.partition}")
+                else:
+                    result[tp] = offset
+        _check("ListOffsets", errors, result)
+        return result
+
+    async def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
+        """Per partition the group committed: committed offset, log end offset, lag."""
+        committed = await self.list_group_offsets(group_id)
+        ends = await self.list_offsets({tp: "latest" for tp in committed})
+        return {
+            tp: PartitionLag(committed=committed[tp], log_end_offset=ends[tp])
+            for tp in sorted(committed)
+        }
+
+    async def delete_records(
+        self, before: Mapping[TopicPartition, int], *, timeout_ms: int = _DEFAULT_TIMEOUT_MS
+    ) -> dict[TopicPartition, int]:
+        """Delete the records before each offset (-1: the high watermark); returns the new
+        low watermarks (log start offsets)."""
+        before = {TopicPartition(*tp): o for tp, o in before.items()}
+        result, errors = {}, {}
+        for node, tps in (await self._leaders(before)).items():
+            by_topic: dict[str, list[DeleteRecordsPartition]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(
+                    DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
+                )
+            request = DeleteRecordsRequest(
+                topics=[DeleteRecordsTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+                timeout_ms=timeout_ms,
+            )
+            response = await self.client.send(node, request)
+            for t in response.topics:
+                for p in t.partitions:
+                    tp = TopicPartition(t.name, p.partition_index)
+                    if p.error_code:
+                        errors[tp] = error_for(p.error_code, f"{t.name}-{p.partition_index}")
+                    else:
+                        result[tp] = p.low_watermark
+        _check("DeleteRecords", errors, result)
+        return result
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> None:
+        errors = {}
+        for group_id in group_ids:
+            coordinator = await self._coordinator(group_id)
+            response = await self.client.send(
+                coordinator, DeleteGroupsRequest(groups_names=[group_id])
+            )
+            for r in response.results:
+                if r.error_code:
+                    errors[r.group_id] = error_for(r.error_code, f"group {r.group_id!r}")
+        _check("DeleteGroups", errors)

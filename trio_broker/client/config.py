@@ -142,3 +142,68 @@ class ProducerConfig(ClientConfig):
                 )
         if self.batch_size <= 0 or self.buffer_memory < self.batch_size:
             raise ValueError("batch_size must be positive and no larger than buffer_memory")
+
+
+_RESETS = ("earliest", "latest", "none")
+_ISOLATION = {"read_uncommitted": 0, "read_committed": 1}
+_ASSIGNORS = ("range", "cooperative-sticky")
+
+
+def _reset(value: str) -> str:
+    value = value.lower()
+    if value not in _RESETS:
+        raise ValueError(f"auto_offset_reset must be one of {', '.join(_RESETS)}, not {value!r}")
+    return value
+
+
+def _isolation(value: str | int) -> int:
+    if isinstance(value, int) and value in (0, 1):
+        return value
+    level = _ISOLATION.get(str(value).lower())
+    if level is None:
+        raise ValueError(f"isolation_level must be read_uncommitted or read_committed: {value!r}")
+    return level
+
+
+def _assignors(value: str | Sequence[str]) -> tuple[str, ...]:
+    names = tuple(
+        n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value)
+    )
+    for name in names:
+        if name not in _ASSIGNORS:
+            raise ValueError(f"unknown partition assignment strategy {name!r}")
+    if not names:
+        raise ValueError("partition_assignment_strategy is empty")
+    return names
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerConfig(ClientConfig):
+    """Kafka's consumer keys and defaults (isolation_level as 0/1 once parsed)."""
+
+    client_id: str = "trio-broker-consumer"
+    group_id: str | None = None
+    group_instance_id: str | None = None
+    auto_offset_reset: str = attrs.field(converter=_reset, default="latest")
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5_000
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3_000
+    max_poll_interval_ms: int = 300_000
+    max_poll_records: int = 500
+    fetch_max_bytes: int = 52_428_800
+    max_partition_fetch_bytes: int = 1_048_576
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    # Given by name (read_uncommitted/read_committed), held as the wire's 0/1.
+    isolation_level: int | str = attrs.field(converter=_isolation, default="read_uncommitted")
+    partition_assignment_strategy: tuple[str, ...] = attrs.field(
+        converter=_assignors, default=("range", "cooperative-sticky")
+    )
+    check_crcs: bool = True
+    allow_auto_create_topics: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AdminConfig(ClientConfig):
+    client_id: str = "trio-broker-admin"

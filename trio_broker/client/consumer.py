@@ -1,87 +1,63 @@
-"""The consumer, first part: manual assignment and a pipelined fetcher (no groups yet).
+"""The consumer: Kafka's KafkaConsumer, in Trio.
 
-    async with Consumer("127.0.0.1:9092", auto_offset_reset="earliest") as consumer:
-        consumer.assign([("events", 0), ("events", 1)])
-        async for record in consumer:
+    async with Consumer("127.0.0.1:9092", group_id="g", auto_offset_reset="earliest") as c:
+        c.subscribe(["events"])
+        async for record in c:
             print(record.topic, record.partition, record.offset, record.key, record.value)
 
-The fetcher task keeps one Fetch request in flight per leader and sends the next as soon
-as an answer arrives, while fetched records wait in a bounded buffer for the caller
-(`fetch_buffer_bytes`); positions unknown at first are reset by ListOffsets with
-`auto_offset_reset` (earliest, latest, or none: an error naming OFFSET_OUT_OF_RANGE).
-Records come from magic-2 batches in every codec; control batches are skipped.
-Group membership (subscribe, commits, assignors) is not built yet.
+or, in batches: `batches = await c.getmany(timeout_ms=500)` gives {TopicPartition: [records]}.
+
+Config keys are Kafka's consumer keys with underscores (`auto_offset_reset`,
+`enable_auto_commit`, `isolation_level`, ...) or with dots in `config={...}`.
+
+Everything that talks to brokers runs in the consumer's nursery: the metadata refresher,
+the fetcher (`client/fetcher.py`: a fetch in flight per broker while records are handed
+out), and with a group the heartbeat and auto-commit tasks (`client/group.py`). Joining
+and rebalancing happen inside `getmany`/`__anext__`, as inside Kafka's poll(). Leaving
+the `async with` (normally, by an exception or by cancellation) commits (with auto
+commit), sends LeaveGroup and closes every connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections import deque
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
-import attrs
 import trio
 
-from trio_broker.client.config import ClientConfig
-from trio_broker.client.errors import KafkaError, error_for
-from trio_broker.client.metadata import STALE_METADATA_ERRORS, ClusterMetadata
+from trio_broker.client.config import ConsumerConfig
+from trio_broker.client.errors import KafkaError
+from trio_broker.client.fetcher import Fetcher, OffsetOutOfRangeError
+from trio_broker.client.group import CommitFailedError, ConsumerRebalanceListener, GroupMember
+from trio_broker.client.metadata import ClusterMetadata
 from trio_broker.client.network_client import NetworkClient
-from trio_broker.errors import ErrorCode
-from trio_broker.protocol.record_codec import iter_records
-from trio_broker.protocol.records import iter_batches
+from trio_broker.client.subscription import (
+    ConsumerRecord,
+    PartitionState,
+    SubscriptionState,
+    TopicPartition,
+)
 
-__all__ = ["Consumer", "ConsumerConfig", "ConsumerRecord"]
+__all__ = [
+    "CommitFailedError",
+    "Consumer",
+    "ConsumerRebalanceListener",
+    "ConsumerRecord",
+    "OffsetOutOfRangeError",
+    "TopicPartition",
+]
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
-_FETCH_MAX_VERSION = 12  # v13+ names topics by id only
-_EARLIEST, _LATEST = -2, -1
-
-
-def _reset(value: str) -> str:
-    if value not in ("earliest", "latest", "none"):
-        raise ValueError(f"auto_offset_reset must be earliest, latest or none, not {value!r}")
-    return value
-
-
-@attrs.frozen(kw_only=True)
-class ConsumerConfig(ClientConfig):
-    client_id: str = "trio-broker-consumer"
-    auto_offset_reset: str = attrs.field(converter=_reset, default="latest")
-    fetch_min_bytes: int = 1
-    fetch_max_bytes: int = 52_428_800
-    fetch_max_wait_ms: int = 500
-    max_partition_fetch_bytes: int = 1_048_576
-    isolation_level: str = "read_uncommitted"
-    # Fetched bytes the consumer holds for the caller before it stops fetching.
-    fetch_buffer_bytes: int = 64 * 1024 * 1024
-
-
-class ConsumerRecord(NamedTuple):
-    """One consumed record. A named tuple rather than an attrs class: records are built by
-    the hundred thousand per second, and a tuple is a quarter of a frozen instance's cost
-    (the reason records.BatchHeader is one too)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-
-class _RawChunk(NamedTuple):
-    """Fetched record batches of one partition, not decoded yet."""
-
-    tp: TopicPartition
-    data: memoryview
-    position: int
+_CLOSE_GRACE_S = 5.0  # for the last commit and LeaveGroup when the consumer is cancelled
 
 
 class Consumer:
+    """`async with Consumer(bootstrap_servers, group_id=..., **config)`; see the module docstring."""
+
     def __init__(
         self,
         bootstrap_servers: str | Sequence[str] = "localhost:9092",
@@ -90,389 +66,380 @@ class Consumer:
         **kwargs: Any,
     ) -> None:
         self.config = ConsumerConfig.build(config, bootstrap_servers=bootstrap_servers, **kwargs)
-        self.client = NetworkClient(self.config)
-        self.metadata = ClusterMetadata(self.client)
-        self._positions: dict[TopicPartition, int | None] = {}
-        self._ready: deque[list[ConsumerRecord] | _RawChunk] = deque()
-        self._ready_bytes: deque[int] = deque()  # the fetched bytes each chunk came from
-        self._buffered_bytes = 0
-        self._data = trio.Event()  # set when records arrive
-        self._room = trio.Event()  # set when the caller takes records
-        self._changed = trio.Event()  # set on assign/seek
-        self._error: BaseException | None = None
-        self._epoch = 0  # bumped by assign/seek: answers to older fetches are dropped
+        cfg = self.config
+        self.client = NetworkClient(cfg)
+        self.metadata = ClusterMetadata(
+            self.client, allow_auto_topic_creation=cfg.allow_auto_create_topics
+        )
+        self.subscriptions = SubscriptionState()
+        self.group: GroupMember | None = None
+        self._group_client: NetworkClient | None = None
+        if cfg.group_id is not None:
+            self._group_client = NetworkClient(cfg)
+            self.group = GroupMember(
+                self.client,
+                self._group_client,
+                self.metadata,
+                self.subscriptions,
+                cfg,
+                wake=self._wake_all,
+            )
+        self.fetcher = Fetcher(
+            self.client,
+            self.metadata,
+            self.subscriptions,
+            cfg,
+            on_records=self._notify,
+            committed=self.group.fetch_committed if self.group is not None else None,
+        )
+        self._changed = trio.Event()
+        self._last_committed: dict[TopicPartition, int] = {}
+        self._order: list[TopicPartition] = []
+        self._order_version = -1
+        self._next_index = 0
+        self._open = False
+        self._closed = False
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
 
     async def __aenter__(self) -> Consumer:
-        await self.client.__aenter__()
-        self.client.nursery.start_soon(self.metadata.run)
-        self.client.nursery.start_soon(self._fetch_loop)
+        # One exit stack for both clients' nurseries, so they close in order even when
+        # closing the first one raises (say Cancelled).
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self.client)
+            if self._group_client is not None:
+                await stack.enter_async_context(self._group_client)
+            nursery = self.client.nursery
+            nursery.start_soon(self.metadata.run)
+            nursery.start_soon(self.fetcher.run)
+            if self.group is not None:
+                nursery.start_soon(self.group.heartbeat_loop)
+                if self.config.enable_auto_commit:
+                    nursery.start_soon(self._auto_commit_loop)
+            self._stack = stack.pop_all()
+        self._open = True
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
-        return await self.client.__aexit__(*exc_info)
+    async def __aexit__(self, exc_type, exc, tb) -> bool | None:  # noqa: ANN001
+        assert self._stack is not None
+        try:
+            with trio.CancelScope(shield=exc_type is not None) as scope:
+                if exc_type is not None:
+                    scope.deadline = trio.current_time() + _CLOSE_GRACE_S
+                await self._leave(clean=exc_type is None)
+        finally:
+            self._open = False
+            self._closed = True
+            stack, self._stack = self._stack, None
+            result = await stack.__aexit__(exc_type, exc, tb)
+        return result
 
-    # -- assignment and positions ---------------------------------------------------------
+    async def _leave(self, *, clean: bool) -> None:
+        group = self.group
+        if group is None:
+            return
+        if clean:
+            await self._leave_group(group, clean=True)
+        elif group.coordinator is not None:
+            # Cancelled (or failing): the connections' tasks are being cancelled with the
+            # nursery around us, so the last commit and LeaveGroup go on a connection of
+            # their own, opened in this shielded scope.
+            async with NetworkClient(self.config) as fresh:
+                group.group_client = fresh
+                await self._leave_group(group, clean=False)
 
-    def assign(self, partitions: Iterable[TopicPartition]) -> None:
-        """Consume exactly these partitions, from their reset position unless `seek`ed."""
-        wanted = [(t, int(p)) for t, p in partitions]
-        self._positions = {tp: self._positions.get(tp) for tp in wanted}
-        self.metadata.add_topics({t for t, _ in wanted})
-        self._flush_buffer()
+    async def _leave_group(self, group: GroupMember, *, clean: bool) -> None:
+        try:
+            if self.config.enable_auto_commit and group.stable:
+                await group.commit_quietly(self._uncommitted())
+            if clean and self.subscriptions.topics and self.subscriptions.assignment:
+                # As Kafka's close(): the listener hears its partitions go.
+                await group.listener.on_partitions_revoked(set(self.subscriptions.assignment))
+            await group.leave()
+        except KafkaError as exc:
+            log.info("consumer close: %s", exc)
 
-    def assignment(self) -> list[TopicPartition]:
-        return list(self._positions)
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        if (topic, partition) not in self._positions:
-            raise ValueError(f"{topic}-{partition} is not assigned")
-        self._positions[(topic, partition)] = offset
-        self._flush_buffer()
-
-    def position(self, topic: str, partition: int) -> int | None:
-        return self._positions[(topic, partition)]
-
-    def _flush_buffer(self) -> None:
-        self._epoch += 1
-        self._ready.clear()
-        self._ready_bytes.clear()
-        self._buffered_bytes = 0
-        self._room.set()
+    def _notify(self) -> None:
         self._changed.set()
 
-    # -- reading --------------------------------------------------------------------------
+    def _wake_all(self) -> None:
+        # The group changed the assignment (or wants a rejoin): the fetcher and poll look.
+        self._changed.set()
+        self.fetcher.wake()
+
+    async def _wait_change(self, deadline: float = math.inf) -> None:
+        self._changed = trio.Event()
+        with trio.move_on_at(deadline):
+            await self._changed.wait()
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RuntimeError("the consumer is not open: use `async with Consumer(...)`")
+
+    # -- what to read -----------------------------------------------------------------------
+
+    def subscribe(
+        self, topics: Iterable[str], listener: ConsumerRebalanceListener | None = None
+    ) -> None:
+        """Join the group for `topics`; the join happens in the next getmany/iteration."""
+        if self.group is None:
+            raise ValueError("subscribe() needs a group_id (use assign() without one)")
+        if self.subscriptions.user_assigned:
+            raise ValueError("subscribe() after assign(): unsubscribe first")
+        if isinstance(topics, str):
+            topics = [topics]
+        self.subscriptions.topics = frozenset(topics)
+        self.metadata.add_topics(topics)
+        if listener is not None:
+            self.group.listener = listener
+        self.group.request_rejoin()
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions (no group membership; commits still go to group_id)."""
+        if self.subscriptions.topics:
+            raise ValueError("assign() after subscribe(): unsubscribe first")
+        partitions = [TopicPartition(*tp) for tp in partitions]
+        self.subscriptions.user_assigned = True
+        self.subscriptions.assign(partitions)
+        self.metadata.add_topics({tp.topic for tp in partitions})
+        self.fetcher.wake()
+
+    def unsubscribe(self) -> None:
+        self.subscriptions.topics = frozenset()
+        self.subscriptions.user_assigned = False
+        self.subscriptions.assign([])
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.subscriptions.assignment)
+
+    def subscription(self) -> frozenset[str]:
+        return self.subscriptions.topics
+
+    # -- positions --------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """The next record of `partition` handed out is the one at `offset`."""
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset}")
+        self.subscriptions.state(TopicPartition(*partition)).seek(offset)
+        self.fetcher.wake()
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        self._reset(partitions, "earliest")
+        await trio.lowlevel.checkpoint()
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        self._reset(partitions, "latest")
+        await trio.lowlevel.checkpoint()
+
+    def _reset(self, partitions: Sequence[TopicPartition], how: str) -> None:
+        for tp in partitions or list(self.subscriptions.assignment):
+            self.subscriptions.state(TopicPartition(*tp)).seek(None, how)
+        self.fetcher.wake()
+
+    async def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record to hand out, once known (looked up if needed)."""
+        self._check_open()
+        tp = TopicPartition(*partition)
+        while True:
+            self._raise_errors()
+            state = self.subscriptions.state(tp)
+            if state.position is not None and state.reset is None:
+                await trio.lowlevel.checkpoint()
+                return state.position
+            self.fetcher.wake()
+            await self._wait_change()
+
+    def highwater(self, partition: TopicPartition) -> int:
+        """The partition's high watermark as of the last fetch (-1 before one)."""
+        return self.subscriptions.state(TopicPartition(*partition)).high_watermark
+
+    async def committed(self, partition: TopicPartition) -> int | None:
+        """The group's committed offset for `partition`, or None."""
+        self._check_open()
+        if self.group is None:
+            raise ValueError("committed() needs a group_id")
+        tp = TopicPartition(*partition)
+        return (await self.group.fetch_committed([tp])).get(tp)
+
+    # -- commits ----------------------------------------------------------------------------
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | tuple[int, str]] | None = None
+    ) -> None:
+        """Commit `offsets` (the next offsets to read), or the positions of every partition.
+
+        Raises CommitFailedError when the group has rebalanced meanwhile (the records
+        since the last commit will be read again by the partition's next owner).
+        """
+        self._check_open()
+        if self.group is None:
+            raise ValueError("commit() needs a group_id")
+        if offsets is None:
+            offsets = self.group.positions()
+        offsets = {TopicPartition(*tp): v for tp, v in offsets.items()}
+        await self.group.commit(offsets)
+        for tp, value in offsets.items():
+            self._last_committed[tp] = value[0] if isinstance(value, tuple) else value
+
+    def _uncommitted(self) -> dict[TopicPartition, int]:
+        assert self.group is not None
+        return {
+            tp: offset
+            for tp, offset in self.group.positions().items()
+            if self._last_committed.get(tp) != offset
+        }
+
+    async def _auto_commit_loop(self) -> None:
+        assert self.group is not None
+        interval = self.config.auto_commit_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            group = self.group
+            if not group.stable or group.need_rejoin:
+                continue
+            offsets = self._uncommitted()
+            if offsets and await group.commit_quietly(offsets):
+                self._last_committed.update(offsets)
+
+    # -- records ----------------------------------------------------------------------------
+
+    def _raise_errors(self) -> None:
+        errors = self.fetcher.errors
+        if errors:
+            error = errors.pop(0)
+            raise error
+
+    async def _poll_group(self) -> None:
+        group = self.group
+        if group is not None and self.subscriptions.topics:
+            await group.ensure_active()
+            if self.config.enable_auto_commit:
+                # Offsets handed out before a rebalance were committed by it (or are lost).
+                self._last_committed = {
+                    tp: o
+                    for tp, o in self._last_committed.items()
+                    if tp in self.subscriptions.assignment
+                }
 
     async def getmany(
-        self, timeout_ms: int = 0, max_records: int | None = None
+        self,
+        *partitions: TopicPartition,
+        timeout_ms: float = 0,
+        max_records: int | None = None,
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
-        """Records fetched so far (waiting up to `timeout_ms` for some), by partition."""
-        deadline = trio.current_time() + timeout_ms / 1000
-        while True:
-            if not self._ready and self._error is None and trio.current_time() < deadline:
-                with trio.move_on_at(deadline):
-                    while not self._ready and self._error is None:
-                        await self._data.wait()
-            else:
-                await trio.lowlevel.checkpoint()
-            self._raise_error()
-            out = self._take(max_records)
-            if out or trio.current_time() >= deadline:
-                return out
+        """Records fetched so far, up to `max_records` (max_poll_records), per partition.
 
-    def _take(self, max_records: int | None) -> dict[TopicPartition, list[ConsumerRecord]]:
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
-        taken = 0
-        ready = self._ready
-        try:
-            while ready and (max_records is None or taken < max_records):
-                chunk = ready[0]
-                if type(chunk) is _RawChunk:
-                    # Decoded here, in the caller's task: the fetcher has long sent the
-                    # next Fetch, so decoding overlaps the broker's work.
-                    try:
-                        chunk = ready[0] = self._decode(chunk.tp, chunk.data, chunk.position)[0]
-                    except (KafkaError, IndexError) as exc:
-                        ready.popleft()
-                        self._buffered_bytes -= self._ready_bytes.popleft()
-                        if isinstance(exc, KafkaError):
-                            raise
-                        raise error_for(
-                            ErrorCode.CORRUPT_MESSAGE, f"records of {chunk.tp[0]}-{chunk.tp[1]}"
-                        ) from None
-                room = len(chunk) if max_records is None else max_records - taken
-                nbytes = self._ready_bytes[0]
-                if room < len(chunk):
-                    part = chunk[:room]
-                    ready[0] = chunk[room:]
-                    share = nbytes * room // len(chunk)
-                    self._ready_bytes[0] = nbytes - share
-                    nbytes = share
-                else:
-                    part = chunk
-                    ready.popleft()
-                    self._ready_bytes.popleft()
-                self._buffered_bytes -= nbytes
-                if part:
-                    first = part[0]
-                    out.setdefault((first.topic, first.partition), []).extend(part)
-                    taken += len(part)
-        finally:
-            if not ready:
-                self._data = trio.Event()
-            self._room.set()
-        return out
+        Waits up to `timeout_ms` for the first record; returns {} if none came.
+        """
+        self._check_open()
+        deadline = trio.current_time() + timeout_ms / 1000
+        limit = max_records or self.config.max_poll_records
+        chosen = {TopicPartition(*tp) for tp in partitions} or None
+        while True:
+            await self._poll_group()
+            self._raise_errors()
+            result = self._drain(limit, chosen)
+            if result:
+                await trio.lowlevel.checkpoint()
+                return result
+            if trio.current_time() >= deadline:
+                await trio.lowlevel.checkpoint()
+                return {}
+            await self._wait_change(deadline)
+
+    def _drain(
+        self, limit: int, chosen: set[TopicPartition] | None
+    ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        result: dict[TopicPartition, list[ConsumerRecord]] = {}
+        assignment = self.subscriptions.assignment
+        order = [tp for tp in assignment if chosen is None or tp in chosen]
+        if not order:
+            return result
+        # Start where the last call stopped, so that no partition starves the others.
+        start = self._next_index % len(order)
+        for i in range(len(order)):
+            if limit <= 0:
+                break
+            tp = order[(start + i) % len(order)]
+            state = assignment[tp]
+            if not state.records:
+                continue
+            taken = self._take(state, limit)
+            result[tp] = taken
+            limit -= len(taken)
+            self._next_index = start + i + 1
+        if result:
+            self.fetcher.wake()
+        return result
+
+    @staticmethod
+    def _take(state: PartitionState, limit: int) -> list[ConsumerRecord]:
+        records = state.records
+        before = len(records)
+        if before <= limit:
+            taken = list(records)
+            records.clear()
+        else:
+            taken = [records.popleft() for _ in range(limit)]
+        remaining = len(records)
+        if remaining:
+            state.position = taken[-1].offset + 1
+            state.buffered_bytes = state.buffered_bytes * remaining // before
+        else:
+            state.position = state.fetch_offset
+            state.buffered_bytes = 0
+        return taken
 
     def __aiter__(self) -> Consumer:
         return self
 
     async def __anext__(self) -> ConsumerRecord:
+        # The common case first: a record is buffered and the group has nothing to do.
+        group = self.group
+        if (
+            self._open
+            and not self.fetcher.errors
+            and (group is None or not self.subscriptions.topics or group.settled)
+        ):
+            record = self._next_record()
+            if record is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return record
+        self._check_open()
         while True:
-            batch = await self.getmany(timeout_ms=3_600_000, max_records=1)
-            for records in batch.values():
-                return records[0]
+            await self._poll_group()
+            self._raise_errors()
+            record = self._next_record()
+            if record is not None:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return record
+            await self._wait_change()
 
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-
-    # -- the fetcher ------------------------------------------------------------------------
-
-    async def _fetch_loop(self) -> None:
-        async with trio.open_nursery() as nursery:
-            fetching: set[int] = set()
-            while True:
-                self._changed = trio.Event()
-                await self._reset_positions()
-                cluster = self.metadata.cluster
-                by_leader: dict[int, list[TopicPartition]] = {}
-                unknown = False
-                for tp, position in self._positions.items():
-                    leader = cluster.leader_for(*tp)
-                    if leader is None:
-                        unknown = True
-                    elif position is not None:
-                        by_leader.setdefault(leader, []).append(tp)
-                if unknown:
-                    self.metadata.request_update()
-                full = self._buffered_bytes >= self.config.fetch_buffer_bytes
-                for leader, tps in by_leader.items():
-                    if leader not in fetching and not full:
-                        fetching.add(leader)
-                        nursery.start_soon(self._fetch_one, leader, tps, fetching)
-                if full:
-                    self._room = trio.Event()
-                with trio.move_on_after(0.1 if unknown else 1.0):
-                    await self._wait_any(self._changed, self._room)
-
-    async def _wait_any(self, *events: trio.Event) -> None:
-        async with trio.open_nursery() as nursery:
-            for event in events:
-
-                async def wait(event: trio.Event = event) -> None:
-                    await event.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(wait)
-
-    async def _fetch_one(self, leader: int, tps: list[TopicPartition], fetching: set[int]) -> None:
-        from trio_broker.protocol._generated.fetch_request import (
-            FetchPartition,
-            FetchRequest,
-            FetchTopic,
-        )
-
-        cfg = self.config
-        epoch = self._epoch
-        try:
-            topics: dict[str, list] = {}
-            for topic, partition in tps:
-                topics.setdefault(topic, []).append(
-                    FetchPartition(
-                        partition=partition,
-                        fetch_offset=self._positions[(topic, partition)],
-                        partition_max_bytes=cfg.max_partition_fetch_bytes,
-                    )
-                )
-            request = FetchRequest(
-                replica_id=-1,
-                max_wait_ms=cfg.fetch_max_wait_ms,
-                min_bytes=cfg.fetch_min_bytes,
-                max_bytes=cfg.fetch_max_bytes,
-                isolation_level=1 if cfg.isolation_level == "read_committed" else 0,
-                topics=[FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
-            )
-            version = min(
-                await self.client.api_version(leader, FetchRequest.API_KEY), _FETCH_MAX_VERSION
-            )
-            timeout = (cfg.request_timeout_ms + cfg.fetch_max_wait_ms) / 1000
-            response = await self.client.send(leader, request, version, timeout_s=timeout)
-            if epoch == self._epoch:
-                self._handle_fetch(response)
-        except KafkaError as exc:
-            log.info("fetch from node %s failed: %s", leader, exc)
-            self.metadata.request_update()
-            await trio.sleep(self.config.retry_backoff_ms / 1000)
-        finally:
-            fetching.discard(leader)
-            self._changed.set()
-
-    def _handle_fetch(self, response: Any) -> None:
-        if response.error_code:
-            raise error_for(response.error_code, "fetch")
-        for topic in response.responses:
-            for part in topic.partitions:
-                tp = (topic.topic, part.partition_index)
-                position = self._positions.get(tp)
-                if position is None:
-                    continue
-                code = part.error_code
-                if code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                    self._positions[tp] = None  # reset by auto_offset_reset
-                    continue
-                if code in STALE_METADATA_ERRORS:
-                    self.metadata.request_update()
-                    continue
-                if code:
-                    self._error = error_for(code, f"fetch {tp[0]}-{tp[1]}")
-                    self._data.set()
-                    continue
-                data = part.records
-                next_offset = position
-                if data is not None:
-                    # Only the batch headers now, for the next position; records later.
-                    for _pos, header in iter_batches(data):
-                        next_offset = max(next_offset, header.next_offset)
-                if next_offset > position:
-                    nbytes = len(data)
-                    self._ready.append(_RawChunk(tp, data, position))
-                    self._ready_bytes.append(nbytes)
-                    self._buffered_bytes += nbytes
-                    self._data.set()
-                self._positions[tp] = next_offset
-
-    @staticmethod
-    def _decode(  # raises KafkaError(CORRUPT_MESSAGE) or InvalidRecords on bad bytes
-        tp: TopicPartition, data: memoryview | None, position: int
-    ) -> tuple[list[ConsumerRecord], int]:
-        topic, partition = tp
-        out: list[ConsumerRecord] = []
-        if data is None:
-            return out, position
-        for pos, header in iter_batches(data):
-            if header.next_offset <= position:
-                continue
-            if not header.is_control:
-                batch = data[pos : pos + header.size]
-                if header.compression or header.is_log_append_time or header.record_count > 4096:
-                    # The general decoder: codecs, LogAppendTime, odd batches.
-                    out += [
-                        ConsumerRecord(
-                            topic, partition, r.offset, r.timestamp, r.key, r.value, r.headers
-                        )
-                        for r in iter_records(batch)
-                        if r.offset >= position
-                    ]
+    def _next_record(self) -> ConsumerRecord | None:
+        assignment = self.subscriptions.assignment
+        if self._order_version != self.subscriptions.version:
+            self._order = list(assignment)
+            self._order_version = self.subscriptions.version
+        order = self._order
+        for _ in range(len(order)):
+            tp = order[self._next_index % len(order)]
+            state = assignment[tp]
+            records = state.records
+            if records:
+                before = len(records)
+                record = records.popleft()
+                if before > 1:
+                    state.position = record.offset + 1
+                    state.buffered_bytes -= state.buffered_bytes // before
+                    if before - 1 == self.config.max_poll_records // 2:
+                        self.fetcher.wake()
                 else:
-                    _decode_plain(topic, partition, header, batch, position, out)
-            position = max(position, header.next_offset)
-        return out, position
-
-    async def _reset_positions(self) -> None:
-        missing = [tp for tp, pos in self._positions.items() if pos is None]
-        if not missing:
-            return
-        policy = self.config.auto_offset_reset
-        if policy == "none":
-            self._error = error_for(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"no position for {missing} and auto_offset_reset=none",
-            )
-            self._data.set()
-            for tp in missing:
-                del self._positions[tp]
-            return
-        from trio_broker.client.admin import list_offsets
-
-        try:
-            offsets = await list_offsets(
-                self.client, self.metadata, missing, _EARLIEST if policy == "earliest" else _LATEST
-            )
-        except KafkaError as exc:
-            log.info("cannot reset positions of %s: %s", missing, exc)
-            await trio.sleep(self.config.retry_backoff_ms / 1000)
-            return
-        for tp, offset in offsets.items():
-            if tp in self._positions and self._positions[tp] is None:
-                self._positions[tp] = offset
-
-
-def _decode_plain(
-    topic: str,
-    partition: int,
-    header: Any,
-    batch: memoryview,
-    position: int,
-    out: list[ConsumerRecord],
-) -> None:
-    """Records of an uncompressed CreateTime batch, decoded straight into ConsumerRecords
-    (the hot path of a consumer; `record_codec.iter_records` is the reference)."""
-    data = batch[61:].tobytes()
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    pos = 0
-    limit = len(data)
-    append = out.append
-    new = tuple.__new__  # ConsumerRecord without the namedtuple's Python-level __new__
-    cls = ConsumerRecord
-    for _ in range(header.record_count):
-        if pos >= limit:
-            raise error_for(ErrorCode.CORRUPT_MESSAGE, f"records of {topic}-{partition} cut short")
-        length, pos = _varint(data, pos)
-        end = pos + length
-        pos += 1  # attributes
-        # One-byte varints (small deltas, a null key, no headers) are read inline.
-        b = data[pos]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            ts_delta, pos = _varint(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            off_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            off_delta, pos = _varint(data, pos)
-        if data[pos] == 1:  # zigzag(-1): a null key
-            key = None
-            pos += 1
-        else:
-            n, pos = _varint(data, pos)
-            key = data[pos : pos + n]
-            pos += n
-        n, pos = _varint(data, pos)
-        if n >= 0:
-            value = data[pos : pos + n]
-            pos += n
-        else:
-            value = None
-        headers: tuple = ()
-        if data[pos] == 0:
-            pos += 1
-        else:
-            count, pos = _varint(data, pos)
-            items = []
-            for _ in range(count):
-                n, pos = _varint(data, pos)
-                hkey = data[pos : pos + n].decode("utf-8", "surrogateescape")
-                pos += n
-                n, pos = _varint(data, pos)
-                if n >= 0:
-                    items.append((hkey, data[pos : pos + n]))
-                    pos += n
-                else:
-                    items.append((hkey, None))
-            headers = tuple(items)
-        if pos != end:
-            raise error_for(ErrorCode.CORRUPT_MESSAGE, f"bad record size in {topic}-{partition}")
-        offset = base_offset + off_delta
-        if offset >= position:
-            append(
-                new(cls, (topic, partition, offset, base_timestamp + ts_delta, key, value, headers))
-            )
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    n = b & 0x7F
-    shift = 7
-    while True:
-        pos += 1
-        b = data[pos]
-        n |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (n >> 1) ^ -(n & 1), pos + 1
-        shift += 7
+                    state.position = state.fetch_offset
+                    state.buffered_bytes = 0
+                    self._next_index += 1
+                    self.fetcher.wake()
+                return record
+            self._next_index += 1
+        return None
