@@ -169,6 +169,10 @@ def _is_abort_marker(batch: memoryview) -> bool:
     return False
 
 
+# fetch.max.wait.ms while partitions of the same node wait with buffered records.
+BUSY_FETCH_MAX_WAIT_MS = 10
+
+
 @attrs.define
 class FetchSession:
     """The client's half of one broker's fetch session (FetchSessionHandler)."""
@@ -375,10 +379,14 @@ class Fetcher:
     async def _fetch_once(self, node: int) -> bool:
         """One fetch from `node`; True when some partition answered an error."""
         wanted = self._fetchable().get(node, {})
+        if not wanted:
+            # Nothing to fetch from this node now (its partitions' buffers are full). An
+            # empty request would only park in the broker for fetch.max.wait.ms and hold
+            # this node's slot while the caller drains the buffers; partitions that left
+            # the session are forgotten by the next real request, as Kafka's client does.
+            return False
         session = self.sessions.setdefault(node, FetchSession())
         to_send, forget, full = session.build(wanted)
-        if not wanted and full:
-            return False
         subs = self.subscriptions
         epochs = {tp: subs.assignment[tp].epoch for tp in wanted}
         offsets = {tp: v[0] for tp, v in wanted.items()}
@@ -395,9 +403,16 @@ class Fetcher:
         cfg = self.config
         version = min(await self.client.api_version(node, FetchRequest.API_KEY), FETCH_MAX_VERSION)
         use_sessions = version >= 7
+        # A long poll holds this node's one fetch slot. While other partitions of the node
+        # sit out with full buffers, the caller is about to drain them and they will want
+        # fetching at once: wait briefly then, and the full fetch.max.wait.ms only when
+        # every partition fetched here is caught up and nothing is buffered.
+        max_wait_ms = cfg.fetch_max_wait_ms
+        if any(state.buffered_bytes and tp not in wanted for tp, state in subs.assignment.items()):
+            max_wait_ms = min(max_wait_ms, BUSY_FETCH_MAX_WAIT_MS)
         request = FetchRequest(
             replica_id=-1,
-            max_wait_ms=cfg.fetch_max_wait_ms,
+            max_wait_ms=max_wait_ms,
             min_bytes=cfg.fetch_min_bytes,
             max_bytes=cfg.fetch_max_bytes,
             isolation_level=cfg.isolation_level,
