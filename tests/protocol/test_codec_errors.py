@@ -146,8 +146,11 @@ def test_index_maps_api_keys_to_classes() -> None:
         cls = generated.request_class(key)
         assert (cls.API_KEY, cls.MIN_VERSION, cls.MAX_VERSION) == (key, lo, hi)
         assert generated.response_class(key).API_KEY == key
+    # The ZooKeeper-era inter-broker APIs are generated too (the controller sends them).
+    assert generated.API_NAMES[4] == "LeaderAndIsr"
+    assert generated.REQUEST_VERSIONS[4] == (0, 7)
     with pytest.raises(KeyError):
-        generated.request_class(4)  # LeaderAndIsr: a zkBroker API the broker does not serve
+        generated.request_class(1000)  # no such API
 
 
 def test_index_import_is_lazy() -> None:

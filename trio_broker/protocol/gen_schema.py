@@ -219,12 +219,15 @@ def load_message(path: Path, rel: str) -> MessageSpec:
 
 
 def select_specs(spec_dir: Path) -> list[MessageSpec]:
-    """The messages the broker serves, the headers, and the coordinator records."""
+    """The messages the broker serves (to clients, and to other brokers of a ZooKeeper-era
+    cluster: LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown, AlterPartition),
+    the headers, and the coordinator records."""
     messages = spec_dir / "messages"
     chosen: list[tuple[Path, str]] = []
     for p in sorted(messages.glob("*Request.json")):
         d = load_json(p)
-        if "broker" in d.get("listeners", []):
+        listeners = d.get("listeners", [])
+        if "broker" in listeners or "zkBroker" in listeners:
             chosen.append((p, f"messages/{p.name}"))
             resp = p.with_name(p.name[: -len("Request.json")] + "Response.json")
             chosen.append((resp, f"messages/{resp.name}"))
