@@ -8,9 +8,13 @@ Topics and their configs, and the GROUP resources' configs, outlive restarts in 
 directory (Kafka keeps them in its metadata log; a single broker needs only a file,
 written atomically on every change).
 
-In a cluster (`zookeeper.connect`), the live brokers and the controller id come from
-ZooKeeper (cluster/membership.py calls `set_live_brokers` and `set_controller`); topics
-are still this broker's own until the controller assigns replicas across brokers.
+In a cluster (`zookeeper.connect`, `zk_mode`), ZooKeeper holds the topics (Kafka's znodes,
+cluster/zk_data.py) and this is each broker's cache of them, as Kafka's MetadataCache is:
+filled by the controller's UpdateMetadata (every partition) and LeaderAndIsr (the
+partitions this broker hosts), and by a leader's own ISR changes. Nothing about topics is
+read from or written to the metadata file then; the GROUP configs still are. The live
+brokers and the controller id come from ZooKeeper (cluster/membership.py calls
+`set_live_brokers` and `set_controller`) until UpdateMetadata brings them.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ class PartitionState:
     leader_epoch: int = 0
     replicas: list[int] = attrs.Factory(list)
     isr: list[int] = attrs.Factory(list)
+    # In a cluster: replicas on brokers that are down or whose log dir is offline, the
+    # version of the partition's state znode (Kafka's zkVersion, LeaderAndIsr's
+    # partition_epoch; a leader's ISR write is conditional on it) and the epoch of the
+    # controller that wrote the state.
+    offline_replicas: list[int] = attrs.Factory(list)
+    zk_version: int = 0
+    controller_epoch: int = -1
 
 
 @attrs.define(kw_only=True)
@@ -66,6 +77,11 @@ class ClusterMetadata:
     # GROUP config overrides by group id (Kafka keeps them beside topic configs too).
     group_configs: dict[str, dict[str, str]] = attrs.Factory(dict)
     path: Path | None = None
+    # A broker of a ZooKeeper cluster: topics are a cache of ZooKeeper's, never persisted here.
+    zk_mode: bool = False
+    # The highest controller epoch seen in a controller request (LeaderAndIsr, UpdateMetadata,
+    # StopReplica); a request from an older epoch is STALE_CONTROLLER_EPOCH.
+    controller_epoch: int = -1
 
     def set_live_brokers(self, brokers: dict[int, BrokerNode]) -> None:
         """The registered brokers, replaced as a whole (handlers may be iterating the old)."""
@@ -88,12 +104,14 @@ class ClusterMetadata:
     # --- persistence -----------------------------------------------------------------
 
     @classmethod
-    def load(cls, path: Path, *, cluster_id: str, controller_id: int) -> ClusterMetadata:
-        meta = cls(cluster_id=cluster_id, controller_id=controller_id, path=path)
+    def load(
+        cls, path: Path, *, cluster_id: str, controller_id: int, zk_mode: bool = False
+    ) -> ClusterMetadata:
+        meta = cls(cluster_id=cluster_id, controller_id=controller_id, path=path, zk_mode=zk_mode)
         if not path.exists():
             return meta
         data = json.loads(path.read_text())
-        for t in data.get("topics", []):
+        for t in [] if zk_mode else data.get("topics", []):
             topic = TopicState(
                 name=t["name"],
                 topic_id=uuid.UUID(t["topic_id"]),
@@ -138,6 +156,7 @@ class ClusterMetadata:
                     ],
                 }
                 for t in sorted(self.topics.values(), key=lambda t: t.name)
+                if not self.zk_mode
             ],
             "group_configs": {g: c for g, c in sorted(self.group_configs.items()) if c},
         }

@@ -62,7 +62,12 @@ class TopicManager:
 
     def open(self) -> None:
         """At start: every partition in the metadata gets its log (created if missing), and
-        partition directories unknown to the metadata are adopted as topics."""
+        partition directories unknown to the metadata are adopted as topics.
+
+        In a ZooKeeper cluster nothing is adopted or led at start: the logs on disk wait
+        for the controller's LeaderAndIsr to make each a leader or a follower."""
+        if self.metadata.zk_mode:
+            return
         for topic in self.metadata.topics.values():
             cfg = resolve_log_config(topic.configs, self.config)
             for p in topic.partitions.values():

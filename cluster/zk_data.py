@@ -7,8 +7,10 @@ Only the layout and the encodings live here; no I/O. Paths are relative to the c
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import uuid
 from collections.abc import Sequence
 
 import attrs
@@ -20,6 +22,9 @@ __all__ = [
     "BROKER_IDS_PATH",
     "PERSISTENT_PATHS",
     "BrokerInfo",
+    "LeaderIsrState",
+    "ProducerIdBlock",
+    "TopicAssignment",
     "broker_path",
     "decode_cluster_id",
     "decode_controller",
@@ -187,3 +192,177 @@ def endpoints_of(listeners: Sequence[object]) -> tuple[EndPoint, ...]:
         EndPoint(listener=lst.name, host=lst.host, port=lst.port, security_protocol=lst.name)  # type: ignore[attr-defined]
         for lst in listeners
     )
+
+
+# --- /brokers/topics/<topic>: the replica assignment and the topic id ------------------------
+# {"version":3,"topic_id":"<base64 uuid>","partitions":{"0":[1,2,3]},
+#  "adding_replicas":{},"removing_replicas":{}}   (Kafka's TopicZNode, version 3)
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}"
+
+
+def topic_partitions_path(topic: str) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS_PATH}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"/config/topics/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS_PATH}/{topic}"
+
+
+def _uuid_to_kafka(topic_id: uuid.UUID) -> str:
+    # Kafka writes Uuid.toString(): URL-safe base64 of the 16 bytes, no padding.
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def _uuid_from_kafka(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+@attrs.frozen(kw_only=True)
+class TopicAssignment:
+    """The content of /brokers/topics/<topic>."""
+
+    topic_id: uuid.UUID
+    partitions: dict[int, tuple[int, ...]]  # partition -> replicas, preferred leader first
+    adding_replicas: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
+    removing_replicas: dict[int, tuple[int, ...]] = attrs.field(factory=dict)
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "version": 3,
+                "topic_id": _uuid_to_kafka(self.topic_id),
+                "partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())},
+                "adding_replicas": {
+                    str(p): list(r) for p, r in sorted(self.adding_replicas.items())
+                },
+                "removing_replicas": {
+                    str(p): list(r) for p, r in sorted(self.removing_replicas.items())
+                },
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> TopicAssignment:
+        d = json.loads(data)
+        raw_id = d.get("topic_id")
+        return cls(
+            topic_id=_uuid_from_kafka(raw_id) if raw_id else uuid.UUID(int=0),
+            partitions={int(p): tuple(int(b) for b in r) for p, r in d["partitions"].items()},
+            adding_replicas={
+                int(p): tuple(int(b) for b in r)
+                for p, r in (d.get("adding_replicas") or {}).items()
+            },
+            removing_replicas={
+                int(p): tuple(int(b) for b in r)
+                for p, r in (d.get("removing_replicas") or {}).items()
+            },
+        )
+
+
+# --- /brokers/topics/<topic>/partitions/<p>/state: leader, epoch, ISR ------------------------
+# {"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1,2,3]}
+# Changed only by conditional writes on the znode's version (Kafka's LeaderAndIsr + zkVersion):
+# by the controller (elections) and by the partition's leader (ISR shrink and expand).
+
+
+@attrs.frozen(kw_only=True)
+class LeaderIsrState:
+    leader: int  # -1: no leader (offline)
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "controller_epoch": self.controller_epoch,
+                "leader": self.leader,
+                "version": 1,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> LeaderIsrState:
+        d = json.loads(data)
+        return cls(
+            leader=int(d["leader"]),
+            leader_epoch=int(d["leader_epoch"]),
+            isr=tuple(int(b) for b in d["isr"]),
+            controller_epoch=int(d["controller_epoch"]),
+        )
+
+
+# --- /config/topics/<topic>: {"version":1,"config":{"retention.ms":"1000"}} -------------------
+
+
+def encode_topic_config(configs: dict[str, str]) -> bytes:
+    return _dumps({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    if not data:
+        return {}
+    return {k: str(v) for k, v in (json.loads(data).get("config") or {}).items()}
+
+
+# --- /isr_change_notification/isr_change_<seq> ------------------------------------------------
+# {"version":1,"partitions":[{"topic":"t","partition":0}]}: written (sequential) by a leader
+# whose ISR changed, so that the controller sends UpdateMetadata to every broker.
+
+ISR_CHANGE_PREFIX = "isr_change_"
+
+
+def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
+    return _dumps(
+        {"version": 1, "partitions": [{"topic": t, "partition": p} for t, p in partitions]}
+    )
+
+
+def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
+    return [(e["topic"], int(e["partition"])) for e in json.loads(data)["partitions"]]
+
+
+# --- /latest_producer_id_block: {"version":1,"broker":1,"block_start":"0","block_end":"999"} --
+
+
+@attrs.frozen(kw_only=True)
+class ProducerIdBlock:
+    broker: int
+    block_start: int
+    block_end: int  # inclusive
+
+    def encode(self) -> bytes:
+        return _dumps(
+            {
+                "version": 1,
+                "broker": self.broker,
+                "block_start": str(self.block_start),
+                "block_end": str(self.block_end),
+            }
+        )
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProducerIdBlock:
+        d = json.loads(data)
+        return cls(
+            broker=int(d["broker"]),
+            block_start=int(d["block_start"]),
+            block_end=int(d["block_end"]),
+        )

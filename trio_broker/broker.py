@@ -83,6 +83,7 @@ class Broker:
             first / METADATA_FILE,
             cluster_id=cluster_id,
             controller_id=-1 if self.zk is not None else self.node_id,
+            zk_mode=self.zk is not None,
         )
         self._broker_node = BrokerNode
         self.log_manager = LogManager(
