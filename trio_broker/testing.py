@@ -143,10 +143,16 @@ class BrokerProcess:
         if "listeners" not in props:
             props["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
         self.port = int(props["listeners"].rsplit(":", 1)[1])
+        self.overrides = props
+        self.start_timeout_s = start_timeout_s
         self.lines: list[str] = []
+        self._launch()
+
+    def _launch(self) -> None:
         args = [sys.executable, "-m", "trio_broker", "serve"]
-        for key, value in props.items():
+        for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
+        start_timeout_s = self.start_timeout_s
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
         started = threading.Event()
         threading.Thread(target=self._drain, args=(started,), daemon=True).start()
@@ -179,6 +185,38 @@ class BrokerProcess:
             raise RuntimeError(f"broker exited by itself ({code}):\n" + "".join(self.lines[-30:]))
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen (its ZooKeeper session and connections stay open
+        until they time out), as a long GC pause or a hung machine would be."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause()`."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def start_again(self) -> BrokerProcess:
+        """Start the stopped or killed broker again, same port and log dirs."""
+        if self.alive:
+            raise RuntimeError("the broker is still running")
+        self._launch()
+        return self
+
+    def close(self) -> None:
+        """Whatever its state: resume if paused, then SIGTERM, then kill -9 after 30 s."""
+        if not self.alive:
+            return
+        try:
+            self.resume()
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            if self.alive:
+                self.kill()
 
 
 # --- ZooKeeper, for clusters ----------------------------------------------------------------
@@ -367,6 +405,11 @@ class KafkaCluster:
 
     `overrides` apply to every broker (e.g. a short `zookeeper.session.timeout.ms`);
     `add_broker(node_id)` starts one more. Brokers are stopped in reverse order on exit.
+
+    With `processes=True` each broker is a `BrokerProcess` (`trio-broker serve` as a child
+    process on a fixed free port) instead of a thread, for faults a thread cannot have:
+    `kill()` (kill -9), `pause()`/`resume()` (SIGSTOP/SIGCONT), `stop()` (SIGTERM), and
+    `start_again()` on the same port and log dir.
     """
 
     def __init__(
@@ -377,13 +420,15 @@ class KafkaCluster:
         size: int = 3,
         chroot: str = "/kafka",
         overrides: Mapping[str, str] | None = None,
+        processes: bool = False,
     ) -> None:
+        self.processes = processes
         self.zookeeper = zookeeper
         self.base_dir = Path(base_dir)
         self.size = size
         self.zookeeper_connect = zookeeper.connect + chroot
         self.overrides = dict(overrides or {})
-        self.brokers: dict[int, BrokerThread] = {}
+        self.brokers: dict[int, Any] = {}  # BrokerThread, or BrokerProcess with processes
 
     @property
     def bootstrap(self) -> str:
@@ -401,8 +446,13 @@ class KafkaCluster:
             **(overrides or {}),
         }
 
-    def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> BrokerThread:
-        broker = BrokerThread(self.broker_config(node_id, overrides)).start()
+    def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> Any:
+        config = self.broker_config(node_id, overrides)
+        if self.processes:
+            config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
+            broker: Any = BrokerProcess(config)
+        else:
+            broker = BrokerThread(config).start()
         self.brokers[node_id] = broker
         return broker
 
@@ -417,7 +467,11 @@ class KafkaCluster:
 
     def stop(self) -> None:
         for node_id in sorted(self.brokers, reverse=True):
-            self.brokers.pop(node_id).stop()
+            broker = self.brokers.pop(node_id)
+            if isinstance(broker, BrokerProcess):
+                broker.close()
+            else:
+                broker.stop()
 
     def __enter__(self) -> KafkaCluster:
         return self.start()
