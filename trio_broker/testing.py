@@ -187,6 +187,10 @@ class BrokerProcess:
         return self.proc.wait(timeout_s)
 
     @property
+    def log_dir(self) -> Path:
+        return Path(self.overrides["log.dirs"].split(",")[0])
+
+    @property
     def alive(self) -> bool:
         return self.proc.poll() is None
 
