@@ -3,6 +3,7 @@ the assignors, and the consumer protocol's embedded messages."""
 
 from __future__ import annotations
 
+import functools
 import struct
 
 import pytest
@@ -18,8 +19,8 @@ from trio_broker.client.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from trio_broker.client.fetcher import FetchSession, decode_records
-from trio_broker.client.subscription import TopicPartition
+from trio_broker.client.fetcher import FetchSession, decode_records, scan_next_offset
+from trio_broker.client.subscription import PartitionState, TopicPartition
 from trio_broker.errors import KafkaError
 from trio_broker.protocol.record_codec import build_batch
 from trio_broker.protocol.records import Compression
@@ -87,6 +88,46 @@ def test_a_cut_batch_is_left_for_the_next_fetch_and_a_bad_crc_raises():
     struck[8:12] = (-12).to_bytes(4, "big", signed=True)
     with pytest.raises(KafkaError, match="CORRUPT_MESSAGE.*claims -12 bytes"):
         decode_records(TP, bytes(struck), 0)
+
+
+def _pending(state: PartitionState, data: bytes, fetch_offset: int, **kw) -> None:
+    # As the fetcher hands a response over: the next offset from batch headers, the
+    # decoding left for when the user reaches the records.
+    next_offset = scan_next_offset(TP, data, fetch_offset)
+    decode = functools.partial(decode_records, TP, data, fetch_offset, **kw)
+    state.pending.append((decode, next_offset, len(data)))
+    state.pending_bytes += len(data)
+    state.buffered_bytes += len(data)
+    state.fetch_offset = next_offset
+
+
+def test_fetched_data_is_decoded_when_reached_and_control_batches_move_the_position():
+    state = PartitionState()
+    state.seek(0)
+    first = _batch(0, [b"a", b"b"])
+    markers_only = _marker(2, 7, commit=False)
+    rest = _batch(3, [b"q"])
+    _pending(state, first, 0)
+    _pending(state, markers_only, 2)
+    _pending(state, rest, 3)
+    assert state.fetch_offset == 4 and not state.records  # nothing decoded yet
+    assert state.fill() and [r.value for r in state.records] == [b"a", b"b"]
+    assert state.decoded_next == 2 and len(state.pending) == 2
+    state.records.clear()
+    # The marker-only chunk has no records: the position moves past it, the next decodes.
+    assert state.fill() and [r.offset for r in state.records] == [3]
+    assert state.position == 3 and state.decoded_next == 4 and state.pending_bytes == 0
+    # A corrupt chunk raises every time it is reached, and stays (no silent skip).
+    state.records.clear()
+    broken = bytearray(_batch(4, [b"x"]))
+    broken[-1] ^= 0xFF
+    _pending(state, bytes(broken), 4)
+    for _ in range(2):
+        with pytest.raises(KafkaError, match="CRC"):
+            state.fill()
+    assert len(state.pending) == 1
+    state.seek(4)
+    assert not state.pending and state.pending_bytes == 0 and state.buffered_bytes == 0
 
 
 def test_fetch_session_sends_only_what_changed():

@@ -364,7 +364,7 @@ class Consumer:
                 break
             tp = order[(start + i) % len(order)]
             state = assignment[tp]
-            if not state.records:
+            if not state.records and not (state.pending and state.fill()):
                 continue
             taken = self._take(state, limit)
             result[tp] = taken
@@ -384,12 +384,13 @@ class Consumer:
         else:
             taken = [records.popleft() for _ in range(limit)]
         remaining = len(records)
+        pending = state.pending_bytes
         if remaining:
             state.position = taken[-1].offset + 1
-            state.buffered_bytes = state.buffered_bytes * remaining // before
+            state.buffered_bytes = pending + (state.buffered_bytes - pending) * remaining // before
         else:
-            state.position = state.fetch_offset
-            state.buffered_bytes = 0
+            state.position = state.decoded_next
+            state.buffered_bytes = pending
         return taken
 
     def __aiter__(self) -> Consumer:
@@ -427,17 +428,17 @@ class Consumer:
             tp = order[self._next_index % len(order)]
             state = assignment[tp]
             records = state.records
-            if records:
+            if records or (state.pending and state.fill()):
                 before = len(records)
                 record = records.popleft()
                 if before > 1:
                     state.position = record.offset + 1
-                    state.buffered_bytes -= state.buffered_bytes // before
+                    state.buffered_bytes -= (state.buffered_bytes - state.pending_bytes) // before
                     if before - 1 == self.config.max_poll_records // 2:
                         self.fetcher.wake()
                 else:
-                    state.position = state.fetch_offset
-                    state.buffered_bytes = 0
+                    state.position = state.decoded_next
+                    state.buffered_bytes = state.pending_bytes
                     self._next_index += 1
                     self.fetcher.wake()
                 return record

@@ -19,6 +19,7 @@ skipped, and control batches are never handed out.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import struct
@@ -159,6 +160,30 @@ def decode_records(
             records,
         )
     return records, next_offset, pos
+
+
+def scan_next_offset(tp: TopicPartition, data: memoryview | bytes | None, fetch_offset: int) -> int:
+    """The offset after the last whole batch of a fetched records blob (batch headers
+    only: the records are decoded later, by `decode_records`)."""
+    next_offset = fetch_offset
+    if not data:
+        return next_offset
+    mv = data if isinstance(data, memoryview) else memoryview(data)
+    total = len(mv)
+    pos = 0
+    while total - pos >= HEADER_SIZE:
+        header = read_header(mv, pos)
+        if header.batch_length < MIN_BATCH_LENGTH:
+            raise error_for(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{tp[0]}-{tp[1]}: record batch at offset {header.base_offset} "
+                f"claims {header.batch_length} bytes",
+            )
+        pos += header.size
+        if pos > total:
+            break
+        next_offset = max(next_offset, header.next_offset)
+    return next_offset
 
 
 def _is_abort_marker(batch: memoryview) -> bool:
@@ -491,21 +516,26 @@ class Fetcher:
         state.log_start_offset = p.log_start_offset
         if state.fetch_offset != fetch_offset:
             return False
+        data = p.records
+        next_offset = scan_next_offset(tp, data, fetch_offset)
+        if next_offset == fetch_offset:
+            return False
         aborted = None
         if p.aborted_transactions:
             aborted = [(a.producer_id, a.first_offset) for a in p.aborted_transactions]
-        records, next_offset, _ = decode_records(
+        # Decoded later, by the consumer, when the user reaches these records: the next
+        # fetch goes out now (Kafka's CompletedFetch; see PartitionState.fill).
+        decode = functools.partial(
+            decode_records,
             tp,
-            p.records,
+            data,
             fetch_offset,
             read_committed=self.config.isolation_level == 1,
             aborted=aborted,
             check_crcs=self.config.check_crcs,
         )
         state.fetch_offset = next_offset
-        if records:
-            state.records.extend(records)
-            state.buffered_bytes += len(p.records)
-        elif not state.records:
-            state.position = next_offset  # past control batches and aborted data
-        return bool(records)
+        state.pending.append((decode, next_offset, len(data)))
+        state.pending_bytes += len(data)
+        state.buffered_bytes += len(data)
+        return True

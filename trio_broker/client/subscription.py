@@ -10,7 +10,7 @@ answer of a fetch sent before it is dropped instead of applied.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import attrs
@@ -48,7 +48,15 @@ class PartitionState:
     reset: str | None = None
     epoch: int = 0
     records: deque[ConsumerRecord] = attrs.Factory(deque)
+    # Fetched data not decoded yet (Kafka's CompletedFetch): (decode, next offset, bytes).
+    # It is decoded when the user reaches it, so that the fetch task hands a response over
+    # and sends the next fetch at once, while the user works through the records.
+    pending: deque[tuple[Callable[[], tuple[list, int, int]], int, int]] = attrs.Factory(deque)
+    pending_bytes: int = 0
+    # Bytes of fetched data buffered, decoded (in `records`) or not (in `pending`).
     buffered_bytes: int = 0
+    # Where the data decoded last ends: the position once `records` runs out.
+    decoded_next: int | None = None
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
@@ -59,7 +67,29 @@ class PartitionState:
         self.reset = reset
         self.epoch += 1
         self.records.clear()
+        self.pending.clear()
+        self.pending_bytes = 0
         self.buffered_bytes = 0
+
+    def fill(self) -> bool:
+        """Decode pending fetched data until a record is buffered; True if one is.
+
+        A chunk that fails to decode (a CRC error, say) stays, and raises again on the next
+        call, as Kafka's consumer keeps failing at a corrupt record until the user seeks."""
+        records = self.records
+        pending = self.pending
+        while not records and pending:
+            decode, next_offset, size = pending[0]
+            decoded = decode()[0]
+            pending.popleft()
+            self.pending_bytes -= size
+            self.decoded_next = next_offset
+            if decoded:
+                records.extend(decoded)
+            else:
+                self.position = next_offset  # past control batches and aborted data
+                self.buffered_bytes = self.pending_bytes
+        return bool(records)
 
     @property
     def fetchable(self) -> bool:
