@@ -41,7 +41,7 @@ BATCHES_SCHEMA = (
     "topic string, partition int, segment long, position long, base_offset long, "
     "last_offset long, record_count int, batch_bytes int, base_timestamp long, "
     "max_timestamp long, log_append_time boolean, codec string, is_transactional boolean, "
-    "is_control boolean, producer_id long, leader_epoch int"
+    "is_control boolean, producer_id long, leader_epoch int, is_aborted boolean"
 )
 COMMITS_SCHEMA = (
     "group string, topic string, partition int, committed_offset long, leader_epoch int, "
@@ -64,6 +64,7 @@ _BATCH_TYPES = (
     pa.bool_(),
     pa.int64(),
     pa.int32(),
+    pa.bool_(),
 )
 _COMMIT_TYPES = (
     pa.string(),

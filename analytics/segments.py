@@ -55,6 +55,10 @@ _CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _WINDOW_BYTES = 64 * 1024
 _INT16 = struct.Struct(">h")
 _CONTROL_KEY = struct.Struct(">hh")
+# A `.txnindex` entry (Kafka's AbortedTxn): version, producer id, first offset, last offset
+# (the ABORT marker's), last stable offset.
+_TXN_ENTRY = struct.Struct(">hqqqq")
+TXN_INDEX_SUFFIX = ".txnindex"
 
 # Column order of a `scan_batch_headers` row (the data source's schema follows it).
 BATCH_FIELDS = (
@@ -74,6 +78,7 @@ BATCH_FIELDS = (
     "is_control",
     "producer_id",
     "leader_epoch",
+    "is_aborted",
 )
 # Column order of an `iter_commits` row.
 COMMIT_FIELDS = (
@@ -207,8 +212,35 @@ def pack_segments(
     return packs
 
 
+def aborted_ranges(segment: SegmentFile) -> dict[int, list[tuple[int, int]]]:
+    """producer id -> [(first offset, marker offset)] of the aborted transactions whose data
+    may lie in `segment`: the `.txnindex` entries (Kafka's format, written beside each
+    segment whose ABORT markers they record) of this segment and the later ones."""
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    directory = Path(segment.path).parent
+    for index in directory.glob("*" + TXN_INDEX_SUFFIX):
+        stem = index.name[: -len(TXN_INDEX_SUFFIX)]
+        if not stem.isdigit() or int(stem) < segment.base_offset:
+            continue  # markers before this segment close transactions before it too
+        try:
+            data = index.read_bytes()
+        except FileNotFoundError:
+            continue
+        for version, pid, first, last, _lso in _TXN_ENTRY.iter_unpack(
+            data[: len(data) - len(data) % _TXN_ENTRY.size]
+        ):
+            if version == 0 and last >= segment.base_offset:
+                ranges.setdefault(pid, []).append((first, last))
+    return ranges
+
+
 def scan_batch_headers(segment: SegmentFile) -> Iterator[tuple]:
-    """Yield one row (see BATCH_FIELDS) per whole batch of `segment`, headers only."""
+    """Yield one row (see BATCH_FIELDS) per whole batch of `segment`, headers only.
+
+    `is_aborted`: a transactional data batch of a transaction that was aborted (from the
+    `.txnindex` files), which read_committed consumers never see and the report does not
+    count as records."""
+    aborted = aborted_ranges(segment)
     try:
         fd = os.open(segment.path, os.O_RDONLY)
     except FileNotFoundError:
@@ -270,6 +302,12 @@ def scan_batch_headers(segment: SegmentFile) -> Iterator[tuple]:
                 bool(attributes & ATTR_CONTROL),
                 producer_id,
                 leader_epoch,
+                bool(
+                    aborted
+                    and attributes & ATTR_TRANSACTIONAL
+                    and not attributes & ATTR_CONTROL
+                    and any(f <= base_offset <= last for f, last in aborted.get(producer_id, ()))
+                ),
             )
             pos += batch_size
     finally:

@@ -74,6 +74,12 @@ def _date_of(ms: Column) -> Column:
     return F.to_date(F.timestamp_millis(ms))
 
 
+def _is_data() -> Column:
+    """A batch of records a read_committed consumer gets: not a transaction marker (a
+    control batch), not part of an aborted transaction."""
+    return ~(F.col("is_control") | F.col("is_aborted"))
+
+
 def batches_table(batches: DataFrame, window: ReportWindow) -> DataFrame:
     """The batches appended in the window, with their date (by maxTimestamp)."""
     return batches.filter(window.contains(F.col("max_timestamp"))).withColumn(
@@ -98,7 +104,7 @@ def partition_state(batches: DataFrame, segments: DataFrame, window: ReportWindo
     data = batches.groupBy(*_TP).agg(
         F.max(F.col("last_offset") + 1).alias("next_offset"),
         F.count("*").alias("batches"),
-        F.sum(F.when(~F.col("is_control"), F.col("record_count")).otherwise(0)).alias("records"),
+        F.sum(F.when(_is_data(), F.col("record_count")).otherwise(0)).alias("records"),
         F.min(F.when(F.col("base_timestamp") >= 0, F.col("base_timestamp"))).alias("first_ts"),
         F.max(F.when(F.col("max_timestamp") >= 0, F.col("max_timestamp"))).alias("last_ts"),
     )
@@ -126,12 +132,12 @@ def partition_state(batches: DataFrame, segments: DataFrame, window: ReportWindo
 def topic_throughput(batches: DataFrame, window: ReportWindow) -> DataFrame:
     """Per topic and time bucket: batches, records and bytes, their rates, batch percentiles.
 
-    Control batches (transaction markers) are not data and are left out. Percentiles are
+    Control batches (transaction markers) and aborted transactions are left out. Percentiles are
     Spark's percentile_approx, which returns a member of the data (nearest rank).
     """
     seconds = window.bucket_ms / 1000.0
     bucket = F.floor(F.col("max_timestamp") / window.bucket_ms) * window.bucket_ms
-    data = batches.filter(window.contains(F.col("max_timestamp")) & ~F.col("is_control"))
+    data = batches.filter(window.contains(F.col("max_timestamp")) & _is_data())
     return (
         data.withColumn("bucket_ms", bucket.cast("long"))
         .groupBy("topic", "bucket_ms")
@@ -161,7 +167,7 @@ def topic_throughput(batches: DataFrame, window: ReportWindow) -> DataFrame:
 
 def _batch_positions(batches: DataFrame) -> DataFrame:
     """Batches with the number of data records stored before each (running sum by offset)."""
-    records = F.when(~F.col("is_control"), F.col("record_count")).otherwise(0)
+    records = F.when(_is_data(), F.col("record_count")).otherwise(0)
     before = (
         Window.partitionBy(*_TP).orderBy("base_offset").rowsBetween(Window.unboundedPreceding, -1)
     )

@@ -467,3 +467,58 @@ def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
     assert f"lag measured at {dt.datetime.fromtimestamp(now / 1000, dt.UTC):%Y-%m-%d %H:%M}" in (
         result.markdown_path.read_text()
     )
+
+
+# -- transactions: committed records only ---------------------------------------------------
+
+
+def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
+    """A real transactional producer (confluent-kafka) commits 3 transactions of 40 records
+    and aborts 2 of 25, beside 10 plain records: the report counts 130 records, as a
+    read_committed consumer would read, though the log holds the aborted ones and markers."""
+    import time
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from trio_broker.analytics.segments import BATCH_FIELDS, list_segments, scan_batch_headers
+
+    bootstrap = kafka_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("txns", 1, 1)])["txns"].result(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        plain.produce("txns", b"plain-%d" % i)
+    plain.flush(30)
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "report-txn"})
+    txn.init_transactions(30)
+    for n, commit in enumerate([True, False, True, False, True]):
+        txn.begin_transaction()
+        for i in range(40 if commit else 25):
+            txn.produce("txns", b"t%d-%d" % (n, i))
+        txn.flush(30)  # in the log before the abort (else librdkafka drops them unsent)
+        txn.commit_transaction(30) if commit else txn.abort_transaction(30)
+    txn.flush(30)
+    now = int(time.time() * 1000)
+
+    rows = [r for s in list_segments([kafka_broker.log_dir]) if s.topic == "txns"
+            for r in scan_batch_headers(s)]  # fmt: skip
+    count, is_aborted, is_control = (
+        BATCH_FIELDS.index(f) for f in ("record_count", "is_aborted", "is_control")
+    )
+    aborted = sum(r[count] for r in rows if r[is_aborted])
+    markers = sum(1 for r in rows if r[is_control])
+    assert (aborted, markers) == (50, 5)  # what the log holds besides committed data
+
+    options = ReportOptions(
+        log_dirs=(str(kafka_broker.log_dir),),
+        out=str(tmp_path / "out"),
+        since_ms=now - 3_600_000,
+        until_ms=now + 60_000,
+    )
+    result = run_report(spark, options)
+    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    assert state[("txns", 0)]["records"] == 130
+    assert state[("txns", 0)]["log_end_offset"] == 10 + 3 * 40 + 2 * 25 + 5
+    throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "txns"]
+    assert sum(r["records"] for r in throughput) == 130
