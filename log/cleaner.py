@@ -11,8 +11,12 @@ For a log with `cleanup.policy` containing `compact`:
    Batches keep their base and last offsets, producer id, epoch, base sequence, codec and
    timestamp type; a batch left without records is kept empty when it carries a producer
    id (its sequence numbers must outlive the data), else dropped. Control batches stay.
-   Records of aborted transactions (from the segments' `.txnindex`) are kept but never
-   count as a key's latest value, and cleaning stops at the last stable offset.
+   Records of aborted transactions (from the segments' `.txnindex`) never count as a
+   key's latest value and are removed (their batches stay, empty, for the producer's
+   sequence numbers, as Kafka keeps a producer's last batch); cleaning stops at the last
+   stable offset. Transaction markers are all kept, so each `.txnindex` stays as it is
+   (Kafka may drop a marker once its transaction's records are gone and
+   `delete.retention.ms` has passed: an optimisation left out, never a wrong answer).
    Tombstones (null values) are dropped once their segment's newest record is older than
    `delete.retention.ms`, so consumers that read within that time still see the delete.
 4. Swap, as Kafka's UnifiedLog.replaceSegments does, so that a crash at any instant leaves
@@ -277,6 +281,7 @@ def _clean_segment_data(
     latest: dict[bytes, int],
     drop_tombstones: bool,
     stop: threading.Event | None = None,
+    aborted: dict[int, list[tuple[int, int]]] | None = None,
 ) -> tuple[bytearray, list[tuple[int, int, int]], int]:
     """The cleaned bytes, (last offset, max timestamp, size) per batch kept, records removed."""
     out = bytearray()
@@ -291,13 +296,16 @@ def _clean_segment_data(
             kept_batches.append((header.last_offset, header.max_timestamp, header.size))
             continue
         records = list(iter_records(batch))
-        kept = [
-            r
-            for r in records
-            if r.key is not None
-            and latest.get(r.key, r.offset) <= r.offset
-            and not (drop_tombstones and r.value is None)
-        ]
+        if aborted and header.is_transactional and _is_aborted(aborted, header):
+            kept = []  # no consumer that reads committed data ever sees these
+        else:
+            kept = [
+                r
+                for r in records
+                if r.key is not None
+                and latest.get(r.key, r.offset) <= r.offset
+                and not (drop_tombstones and r.value is None)
+            ]
         removed += len(records) - len(kept)
         if len(kept) == len(records):
             out += batch
@@ -324,7 +332,9 @@ def _write_cleaned(
     whose three files are complete and fsynced. False when nothing was removed."""
     old = plan.targets[slot]
     data = os.pread(plan.fds[slot], plan.sizes[slot], 0)
-    cleaned, batches, removed = _clean_segment_data(data, latest, plan.drop_tombstones[slot], stop)
+    cleaned, batches, removed = _clean_segment_data(
+        data, latest, plan.drop_tombstones[slot], stop, plan.aborted
+    )
     plan.bytes_before += len(data)
     plan.bytes_after += len(cleaned)
     plan.removed += removed

@@ -179,4 +179,10 @@ def test_cleaner_never_lets_an_aborted_record_shadow_a_committed_one(tmp_path):
     # The committed k0 survives: the aborted k0 after it did not count as its replacement.
     assert (b"k0", b"kept") in values
     assert values.count((b"k", b"committed")) == 1
+    # The aborted records themselves are gone; their (empty) batches and the marker stay.
+    assert (b"k0", b"v0") not in values and (b"k0", b"v1") not in values
+    headers = [h for s in log.segments for _, h in iter_batches(os.pread(s.fd, s.size, 0))]
+    assert sum(h.is_control for h in headers) == 1
+    empty = [h for h in headers if h.is_transactional and not h.is_control]
+    assert [h.record_count for h in empty] == [0, 0] and all(h.producer_id == PID for h in empty)
     log.close_handlers()
