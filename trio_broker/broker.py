@@ -108,10 +108,13 @@ class Broker:
         self.services: list[Any] = []
         if self.zk is not None:
             from trio_broker.cluster.membership import BrokerMembership
+            from trio_broker.cluster.zk_topics import ZkTopics
 
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
+            self.topics.zk_topics = ZkTopics(self.topics, self.zk)
+            self.services.append(self.topics.zk_topics)
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
