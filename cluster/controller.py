@@ -94,6 +94,8 @@ class Controller:
                     ("isr", zk_data.ISR_CHANGE_NOTIFICATION_PATH),
                 ):
                     nursery.start_soon(self._watch_children, kind, path)
+                if self.broker.config.auto_leader_rebalance_enable:
+                    nursery.start_soon(self._rebalance_timer)
                 try:
                     await self._failover()
                     self.ready.set()
@@ -143,6 +145,12 @@ class Controller:
         if scope is not None:
             scope.cancel()
 
+    async def _rebalance_timer(self) -> None:
+        interval = self.broker.config.leader_imbalance_check_interval_seconds
+        while True:
+            await trio.sleep(interval)
+            self._events_send.send_nowait(("rebalance",))
+
     async def call(self, event: tuple) -> Any:
         """Run an event on the controller's loop and wait for its answer (ControlledShutdown,
         ElectLeaders): `event` + a reply channel."""
@@ -168,6 +176,8 @@ class Controller:
             await self._on_isr_change(event[1])
         elif kind == "delete":
             await self._on_delete_topics(event[1])
+        elif kind == "rebalance":
+            await self._check_imbalance()
         elif kind == "shutdown":
             reply = event[2]
             try:
@@ -555,6 +565,40 @@ class Controller:
                     else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
                 )
         return results
+
+    async def _check_imbalance(self) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: per broker, the share of partitions
+        it is the preferred leader of but does not lead; above
+        leader.imbalance.per.broker.percentage, preferred elections for them."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        percentage = self.broker.config.leader_imbalance_per_broker_percentage
+        todo: list[tuple[str, int]] = []
+        for broker_id in sorted(ctx.live_brokers):
+            preferred = [
+                tp
+                for tp in ctx.partitions()
+                if ctx.replicas(*tp)[:1] == (broker_id,)
+                and tp in ctx.states
+                and tp[0] not in ctx.topics_being_deleted
+            ]
+            if not preferred or not ctx.is_live(broker_id):
+                continue
+            lost = [tp for tp in preferred if ctx.states[tp].leader != broker_id]
+            if lost and len(lost) * 100 / len(preferred) > percentage:
+                todo += [tp for tp in lost if broker_id in ctx.states[tp].isr]
+        if not todo:
+            return
+        logger.info(
+            "controller epoch %d: leader imbalance, preferred elections %s", self.epoch, todo
+        )
+        changed = await psm.elect(ctx, self.zk, todo, psm.Election.PREFERRED)
+        batch = self._batch()
+        for tp in changed:
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
 
     # --- topic deletion -----------------------------------------------------------------------
 

@@ -115,6 +115,10 @@ class Broker:
             self.services.append(self.membership)
             self.topics.zk_topics = ZkTopics(self.topics, self.zk)
             self.services.append(self.topics.zk_topics)
+            from trio_broker.cluster.zk_producer_ids import ZkProducerIdManager
+
+            self.producer_ids = ZkProducerIdManager(self.node_id, self.zk)
+            self.services.append(self.producer_ids)
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 

@@ -642,6 +642,32 @@ BROKER_CONFIGS += (
         "Wait between controlled shutdown attempts.",
     ),
     ConfigKey(
+        "auto.leader.rebalance.enable",
+        "BOOLEAN",
+        True,
+        _bool,
+        None,
+        "The controller moves leadership back to preferred replicas (the first of each "
+        "assignment) when a broker's share of lost leaderships passes "
+        "leader.imbalance.per.broker.percentage.",
+    ),
+    ConfigKey(
+        "leader.imbalance.check.interval.seconds",
+        "LONG",
+        300,
+        _int,
+        _at_least(1),
+        "How often the controller checks leader imbalance.",
+    ),
+    ConfigKey(
+        "leader.imbalance.per.broker.percentage",
+        "INT",
+        10,
+        _int,
+        _at_least(0),
+        "Percentage of a broker's preferred leaderships held elsewhere before a rebalance.",
+    ),
+    ConfigKey(
         "controller.socket.timeout.ms",
         "INT",
         30000,
