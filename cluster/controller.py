@@ -101,7 +101,14 @@ class Controller:
                     self.ready.set()
                     task_status.started()
                     async for event in self._events:
-                        await self._process(event)
+                        try:
+                            await self._process(event)
+                        except ControllerMovedError:
+                            raise
+                        except Exception:
+                            # A bug or bad data in ZooKeeper must not take the broker down
+                            # (Kafka's event manager logs and goes on, too).
+                            logger.exception("controller event %s failed", event[0])
                 except ControllerMovedError as exc:
                     # Another broker won /controller: the elector cancels us once the
                     # /controller watch fires; until then, decide nothing.

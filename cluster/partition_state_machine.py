@@ -24,6 +24,7 @@ controller wrote: a deposed controller's write fails as a whole (ControllerMoved
 from __future__ import annotations
 
 import enum
+import json
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -60,7 +61,11 @@ async def read_state(
         data, stat = await zk.get(zk_data.partition_state_path(topic, partition))
     except NoNodeError:
         return None
-    return PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version)
+    try:
+        return PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version)
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+        logger.error("unreadable state of %s-%d: %r", topic, partition, data[:200])
+        return None
 
 
 def _epoch_check(ctx: ControllerContext) -> tuple[str, tuple, dict]:

@@ -90,7 +90,11 @@ async def read_assignment(
         data, stat = await zk.get(zk_data.topic_path(name))
     except NoNodeError:
         return None
-    return zk_data.TopicAssignment.decode(data), stat.version
+    try:
+        return zk_data.TopicAssignment.decode(data), stat.version
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+        logger.error("unreadable assignment of topic %s: %r", name, data[:200])
+        return None
 
 
 async def read_topic_config(zk: ZooKeeperSession, name: str) -> dict[str, str]:
