@@ -58,8 +58,6 @@ __all__ = ["ControllerChannel", "RequestBatch", "UPDATE_METADATA_FULL"]
 # UpdateMetadata v8's `type` (KIP-866): FULL means every live topic is in the request, so
 # a broker drops the topics it does not name. This controller always sends full updates.
 UPDATE_METADATA_FULL = 2
-# LeaderAndIsr `type` (v5+): FULL once a broker's first request after a controller change.
-LEADER_AND_ISR_FULL = 2
 
 _RETRY_BACKOFF_S = 0.1
 
@@ -222,18 +220,23 @@ class RequestBatch:
         self.update_metadata_brokers.update(b for b in brokers if b in self.context.live_brokers)
 
     def send(self, channel: ControllerChannel) -> None:
-        ctx = self.context
+        """Queue each broker's requests: LeaderAndIsr, UpdateMetadata, StopReplica. Each
+        carries the target broker's epoch (the czxid of its registration), as Kafka's do."""
         for broker_id, entries in self.leader_and_isr.items():
-            channel.enqueue(broker_id, self._leader_and_isr_request(entries))
+            request = self._leader_and_isr_request(entries)
+            channel.enqueue(broker_id, self._to(broker_id, request))
         if self.update_metadata_brokers:
             request = self._update_metadata_request()
             for broker_id in sorted(self.update_metadata_brokers):
-                channel.enqueue(broker_id, request)
+                channel.enqueue(broker_id, self._to(broker_id, request))
         for broker_id, entries in self.stop_replica.items():
-            channel.enqueue(broker_id, self._stop_replica_request(entries))
+            channel.enqueue(broker_id, self._to(broker_id, self._stop_replica_request(entries)))
         self.leader_and_isr, self.stop_replica = {}, {}
         self.update_metadata_brokers = set()
-        del ctx  # the context is the controller's; nothing else to release
+
+    def _to(self, broker_id: int, request: Any) -> Any:
+        node = self.context.live_brokers.get(broker_id)
+        return attrs.evolve(request, broker_epoch=node.epoch) if node is not None else request
 
     def _leader_and_isr_request(
         self, entries: dict[tuple[str, int], LeaderAndIsrPartitionState]

@@ -144,6 +144,10 @@ def _choose(
     leader = next((r for r in replicas if r in live_isr), None)
     if leader is not None:
         return leader, live_isr
+    if why is Election.SHUTDOWN:
+        # No other ISR member to hand over to: the broker keeps leading until it stops
+        # (the partition is in its ControlledShutdown answer).
+        return None
     if unclean and why is Election.OFFLINE:
         leader = next((r for r in replicas if ctx.is_live(r)), None)
         if leader is not None:

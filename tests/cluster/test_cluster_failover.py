@@ -227,6 +227,20 @@ def test_isr_changes_by_leaders_reach_every_broker(kafka_cluster, zk_view):
         budget_s=10,
         what="the notification deleted",
     )
+    # And back (the followers caught up): every broker sees the whole ISR again.
+    data, stat = zk_view.client.get(path)
+    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+    zk_view.client.create(
+        zk_view.root + "/isr_change_notification/isr_change_",
+        b'{"version":1,"partitions":[{"topic":"isr","partition":0}]}',
+        sequence=True,
+    )
+    for b in brokers.values():
+        eventually(
+            lambda b=b: _described(b.bootstrap, "isr")[0][3] == state["isr"],
+            budget_s=10,
+            what=f"{b.bootstrap} sees the ISR grown back",
+        )
 
 
 def test_a_stale_controller_epoch_is_refused(kafka_cluster, zk_view):
@@ -238,3 +252,34 @@ def test_a_stale_controller_epoch_is_refused(kafka_cluster, zk_view):
         assert roundtrip(sock, stale, 8).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     # And the cache is untouched: every broker is still listed.
     assert len(metadata(kafka_cluster.brokers[1].bootstrap).brokers) == 3
+
+
+def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(
+    zookeeper, tmp_path, zk_view, caplog
+):
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "100",
+        "controlled.shutdown.max.retries": "1",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("lonely", 1, replica_assignment=[[2, 1, 3]]))
+        # Its leader alone in the ISR (the followers fell behind, as a leader would write).
+        path = zk_view.root + "/brokers/topics/lonely/partitions/0/state"
+        data, stat = zk_view.client.get(path)
+        state = json.loads(data) | {"isr": [2]}
+        zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(2).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        # Asked twice, told twice it still leads lonely-0 (no ISR member to hand over to),
+        # then stopped anyway; only then did the partition go offline.
+        assert sum("still leading lonely-0" in m for m in messages) == 2
+        assert any("controlled shutdown of broker 2 did not complete" in m for m in messages)
+        after = eventually(
+            lambda: (s := _states(zk_view, "lonely")[0])["leader"] == -1 and s,
+            budget_s=15,
+            what="lonely offline",
+        )
+        assert after["isr"] == [2]
