@@ -45,7 +45,24 @@ def _check_assignments(broker: Broker, topic: CreatePartitionsTopic, current: in
                 )
 
 
-def _create(broker: Broker, topic: CreatePartitionsTopic, validate_only: bool) -> None:
+async def _create(
+    broker: Broker, topic: CreatePartitionsTopic, validate_only: bool, timeout_ms: int
+) -> None:
+    zk_topics = broker.topics.zk_topics
+    if zk_topics is not None:
+        # A cluster: the topic znode gets the new partitions' replicas; the controller
+        # makes them (cluster/zk_topics.py). The answer waits for their leaders.
+        current = broker.metadata.topics.get(topic.name)
+        if current is not None:
+            _check_assignments(broker, topic, len(current.partitions))
+        await zk_topics.create_partitions(
+            topic.name,
+            topic.count,
+            None if topic.assignments is None else [a.broker_ids for a in topic.assignments],
+            validate_only=validate_only,
+            timeout_ms=timeout_ms,
+        )
+        return
     state = broker.topics.check_create_partitions(topic.name, topic.count)
     _check_assignments(broker, topic, len(state.partitions))
     if not validate_only:
@@ -64,7 +81,7 @@ async def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
         try:
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Duplicate topic name.")
-            _create(broker, topic, body.validate_only)
+            await _create(broker, topic, body.validate_only, body.timeout_ms)
         except KafkaError as exc:
             results.append(
                 CreatePartitionsTopicResult(

@@ -107,8 +107,67 @@ def _create(broker: Broker, topic: CreatableTopic, validate_only: bool) -> Creat
     )
 
 
+async def _create_in_cluster(
+    broker: Broker, topic: CreatableTopic, validate_only: bool
+) -> CreatableTopicResult:
+    """A cluster: validated here, assigned over the live brokers and written to ZooKeeper;
+    the controller makes the partitions (cluster/zk_topics.py)."""
+    assert broker.topics.zk_topics is not None
+    configs: dict[str, str | None] = {}
+    for c in topic.configs:
+        if c.name in configs:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Duplicate config key: {c.name}")
+        configs[c.name] = c.value
+    assignment = None
+    if topic.assignments:
+        _manual_assignment(broker, topic)
+        assignment = {a.partition_index: tuple(a.broker_ids) for a in topic.assignments}
+    topic_id, partitions, replication = await broker.topics.zk_topics.create_topic(
+        topic.name,
+        topic.num_partitions,
+        topic.replication_factor,
+        configs,
+        assignment=assignment,
+        validate_only=validate_only,
+    )
+    overrides = {k: v for k, v in configs.items() if v is not None}
+    return CreatableTopicResult(
+        name=topic.name,
+        topic_id=topic_id,
+        error_code=ErrorCode.NONE,
+        error_message=None,
+        num_partitions=partitions,
+        replication_factor=replication,
+        configs=_configs(broker, overrides),
+    )
+
+
+async def _wait_for_leaders(
+    broker: Broker, results: list[CreatableTopicResult], timeout_ms: int
+) -> None:
+    """Kafka's DelayedCreatePartitions: answer once this broker knows a leader for every new
+    partition, or at timeout_ms with REQUEST_TIMED_OUT for the topics still waiting (they
+    are created all the same)."""
+    import trio
+
+    zk_topics = broker.topics.zk_topics
+    assert zk_topics is not None
+    waiting = [r for r in results if r.error_code == ErrorCode.NONE and r.num_partitions > 0]
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        while not all(zk_topics.has_leaders(r.name, r.num_partitions) for r in waiting):
+            await trio.sleep(0.02)
+    for r in waiting:
+        if not zk_topics.has_leaders(r.name, r.num_partitions):
+            r.error_code = ErrorCode.REQUEST_TIMED_OUT
+            r.error_message = (
+                "Timed out waiting for the partitions' leaders; the topic is being created."
+            )
+
+
 async def handle(broker: Broker, request: Request) -> CreateTopicsResponse:
     body = request.body
+    if broker.topics.zk_topics is not None:
+        return await _handle_in_cluster(broker, request)
     counts = Counter(t.name for t in body.topics)
     results: list[CreatableTopicResult] = []
     answered: set[str] = set()
@@ -123,6 +182,27 @@ async def handle(broker: Broker, request: Request) -> CreateTopicsResponse:
             results.append(_create(broker, topic, body.validate_only))
         except KafkaError as exc:
             results.append(_error(topic.name, exc.code, exc.message))
+    return CreateTopicsResponse(topics=results)
+
+
+async def _handle_in_cluster(broker: Broker, request: Request) -> CreateTopicsResponse:
+    body = request.body
+    counts = Counter(t.name for t in body.topics)
+    results: list[CreatableTopicResult] = []
+    answered: set[str] = set()
+    for topic in body.topics:
+        if topic.name in answered:
+            continue
+        answered.add(topic.name)
+        if counts[topic.name] > 1:
+            results.append(_error(topic.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+            continue
+        try:
+            results.append(await _create_in_cluster(broker, topic, body.validate_only))
+        except KafkaError as exc:
+            results.append(_error(topic.name, exc.code, exc.message))
+    if not body.validate_only:
+        await _wait_for_leaders(broker, results, body.timeout_ms)
     return CreateTopicsResponse(topics=results)
 
 

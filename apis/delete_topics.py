@@ -27,7 +27,9 @@ logger = logging.getLogger(__name__)
 _ZERO = uuid.UUID(int=0)
 
 
-def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> DeletableTopicResult:
+async def _delete(
+    broker: Broker, name: str | None, topic_id: uuid.UUID, timeout_ms: int
+) -> DeletableTopicResult:
     if name is not None and topic_id != _ZERO:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Topic name and topic id cannot both be set.")
     if name is None:
@@ -38,12 +40,21 @@ def _delete(broker: Broker, name: str | None, topic_id: uuid.UUID) -> DeletableT
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")
     else:
         topic = broker.metadata.topics.get(name)
+        if topic is None and broker.topics.zk_topics is not None:
+            # In a cluster the topic may exist before this broker's cache has it.
+            await broker.topics.zk_topics.delete_topic(name, timeout_ms)
+            return DeletableTopicResult(name=name, error_code=ErrorCode.NONE, error_message=None)
         if topic is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "This server does not host this topic-partition.",
             )
-    broker.topics.delete_topic(topic.name)
+    if broker.topics.zk_topics is not None:
+        # A cluster: marked in /admin/delete_topics; the controller deletes it everywhere
+        # and the answer waits (up to timeout_ms) until this broker's cache lost it.
+        await broker.topics.zk_topics.delete_topic(topic.name, timeout_ms)
+    else:
+        broker.topics.delete_topic(topic.name)
     return DeletableTopicResult(
         name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.NONE, error_message=None
     )
@@ -66,7 +77,7 @@ async def handle(broker: Broker, request: Request) -> DeleteTopicsResponse:
             if counts[(name, topic_id)] > 1:
                 what = "name" if name is not None else "id"
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic {what}.")
-            results.append(_delete(broker, name, topic_id))
+            results.append(await _delete(broker, name, topic_id, body.timeout_ms))
         except KafkaError as exc:
             results.append(
                 DeletableTopicResult(

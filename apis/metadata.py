@@ -1,4 +1,10 @@
-"""Metadata (key 3): brokers, controller, cluster id, and the topics asked for."""
+"""Metadata (key 3): brokers, controller, cluster id, and the topics asked for.
+
+In a cluster everything comes from this broker's cache, which the controller's
+UpdateMetadata fills: leaders, leader epochs, replicas, ISR and offline replicas of every
+partition, whichever broker hosts it. A topic created by auto-creation answers
+LEADER_NOT_AVAILABLE until the controller has elected its leaders, as Kafka's does.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +38,17 @@ def _partition(broker: Broker, topic: str, p: PartitionState) -> MetadataRespons
             isr_nodes=[r for r in p.isr if r != broker.node_id],
             offline_replicas=[broker.node_id],
         )
+    if broker.metadata.zk_mode and p.leader not in broker.metadata.brokers:
+        # No leader (offline), or one this broker does not know alive yet: clients retry.
+        return MetadataResponsePartition(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition,
+            leader_id=-1,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas),
+            isr_nodes=list(p.isr),
+            offline_replicas=list(p.offline_replicas),
+        )
     return MetadataResponsePartition(
         error_code=ErrorCode.NONE,
         partition_index=p.partition,
@@ -39,7 +56,7 @@ def _partition(broker: Broker, topic: str, p: PartitionState) -> MetadataRespons
         leader_epoch=p.leader_epoch,
         replica_nodes=list(p.replicas),
         isr_nodes=list(p.isr),
-        offline_replicas=[],
+        offline_replicas=list(p.offline_replicas),
     )
 
 

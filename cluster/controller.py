@@ -7,20 +7,35 @@ KafkaController, ZooKeeper era).
                                   so exactly one broker wins each epoch
         /controller ours      ->  run the Controller (with its epoch) while it stays ours
         /controller another's ->  wait for it to change (the broker dies, its session ends)
-    Controller.run                while elected: watches /brokers/ids, holds the live brokers
+    Controller.run                while elected:
+        ├── watches -> one event queue: /brokers/ids, /brokers/topics (and each topic's
+        │   assignment), /admin/delete_topics, /isr_change_notification
+        ├── ControllerChannel: a connection and an ordered queue per live broker
+        └── the event loop: one event at a time, as Kafka's ControllerEventManager
+              failover           read every topic and partition state from ZooKeeper,
+                                 initialize new partitions, elect offline ones, then
+                                 LeaderAndIsr to every live replica, UpdateMetadata to all
+              brokers changed    startup: UpdateMetadata to all, LeaderAndIsr to the new
+                                 broker for its replicas, offline partitions elected;
+                                 failure: leaders elected from the live ISR, dead
+                                 followers out of ISRs, LeaderAndIsr + UpdateMetadata
+              topics changed     new partitions: state znodes, LeaderAndIsr (is_new) to the
+                                 replicas, UpdateMetadata to all
+              ISR changed        notifications read and deleted, states re-read,
+                                 UpdateMetadata to all
+              controlled shutdown  leaderships moved off the broker, it leaves ISRs
+              topic deletion     StopReplica(delete) to replicas, znodes removed
 
-The epoch fences a deposed controller: it grows by one per election, and (next step) every
-controller request carries it, so brokers refuse one from an older epoch.
-
-Built so far: the election and the live-broker set. The partition and replica state
-machines, the controller RPCs (LeaderAndIsr, UpdateMetadata, StopReplica, over the client
-connection layer) and the topic watches are the next steps of issue 14; their places are
-`Controller.on_broker_startup`, `on_broker_failure` and `Controller.run`.
+The epoch fences a deposed controller: it grows by one per election, every controller
+request carries it (brokers refuse an older one), and every state znode write checks
+/controller_epoch at the version this controller wrote in the same ZooKeeper multi.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -39,60 +54,615 @@ __all__ = ["Controller", "ControllerElector"]
 class Controller:
     """This broker's controller for one epoch; `run` lasts while it is elected."""
 
-    def __init__(self, broker: Broker, zk: ZooKeeperSession, epoch: int) -> None:
+    def __init__(
+        self, broker: Broker, zk: ZooKeeperSession, epoch: int, epoch_zk_version: int = -1
+    ):
+        from trio_broker.cluster.controller_context import ControllerContext
+
         self.broker = broker
         self.zk = zk
         self.epoch = epoch
-        self.live_brokers: frozenset[int] = frozenset()
+        self.ctx = ControllerContext(
+            controller_id=broker.node_id, epoch=epoch, epoch_zk_version=epoch_zk_version
+        )
+        self.channel: Any = None
+        self.ready = trio.Event()  # set once the failover's requests are queued
+        self._events_send, self._events = trio.open_memory_channel[tuple](math.inf)
+        self._topic_watches: dict[str, trio.CancelScope] = {}
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def live_brokers(self) -> frozenset[int]:
+        return frozenset(self.ctx.live_brokers)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from trio_broker.cluster.controller_channel import ControllerChannel
+        from trio_broker.cluster.partition_state_machine import ControllerMovedError
+
         logger.info("broker %d is the controller, epoch %d", self.broker.node_id, self.epoch)
-        send, receive = trio.open_memory_channel[list[str]](1)
+        self.channel = ControllerChannel(
+            self.broker.node_id, request_timeout_ms=self.broker.config.controller_socket_timeout_ms
+        )
         try:
             async with trio.open_nursery() as nursery:
-                # Next: watches on /brokers/topics, /admin/delete_topics,
-                # /admin/reassign_partitions and /isr_change_notification start here too.
-                nursery.start_soon(self.zk.watch_children, zk_data.BROKER_IDS_PATH, send)
-                async with receive:
-                    self._on_brokers(await receive.receive())
+                self._nursery = nursery
+                await nursery.start(self.channel.run)
+                for kind, path in (
+                    ("brokers", zk_data.BROKER_IDS_PATH),
+                    ("topics", zk_data.TOPICS_PATH),
+                    ("delete", zk_data.DELETE_TOPICS_PATH),
+                    ("isr", zk_data.ISR_CHANGE_NOTIFICATION_PATH),
+                ):
+                    nursery.start_soon(self._watch_children, kind, path)
+                if self.broker.config.auto_leader_rebalance_enable:
+                    nursery.start_soon(self._rebalance_timer)
+                try:
+                    await self._failover()
+                    self.ready.set()
                     task_status.started()
-                    async for children in receive:
-                        self._on_brokers(children)
+                    async for event in self._events:
+                        try:
+                            await self._process(event)
+                        except ControllerMovedError:
+                            raise
+                        except Exception:
+                            # A bug or bad data in ZooKeeper must not take the broker down
+                            # (Kafka's event manager logs and goes on, too).
+                            logger.exception("controller event %s failed", event[0])
+                except ControllerMovedError as exc:
+                    # Another broker won /controller: the elector cancels us once the
+                    # /controller watch fires; until then, decide nothing.
+                    logger.warning("broker %d: %s", self.broker.node_id, exc)
+                    task_status.started()
+                    await trio.sleep_forever()
         finally:
             logger.info(
                 "broker %d resigned as controller, epoch %d", self.broker.node_id, self.epoch
             )
 
-    def _on_brokers(self, children: list[str]) -> None:
-        live = frozenset(int(c) for c in children if c.isdigit())
-        started, failed = live - self.live_brokers, self.live_brokers - live
-        self.live_brokers = live
-        if started:
-            self.on_broker_startup(started)
-        if failed:
-            self.on_broker_failure(failed)
+    # --- watches into the event queue ---------------------------------------------------
 
-    def on_broker_startup(self, broker_ids: frozenset[int]) -> None:
-        """Kafka's onBrokerStartup. Not built yet: UpdateMetadata to every live broker,
-        the new brokers' replicas to OnlineReplica (LeaderAndIsr), and offline partitions
-        they can lead to OnlinePartition. For now the set is only recorded and logged."""
+    async def _watch_children(self, kind: str, path: str) -> None:
+        send, receive = trio.open_memory_channel[list[str]](1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.zk.watch_children, path, send)
+            async with receive:
+                async for children in receive:
+                    self._events_send.send_nowait((kind, children))
+
+    def _watch_topic(self, topic: str) -> None:
+        if topic in self._topic_watches or self._nursery is None:
+            return
+        scope = trio.CancelScope()
+        self._topic_watches[topic] = scope
+        self._nursery.start_soon(self._watch_topic_data, topic, scope)
+
+    async def _watch_topic_data(self, topic: str, scope: trio.CancelScope) -> None:
+        send, receive = trio.open_memory_channel[Any](1)
+        with scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.zk.watch_data, zk_data.topic_path(topic), send)
+                async with receive:
+                    async for value in receive:
+                        if value is not None:
+                            self._events_send.send_nowait(("partitions", topic, value[0]))
+
+    def _unwatch_topic(self, topic: str) -> None:
+        scope = self._topic_watches.pop(topic, None)
+        if scope is not None:
+            scope.cancel()
+
+    async def _rebalance_timer(self) -> None:
+        interval = self.broker.config.leader_imbalance_check_interval_seconds
+        while True:
+            await trio.sleep(interval)
+            self._events_send.send_nowait(("rebalance",))
+
+    async def call(self, event: tuple) -> Any:
+        """Run an event on the controller's loop and wait for its answer (ControlledShutdown,
+        ElectLeaders): `event` + a reply channel."""
+        send, receive = trio.open_memory_channel[Any](1)
+        self._events_send.send_nowait((*event, send))
+        async with receive:
+            # Bounded: a controller deposed meanwhile never answers.
+            with trio.move_on_after(self.broker.config.controller_socket_timeout_ms / 1000):
+                return await receive.receive()
+        return None
+
+    # --- the event loop -------------------------------------------------------------------
+
+    async def _process(self, event: tuple) -> None:
+        kind = event[0]
+        if kind == "brokers":
+            await self._on_brokers(event[1])
+        elif kind == "topics":
+            await self._on_topics(event[1])
+        elif kind == "partitions":
+            await self._on_partitions(event[1], event[2])
+        elif kind == "isr":
+            await self._on_isr_change(event[1])
+        elif kind == "delete":
+            await self._on_delete_topics(event[1])
+        elif kind == "rebalance":
+            await self._check_imbalance()
+        elif kind == "shutdown":
+            reply = event[2]
+            try:
+                result = await self._controlled_shutdown(event[1])
+            except BaseException:
+                reply.send_nowait(None)
+                raise
+            reply.send_nowait(result)
+        elif kind == "elect":
+            reply = event[3]
+            try:
+                result = await self._elect_preferred(event[1], event[2])
+            except BaseException:
+                reply.send_nowait(None)
+                raise
+
+            reply.send_nowait(result)
+
+    def _batch(self) -> Any:
+        from trio_broker.cluster.controller_channel import RequestBatch
+
+        return RequestBatch(self.ctx)
+
+    async def _failover(self) -> None:
+        """Kafka's onControllerFailover: everything from ZooKeeper, then tell everyone."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        await self._read_brokers(await self.zk.get_children(zk_data.BROKER_IDS_PATH))
+        for broker_id, node in ctx.live_brokers.items():
+            self.channel.add_broker(broker_id, node.host, node.port)
+        topics = sorted(await self.zk.get_children(zk_data.TOPICS_PATH))
+        for topic in topics:
+            await self._read_topic(topic)
+        for topic in await self.zk.get_children(zk_data.DELETE_TOPICS_PATH):
+            if topic in ctx.assignments:
+                ctx.topics_being_deleted.add(topic)
+        new = [tp for tp in ctx.partitions() if tp not in ctx.states]
+        await psm.initialize(ctx, self.zk, new)
+        offline = [tp for tp in ctx.partitions() if self._needs_election(tp)]
+        await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self._unclean)
+        batch = self._batch()
+        for tp in ctx.partitions():
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        logger.info(
+            "controller %d (epoch %d) took over: %d brokers %s, %d topics, %d partitions",
+            ctx.controller_id,
+            ctx.epoch,
+            len(ctx.live_brokers),
+            sorted(ctx.live_brokers),
+            len(ctx.assignments),
+            len(ctx.states),
+        )
+        if ctx.topics_being_deleted:
+            await self._delete_topics(sorted(ctx.topics_being_deleted))
+
+    @property
+    def _unclean(self) -> bool:
+        return bool(self.broker.config.unclean_leader_election_enable)
+
+    def _needs_election(self, tp: tuple[str, int]) -> bool:
+        """Offline (no live leader) or with a dead or shutting-down broker in its ISR."""
+        state = self.ctx.states.get(tp)
+        if state is None:
+            return False
+        return not self.ctx.is_live(state.leader) or any(not self.ctx.is_live(r) for r in state.isr)
+
+    async def _read_brokers(self, children: list[str]) -> tuple[set[int], set[int]]:
+        """The live brokers from /brokers/ids; returns (started, gone). A broker whose
+        znode was replaced (a new session) counts as gone and started again."""
+        from kazoo.exceptions import NoNodeError
+
+        from trio_broker.cluster.controller_context import LiveBroker
+
+        ctx = self.ctx
+        live: dict[int, LiveBroker] = {}
+        for child in children:
+            if not child.isdigit():
+                continue
+            broker_id = int(child)
+            try:
+                data, stat = await self.zk.get(zk_data.broker_path(broker_id))
+                info = zk_data.BrokerInfo.decode(broker_id, data)
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, json.JSONDecodeError):
+                logger.warning("ignoring unreadable registration of broker %d", broker_id)
+                continue
+            endpoint = info.endpoint()
+            if endpoint is None:
+                continue
+            live[broker_id] = LiveBroker(
+                broker_id=broker_id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=info.rack,
+                endpoints=info.endpoints,
+                epoch=stat.czxid,
+            )
+        old = ctx.live_brokers
+        started = {b for b in live if b not in old or old[b].epoch != live[b].epoch}
+        gone = {b for b in old if b not in live or old[b].epoch != live[b].epoch}
+        ctx.live_brokers = live
+        return started, gone
+
+    async def _read_topic(self, topic: str) -> list[tuple[str, int]]:
+        """Read a topic's assignment (and the states of partitions not known yet); returns
+        the partitions that are new to the controller."""
+        from trio_broker.cluster import partition_state_machine as psm
+        from trio_broker.cluster.zk_admin import read_assignment
+
+        ctx = self.ctx
+        read = await read_assignment(self.zk, topic)
+        if read is None:
+            return []
+        assignment, _ = read
+        known = ctx.assignments.get(topic)
+        ctx.assignments[topic] = (
+            assignment
+            if known is None
+            else zk_data.TopicAssignment(
+                topic_id=known.topic_id,
+                partitions={**assignment.partitions, **known.partitions},
+            )
+        )
+        ctx.topic_ids[topic] = ctx.assignments[topic].topic_id
+        self._watch_topic(topic)
+        fresh = []
+        for partition in sorted(assignment.partitions):
+            if known is not None and partition in known.partitions:
+                continue
+            state = await psm.read_state(self.zk, topic, partition)
+            if state is not None:
+                ctx.states[(topic, partition)] = state
+            fresh.append((topic, partition))
+        return fresh
+
+    # --- brokers ----------------------------------------------------------------------------
+
+    async def _on_brokers(self, children: list[str]) -> None:
+        started, gone = await self._read_brokers(children)
+        for broker_id in gone:
+            self.channel.remove_broker(broker_id)
+            self.ctx.shutting_down.discard(broker_id)
+        for broker_id in started:
+            node = self.ctx.live_brokers[broker_id]
+            self.channel.add_broker(broker_id, node.host, node.port)
+        if gone:
+            await self.on_broker_failure(frozenset(gone))
+        if started:
+            await self.on_broker_startup(frozenset(started))
+
+    async def on_broker_startup(self, broker_ids: frozenset[int]) -> None:
+        """Kafka's onBrokerStartup: UpdateMetadata to every live broker (the new ones get
+        everything), LeaderAndIsr to the new brokers for their replicas, and offline
+        partitions they can lead elected (LeaderAndIsr to those partitions' replicas)."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
         logger.info(
             "controller epoch %d: brokers started %s, live %s",
             self.epoch,
             sorted(broker_ids),
-            sorted(self.live_brokers),
+            sorted(ctx.live_brokers),
         )
+        batch = self._batch()
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        for broker_id in broker_ids:
+            for tp in ctx.partitions_on(broker_id):
+                batch.add_leader_and_isr([broker_id], *tp)
+        # Partitions that never got a state (no replica was alive) and offline ones.
+        new = [tp for tp in ctx.partitions() if tp not in ctx.states]
+        created = await psm.initialize(ctx, self.zk, new)
+        offline = [
+            tp
+            for tp in ctx.partitions()
+            if tp in ctx.states and not ctx.is_live(ctx.states[tp].leader)
+        ]
+        elected = await psm.elect(
+            ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self._unclean
+        )
+        for tp in [*created, *elected]:
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
 
-    def on_broker_failure(self, broker_ids: frozenset[int]) -> None:
-        """Kafka's onBrokerFailure. Not built yet: partitions led by these brokers to
-        OfflinePartition then a new leader from the ISR (LeaderAndIsr), their replicas to
-        OfflineReplica (shrinking ISRs), UpdateMetadata. For now only logged."""
+    async def on_broker_failure(self, broker_ids: frozenset[int]) -> None:
+        """Kafka's onBrokerFailure: partitions they led get a leader from the live ISR,
+        partitions they followed lose them from the ISR; LeaderAndIsr to the remaining
+        replicas, UpdateMetadata to all."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
         logger.info(
             "controller epoch %d: brokers failed %s, live %s",
             self.epoch,
             sorted(broker_ids),
-            sorted(self.live_brokers),
+            sorted(ctx.live_brokers),
         )
+        affected = [
+            tp
+            for tp in ctx.partitions()
+            if tp in ctx.states
+            and (ctx.states[tp].leader in broker_ids or set(ctx.states[tp].isr) & broker_ids)
+        ]
+        changed = await psm.elect(
+            ctx, self.zk, affected, psm.Election.OFFLINE, unclean_default=self._unclean
+        )
+        batch = self._batch()
+        for tp in changed:
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+
+    # --- topics -----------------------------------------------------------------------------
+
+    async def _on_topics(self, children: list[str]) -> None:
+        ctx = self.ctx
+        current = set(children)
+        fresh: list[tuple[str, int]] = []
+        for topic in sorted(current - set(ctx.assignments)):
+            fresh += await self._read_topic(topic)
+        for topic in set(ctx.assignments) - current:
+            # Gone without the controller deleting it (by hand): forget it.
+            self._unwatch_topic(topic)
+            ctx.remove_topic(topic)
+        if fresh:
+            await self._on_new_partitions(fresh)
+
+    async def _on_partitions(self, topic: str, data: bytes) -> None:
+        ctx = self.ctx
+        if topic not in ctx.assignments or topic in ctx.topics_being_deleted:
+            return
+        try:
+            assignment = zk_data.TopicAssignment.decode(data)
+        except (ValueError, KeyError, json.JSONDecodeError):
+            logger.warning("unreadable assignment of topic %s", topic)
+            return
+        known = ctx.assignments[topic]
+        added = {p: r for p, r in assignment.partitions.items() if p not in known.partitions}
+        if not added:
+            return
+        ctx.assignments[topic] = zk_data.TopicAssignment(
+            topic_id=known.topic_id, partitions={**known.partitions, **added}
+        )
+        await self._on_new_partitions([(topic, p) for p in sorted(added)])
+
+    async def _on_new_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        """Kafka's onNewPartitionCreation: NewPartition -> OnlinePartition, LeaderAndIsr
+        (is_new) to the replicas, UpdateMetadata to everyone."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        new = [tp for tp in partitions if tp not in ctx.states]
+        created = await psm.initialize(ctx, self.zk, new)
+        batch = self._batch()
+        for tp in partitions:
+            if tp in ctx.states:
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        if created:
+            logger.info("controller epoch %d: new partitions %s online", self.epoch, created)
+
+    # --- ISR changes from leaders -------------------------------------------------------------
+
+    async def _on_isr_change(self, children: list[str]) -> None:
+        """Kafka's IsrChangeNotification: read and delete the notifications, re-read those
+        partitions' states, UpdateMetadata to every live broker."""
+        from kazoo.exceptions import NoNodeError
+
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        partitions: set[tuple[str, int]] = set()
+        for child in children:
+            if not child.startswith(zk_data.ISR_CHANGE_PREFIX):
+                continue
+            path = f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{child}"
+            try:
+                data, _ = await self.zk.get(path)
+                partitions.update(zk_data.decode_isr_change(data))
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, json.JSONDecodeError):
+                logger.warning("unreadable ISR change notification %s", child)
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+        if not partitions:
+            return
+        for tp in sorted(partitions):
+            if tp in ctx.states:
+                state = await psm.read_state(self.zk, *tp)
+                if state is not None:
+                    ctx.states[tp] = state
+        batch = self._batch()
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+
+    # --- controlled shutdown ------------------------------------------------------------------
+
+    async def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]] | None:
+        """Called by the ControlledShutdown handler: the partitions the broker still leads
+        (empty: done), or None if this controller could not decide (it is being deposed)."""
+        return await self.call(("shutdown", broker_id))
+
+    async def _controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]] | None:
+        """Kafka's doControlledShutdown: the broker counts as gone for elections; partitions
+        it leads (with other replicas) get a new leader from the ISR, partitions it follows
+        lose it from the ISR (StopReplica without delete to it); answers what it still leads."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        if broker_id not in ctx.live_brokers:
+            return None
+        ctx.shutting_down.add(broker_id)
+        logger.info("controller epoch %d: controlled shutdown of broker %d", self.epoch, broker_id)
+        mine = [tp for tp in ctx.partitions_on(broker_id) if len(ctx.replicas(*tp)) > 1]
+        led = [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
+        followed = [tp for tp in mine if tp in ctx.states and tp not in led]
+        changed = await psm.elect(ctx, self.zk, led, psm.Election.SHUTDOWN)
+        changed += await psm.elect(ctx, self.zk, followed, psm.Election.SHUTDOWN)
+        batch = self._batch()
+        for tp in changed:
+            batch.add_leader_and_isr([r for r in ctx.replicas(*tp) if r != broker_id], *tp)
+        for tp in followed:
+            batch.add_stop_replica([broker_id], *tp, delete=False)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        return [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
+
+    # --- preferred leader election ------------------------------------------------------------
+
+    async def elect_preferred(
+        self, partitions: list[tuple[str, int]], unclean: bool = False
+    ) -> dict[tuple[str, int], int] | None:
+        return await self.call(("elect", partitions, unclean))
+
+    async def _elect_preferred(
+        self, partitions: list[tuple[str, int]], unclean: bool
+    ) -> dict[tuple[str, int], int]:
+        """ElectLeaders: per partition an error code (Kafka's answers)."""
+        from trio_broker.cluster import partition_state_machine as psm
+        from trio_broker.errors import ErrorCode
+
+        ctx = self.ctx
+        results: dict[tuple[str, int], int] = {}
+        todo = []
+        for tp in partitions:
+            state = ctx.states.get(tp)
+            if state is None:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif unclean:
+                if ctx.is_live(state.leader):
+                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
+                else:
+                    todo.append(tp)
+            elif state.leader == ctx.replicas(*tp)[0]:
+                results[tp] = ErrorCode.ELECTION_NOT_NEEDED
+            else:
+                todo.append(tp)
+        if unclean:
+            changed = await psm.elect(
+                ctx, self.zk, todo, psm.Election.OFFLINE, unclean_default=True
+            )
+        else:
+            changed = await psm.elect(ctx, self.zk, todo, psm.Election.PREFERRED)
+        batch = self._batch()
+        for tp in changed:
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        for tp in todo:
+            if tp in changed:
+                results[tp] = ErrorCode.NONE
+            else:
+                results[tp] = (
+                    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
+                    if unclean
+                    else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                )
+        return results
+
+    async def _check_imbalance(self) -> None:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: per broker, the share of partitions
+        it is the preferred leader of but does not lead; above
+        leader.imbalance.per.broker.percentage, preferred elections for them."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        percentage = self.broker.config.leader_imbalance_per_broker_percentage
+        todo: list[tuple[str, int]] = []
+        for broker_id in sorted(ctx.live_brokers):
+            preferred = [
+                tp
+                for tp in ctx.partitions()
+                if ctx.replicas(*tp)[:1] == (broker_id,)
+                and tp in ctx.states
+                and tp[0] not in ctx.topics_being_deleted
+            ]
+            if not preferred or not ctx.is_live(broker_id):
+                continue
+            lost = [tp for tp in preferred if ctx.states[tp].leader != broker_id]
+            if lost and len(lost) * 100 / len(preferred) > percentage:
+                todo += [tp for tp in lost if broker_id in ctx.states[tp].isr]
+        if not todo:
+            return
+        logger.info(
+            "controller epoch %d: leader imbalance, preferred elections %s", self.epoch, todo
+        )
+        changed = await psm.elect(ctx, self.zk, todo, psm.Election.PREFERRED)
+        batch = self._batch()
+        for tp in changed:
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+
+    # --- topic deletion -----------------------------------------------------------------------
+
+    async def _on_delete_topics(self, children: list[str]) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        ctx = self.ctx
+        todo = []
+        for topic in children:
+            if topic in ctx.assignments:
+                todo.append(topic)
+            else:
+                try:
+                    await self.zk.delete(zk_data.delete_topic_path(topic))
+                except NoNodeError:
+                    pass
+        if todo:
+            await self._delete_topics(sorted(todo))
+
+    async def _delete_topics(self, topics: list[str]) -> None:
+        """Kafka's TopicDeletionManager, simplified: UpdateMetadata with the partitions'
+        leader -2 (LeaderDuringDelete) to every broker, StopReplica(delete) to the live
+        replicas, then the topic's znodes go and a full UpdateMetadata without it follows.
+        A replica on a broker that is down keeps its log until that broker learns the topic
+        is gone (its log is not in any LeaderAndIsr)."""
+        from kazoo.exceptions import NoNodeError
+
+        from trio_broker.cluster.zk_admin import delete_recursive
+
+        ctx = self.ctx
+        if not self.broker.config.delete_topic_enable:
+            for topic in topics:
+                logger.warning("topic %s marked for deletion, but delete.topic.enable=false", topic)
+            return
+        ctx.topics_being_deleted.update(topics)
+        batch = self._batch()
+        for topic in topics:
+            for tp in ctx.partitions_of(topic):
+                batch.add_stop_replica(ctx.replicas(*tp), *tp, delete=True)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
+        for topic in topics:
+            self._unwatch_topic(topic)
+            for path in (
+                zk_data.topic_path(topic),
+                zk_data.topic_config_path(topic),
+                zk_data.delete_topic_path(topic),
+            ):
+                try:
+                    await delete_recursive(self.zk, path)
+                except NoNodeError:
+                    pass
+            ctx.remove_topic(topic)
+            logger.info("controller epoch %d: deleted topic %s", self.epoch, topic)
+        batch = self._batch()
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
 
 
 class ControllerElector:
@@ -126,8 +696,8 @@ class ControllerElector:
                     if ours and running is None:
                         # Won (the watch fired on our own create), or a create retried after
                         # a lost connection: the epoch is the one written with it.
-                        epoch = await self._read_epoch()
-                        running = await nursery.start(self._run_controller, epoch)
+                        epoch, version = await self._read_epoch()
+                        running = await nursery.start(self._run_controller, epoch, version)
                     elif not ours and running is not None:
                         logger.info("/controller is no longer broker %d's", self.node_id)
                         running.cancel()
@@ -140,19 +710,20 @@ class ControllerElector:
                 self.controller = None
 
     async def _run_controller(
-        self, epoch: int, *, task_status: trio.TaskStatus[trio.CancelScope]
+        self, epoch: int, epoch_zk_version: int, *, task_status: trio.TaskStatus[trio.CancelScope]
     ) -> None:
         with trio.CancelScope() as scope:
-            self.controller = Controller(self.broker, self.zk, epoch)
+            self.controller = Controller(self.broker, self.zk, epoch, epoch_zk_version)
             try:
                 task_status.started(scope)
                 await self.controller.run()
             finally:
                 self.controller = None
 
-    async def _read_epoch(self) -> int:
-        data, _ = await self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
-        return zk_data.decode_controller_epoch(data)
+    async def _read_epoch(self) -> tuple[int, int]:
+        """(epoch, version of /controller_epoch): the controller's writes check the version."""
+        data, stat = await self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
+        return zk_data.decode_controller_epoch(data), stat.version
 
     async def _try_to_win(self) -> int | None:
         """Kafka's registerControllerAndIncrementControllerEpoch: one multi that creates the

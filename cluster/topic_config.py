@@ -184,7 +184,9 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         log_attr="segment_index_bytes",
     ),
     TopicConfigKey("segment.ms", "LONG", "log.roll.ms", _int, minimum=1, log_attr="segment_ms"),
-    TopicConfigKey("unclean.leader.election.enable", "BOOLEAN", None, _bool, default=False),
+    TopicConfigKey(
+        "unclean.leader.election.enable", "BOOLEAN", "unclean.leader.election.enable", _bool
+    ),
 )
 
 BY_NAME = {k.name: k for k in TOPIC_CONFIGS}

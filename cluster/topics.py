@@ -18,6 +18,7 @@ from trio_broker.config import BrokerConfig
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from trio_broker.cluster.zk_topics import ZkTopics
     from trio_broker.log import LogManager, PartitionLog
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ class TopicManager:
         self.config = config
         self.metadata = metadata
         self.logs = logs
+        # In a ZooKeeper cluster (metadata.zk_mode): the cluster half (cluster/zk_topics.py),
+        # set by the broker; creation, deletion and new partitions go through ZooKeeper.
+        self.zk_topics: ZkTopics | None = None
 
     @property
     def live_brokers(self) -> int:
@@ -145,6 +149,10 @@ class TopicManager:
             num_partitions = self.config.num_partitions
         if replication_factor == -1:
             replication_factor = self.config.default_replication_factor
+        if internal and not self.metadata.zk_mode:
+            # A lone broker is a cluster of one: its internal topics have one replica
+            # whatever offsets.topic.replication.factor says (Kafka's default is 3).
+            replication_factor = min(replication_factor, self.live_brokers)
         if num_partitions <= 0:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
@@ -174,6 +182,24 @@ class TopicManager:
         topic_id: uuid.UUID | None = None,
     ) -> TopicState:
         configs = dict(configs or {})
+        if self.zk_topics is not None:
+            # In a cluster only the coordinators create topics this way (their internal
+            # topics): through ZooKeeper, in the background; they answer "not yet".
+            try:
+                num_partitions, replication_factor = self.check_new_topic(
+                    name, num_partitions, replication_factor, configs, internal=internal
+                )
+            except KafkaError as exc:
+                if exc.code != ErrorCode.INVALID_REPLICATION_FACTOR:
+                    raise
+                logger.warning("cannot create %s yet: %s", name, exc.message)
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            self.zk_topics.create_in_background(
+                name,
+                num_partitions,
+                replication_factor,
+                {k: v for k, v in configs.items() if v is not None},
+            )
         num_partitions, _ = self.check_new_topic(
             name, num_partitions, replication_factor, configs, internal=internal
         )
@@ -214,6 +240,15 @@ class TopicManager:
         """Metadata's auto-creation: (topic, NONE), or (None, the error to report)."""
         if not self.config.auto_create_topics_enable or name in INTERNAL_TOPICS:
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self.zk_topics is not None:
+            # Created through ZooKeeper; LEADER_NOT_AVAILABLE until the controller elected
+            # its leaders and told this broker (Kafka's answer too).
+            try:
+                await self.zk_topics.create_topic(name, -1, -1, {})
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    return None, exc.code
+            return None, ErrorCode.LEADER_NOT_AVAILABLE
         try:
             return self.create_topic(name), ErrorCode.NONE
         except KafkaError as exc:

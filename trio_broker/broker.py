@@ -108,10 +108,17 @@ class Broker:
         self.services: list[Any] = []
         if self.zk is not None:
             from trio_broker.cluster.membership import BrokerMembership
+            from trio_broker.cluster.zk_topics import ZkTopics
 
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
+            self.topics.zk_topics = ZkTopics(self.topics, self.zk)
+            self.services.append(self.topics.zk_topics)
+            from trio_broker.cluster.zk_producer_ids import ZkProducerIdManager
+
+            self.producer_ids = ZkProducerIdManager(self.node_id, self.zk)
+            self.services.append(self.producer_ids)
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
@@ -249,7 +256,7 @@ async def _serve(
                         broker.metadata.cluster_id,
                         ", ".join(str(a) for a in broker.advertised),
                     )
-                    guard.start_soon(_watch_for_cancel, begin_shutdown)
+                    guard.start_soon(_watch_for_cancel, begin_shutdown, _before_shutdown(broker))
                     task_status.started(addresses)
                     # Background tasks run until the socket server has drained.
                     await server.finished.wait()
@@ -261,11 +268,26 @@ async def _serve(
             logger.info("broker %d stopped", broker.node_id)
 
 
-async def _watch_for_cancel(begin_shutdown: Any) -> None:
+async def _watch_for_cancel(begin_shutdown: Any, before: Any = None) -> None:
     try:
         await trio.sleep_forever()
     finally:
+        if before is not None:
+            # While everything still serves: the cluster's controlled shutdown.
+            with trio.CancelScope(shield=True):
+                await before()
         begin_shutdown()
+
+
+def _before_shutdown(broker: Broker) -> Any:
+    """What a stopping broker does first: in a cluster, ask the controller to move its
+    leaderships away (cluster/controlled_shutdown.py), unless controlled.shutdown.enable
+    is false."""
+    if broker.zk is None or not broker.config.controlled_shutdown_enable:
+        return None
+    from trio_broker.cluster.controlled_shutdown import controlled_shutdown
+
+    return lambda: controlled_shutdown(broker)
 
 
 @asynccontextmanager

@@ -402,10 +402,11 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "offsets.topic.replication.factor",
         "SHORT",
-        1,
+        3,
         _int,
         _at_least(1),
-        "Replication of __consumer_offsets.",
+        "Replication of __consumer_offsets; in a cluster its creation is refused while fewer "
+        "brokers are alive (a lone broker is a cluster of one and uses 1).",
     ),
     ConfigKey(
         "offsets.topic.segment.bytes",
@@ -524,10 +525,10 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "transaction.state.log.replication.factor",
         "SHORT",
-        1,
+        3,
         _int,
         _at_least(1),
-        "Replication factor of __transaction_state (1 like offsets.topic.replication.factor).",
+        "Replication factor of __transaction_state, as offsets.topic.replication.factor.",
     ),
     ConfigKey(
         "transaction.state.log.segment.bytes",
@@ -605,6 +606,74 @@ BROKER_CONFIGS += (
         _str,
         None,
         "The broker's rack, registered in ZooKeeper and reported in Metadata.",
+    ),
+    # the controller (cluster/controller.py) and the broker's part in it
+    ConfigKey(
+        "unclean.leader.election.enable",
+        "BOOLEAN",
+        False,
+        _bool,
+        None,
+        "Whether a replica outside the ISR may become leader when no ISR member is alive "
+        "(data loss); topics may override it.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.enable",
+        "BOOLEAN",
+        True,
+        _bool,
+        None,
+        "On a graceful stop, ask the controller to move this broker's leaderships first.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.max.retries",
+        "INT",
+        3,
+        _int,
+        _at_least(0),
+        "Controlled shutdown attempts after the first, before stopping anyway.",
+    ),
+    ConfigKey(
+        "controlled.shutdown.retry.backoff.ms",
+        "LONG",
+        5000,
+        _int,
+        _at_least(0),
+        "Wait between controlled shutdown attempts.",
+    ),
+    ConfigKey(
+        "auto.leader.rebalance.enable",
+        "BOOLEAN",
+        True,
+        _bool,
+        None,
+        "The controller moves leadership back to preferred replicas (the first of each "
+        "assignment) when a broker's share of lost leaderships passes "
+        "leader.imbalance.per.broker.percentage.",
+    ),
+    ConfigKey(
+        "leader.imbalance.check.interval.seconds",
+        "LONG",
+        300,
+        _int,
+        _at_least(1),
+        "How often the controller checks leader imbalance.",
+    ),
+    ConfigKey(
+        "leader.imbalance.per.broker.percentage",
+        "INT",
+        10,
+        _int,
+        _at_least(0),
+        "Percentage of a broker's preferred leaderships held elsewhere before a rebalance.",
+    ),
+    ConfigKey(
+        "controller.socket.timeout.ms",
+        "INT",
+        30000,
+        _int,
+        _at_least(1),
+        "Timeout of the controller's requests to brokers (and of ControlledShutdown).",
     ),
 )
 

@@ -44,6 +44,18 @@ def view(bootstrap: str) -> tuple[str, int, list[tuple[int, str, int]]]:
     return m.cluster_id, m.controller_id, sorted((b.node_id, b.host, b.port) for b in m.brokers)
 
 
+def all_see(brokers: dict[int, Any], live: list[int] | None = None, budget_s: float = 15) -> None:
+    """Wait until every broker in `brokers` lists `live` (default: exactly them) as the
+    cluster's brokers: a broker learns of another a moment after it registers."""
+    want = sorted(brokers) if live is None else sorted(live)
+    for broker in brokers.values():
+        eventually(
+            lambda b=broker: [n for n, _, _ in view(b.bootstrap)[2]] == want,
+            budget_s=budget_s,
+            what=f"{broker.bootstrap} sees brokers {want}",
+        )
+
+
 class ZooKeeperView:
     """A plain kazoo client for the test to read what the brokers wrote under `root`."""
 

@@ -1,0 +1,85 @@
+"""The broker's side of controlled shutdown (Kafka's KafkaServer.controlledShutdown).
+
+A broker of a cluster stopping gracefully (SIGTERM, or `serve()` cancelled) first asks the
+controller, with ControlledShutdown, to move its leaderships to other replicas and take it
+out of the ISRs, while it still serves requests. The controller answers the partitions it
+still leads; the broker asks again after `controlled.shutdown.retry.backoff.ms`, at most
+`controlled.shutdown.max.retries` more times, each request bounded by
+`controller.socket.timeout.ms`, then stops whatever the answer (a broker must be able to
+stop without a controller).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from trio_broker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["controlled_shutdown"]
+
+
+async def controlled_shutdown(broker: Broker) -> bool:
+    """True once the controller says this broker leads nothing it could hand over."""
+    from trio_broker.client.config import ClientConfig
+    from trio_broker.client.network_client import NetworkClient
+    from trio_broker.protocol._generated.controlled_shutdown_request import (
+        ControlledShutdownRequest,
+    )
+
+    config = broker.config
+    node_id = broker.node_id
+    started = time.monotonic()
+    client_config = ClientConfig.build(
+        bootstrap_servers="127.0.0.1:9",  # unused: requests go to the controller's node id
+        client_id=f"broker-{node_id}-controlled-shutdown",
+        request_timeout_ms=config.controller_socket_timeout_ms,
+    )
+    async with NetworkClient(client_config) as client:
+        for attempt in range(config.controlled_shutdown_max_retries + 1):
+            if attempt:
+                await trio.sleep(config.controlled_shutdown_retry_backoff_ms / 1000)
+            controller = broker.metadata.controller_id
+            node = broker.metadata.brokers.get(controller)
+            if node is None:
+                logger.info("controlled shutdown of broker %d: no controller known", node_id)
+                continue
+            client.set_nodes({controller: (node.host, node.port)})
+            try:
+                response = await client.send(
+                    controller, ControlledShutdownRequest(broker_id=node_id, broker_epoch=-1)
+                )
+            except KafkaError as exc:
+                logger.info("controlled shutdown request to broker %d failed: %s", controller, exc)
+                continue
+            if response.error_code != ErrorCode.NONE:
+                logger.info(
+                    "controlled shutdown refused by broker %d: %s",
+                    controller,
+                    ErrorCode(response.error_code).name,
+                )
+                continue
+            if not response.remaining_partitions:
+                logger.info(
+                    "controlled shutdown of broker %d done in %.3f s",
+                    node_id,
+                    time.monotonic() - started,
+                )
+                return True
+            logger.info(
+                "controlled shutdown of broker %d: still leading %s",
+                node_id,
+                ", ".join(
+                    f"{p.topic_name}-{p.partition_index}" for p in response.remaining_partitions
+                ),
+            )
+    logger.warning("controlled shutdown of broker %d did not complete; stopping anyway", node_id)
+    return False

@@ -1,0 +1,234 @@
+"""Topic management on a broker of a ZooKeeper cluster: what TopicManager (cluster/topics.py)
+delegates to when `metadata.zk_mode`.
+
+The broker validates as Kafka's ZkAdminManager does, assigns replicas over the live
+brokers (cluster/replica_assignment.py), writes ZooKeeper (cluster/zk_admin.py), and
+waits for the controller: a created topic is answered once this broker's cache (filled by
+UpdateMetadata) has a leader for every partition, a deleted one once the cache no longer
+has it, each within the request's timeout.
+
+Internal topics (`__consumer_offsets`, `__transaction_state`) are created the same way,
+in the background (`ZkTopics.run` holds the nursery), when a coordinator first needs them;
+the coordinator answers COORDINATOR_NOT_AVAILABLE meanwhile, and while fewer brokers are
+alive than the topic's replication factor, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from trio_broker.cluster import zk_data
+from trio_broker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from trio_broker.cluster.topics import TopicManager
+    from trio_broker.cluster.zookeeper import ZooKeeperSession
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ZkTopics"]
+
+_POLL_S = 0.02
+
+
+class ZkTopics:
+    """The cluster half of one broker's TopicManager; a broker service (`run`)."""
+
+    def __init__(self, topics: TopicManager, zk: ZooKeeperSession) -> None:
+        self.topics = topics
+        self.zk = zk
+        self._nursery: trio.Nursery | None = None
+        self._creating: set[str] = set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    @property
+    def metadata(self) -> Any:
+        return self.topics.metadata
+
+    def broker_racks(self) -> dict[int, str | None]:
+        return {b.node_id: b.rack for b in self.metadata.brokers.values()}
+
+    def assign(
+        self, num_partitions: int, replication_factor: int, start_partition: int = 0, start=-1
+    ) -> dict[int, tuple[int, ...]]:
+        from trio_broker.cluster.replica_assignment import assign_replicas
+
+        return assign_replicas(
+            self.broker_racks(),
+            num_partitions,
+            replication_factor,
+            start_partition=start_partition,
+            fixed_start=start,
+        )
+
+    # --- create -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        assignment: Mapping[int, tuple[int, ...]] | None = None,
+        internal: bool = False,
+        validate_only: bool = False,
+        timeout_ms: int = 0,
+    ) -> tuple[uuid.UUID, int, int]:
+        """Validate, assign, write ZooKeeper; wait up to `timeout_ms` for the leaders.
+        Returns (topic id, partitions, replication factor)."""
+        from trio_broker.cluster import zk_admin
+
+        if assignment is None:
+            num_partitions, replication_factor = self.topics.check_new_topic(
+                name, num_partitions, replication_factor, configs, internal=internal
+            )
+            assignment = self.assign(num_partitions, replication_factor)
+        else:
+            num_partitions = len(assignment)
+            replication_factor = len(next(iter(assignment.values())))
+            self.topics.check_new_topic(
+                name, num_partitions, replication_factor, configs, internal=internal
+            )
+        if await self.zk.exists(zk_data.topic_path(name)) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        if validate_only:
+            return uuid.UUID(int=0), num_partitions, replication_factor
+        overrides = {k: v for k, v in configs.items() if v is not None}
+        topic_id = await zk_admin.create_topic(self.zk, name, assignment, overrides)
+        if timeout_ms > 0:
+            await self.wait_for_leaders(name, num_partitions, timeout_ms)
+        return topic_id, num_partitions, replication_factor
+
+    def has_leaders(self, name: str, num_partitions: int) -> bool:
+        topic = self.metadata.topics.get(name)
+        return (
+            topic is not None
+            and len(topic.partitions) >= num_partitions
+            and all(p.leader >= 0 for p in topic.partitions.values())
+        )
+
+    async def wait_for_leaders(self, name: str, num_partitions: int, timeout_ms: int) -> bool:
+        with trio.move_on_after(timeout_ms / 1000):
+            while not self.has_leaders(name, num_partitions):
+                await trio.sleep(_POLL_S)
+            return True
+        return False
+
+    def create_in_background(
+        self, name: str, num_partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
+        """An internal topic a coordinator needs: refused at once while too few brokers are
+        alive, else created in the background. Raises COORDINATOR_NOT_AVAILABLE either way
+        (the client retries FindCoordinator until the topic has leaders)."""
+        live = len(self.metadata.brokers)
+        if replication_factor > live:
+            logger.warning(
+                "cannot create %s yet: its replication factor %d is larger than the %d live "
+                "broker(s) (offsets.topic.replication.factor / "
+                "transaction.state.log.replication.factor)",
+                name,
+                replication_factor,
+                live,
+            )
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if name not in self._creating and self._nursery is not None:
+            self._creating.add(name)
+            self._nursery.start_soon(
+                self._create_quietly, name, num_partitions, replication_factor, dict(configs)
+            )
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+    async def _create_quietly(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        try:
+            await self.create_topic(
+                name, num_partitions, replication_factor, configs, internal=True
+            )
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                logger.warning("cannot create %s: %s", name, exc)
+        finally:
+            self._creating.discard(name)
+
+    # --- delete -----------------------------------------------------------------------------
+
+    async def delete_topic(self, name: str, timeout_ms: int) -> None:
+        from trio_broker.cluster import zk_admin
+
+        topic = self.metadata.topics.get(name)
+        if topic is None and await self.zk.exists(zk_data.topic_path(name)) is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                "This server does not host this topic-partition.",
+            )
+        if topic is not None and topic.internal:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic {name} is an internal topic.")
+        if not self.topics.config.delete_topic_enable:
+            raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
+        await zk_admin.mark_for_deletion(self.zk, name)
+        with trio.move_on_after(timeout_ms / 1000) as scope:
+            while name in self.metadata.topics:
+                await trio.sleep(_POLL_S)
+        if scope.cancelled_caught:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"Topic {name} is marked for deletion.")
+
+    # --- partitions -------------------------------------------------------------------------
+
+    async def create_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: list[list[int]] | None,
+        *,
+        validate_only: bool,
+        timeout_ms: int,
+    ) -> None:
+        """Kafka's AdminZkClient.addPartitions: new partitions' replicas (given, or assigned
+        starting where partition 0's preferred leader is) into the topic znode."""
+        from trio_broker.cluster import zk_admin
+
+        read = await zk_admin.read_assignment(self.zk, name)
+        if read is None:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+            )
+        current, version = read
+        existing = len(current.partitions)
+        if count < existing:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {existing} partitions, which is higher than the "
+                f"requested {count}.",
+            )
+        if count == existing:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS, f"Topic already has {existing} partitions."
+            )
+        factor = len(current.partitions[0]) if 0 in current.partitions else 1
+        if assignments is not None:
+            added = {existing + i: tuple(a) for i, a in enumerate(assignments)}
+        else:
+            ids = sorted(self.metadata.brokers)
+            first = current.partitions.get(0, (ids[0],))[0] if ids else 0
+            start = next((i for i, b in enumerate(ids) if b >= first), 0)
+            added = self.assign(count - existing, factor, start_partition=existing, start=start)
+        if validate_only:
+            return
+        await zk_admin.add_partitions(self.zk, name, current, version, added)
+        if timeout_ms > 0:
+            await self.wait_for_leaders(name, count, timeout_ms)

@@ -1,0 +1,172 @@
+"""Admin in a cluster beyond creation: DeleteTopics and CreatePartitions from any broker,
+preferred leader election (ElectLeaders and auto.leader.rebalance.enable), producer id
+blocks from ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from clustertest_helpers import all_see, eventually, metadata
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from conftest import FAST_SESSION
+from wire import request_of, roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.testing import KafkaCluster
+
+
+def _states(zk_view, topic: str) -> dict[int, dict]:
+    parts = zk_view.json(f"/brokers/topics/{topic}")["partitions"]
+    return {int(p): zk_view.json(f"/brokers/topics/{topic}/partitions/{p}/state") for p in parts}
+
+
+def _topics(bootstrap: str) -> dict[str, int]:
+    return {t.name: len(t.partitions) for t in metadata(bootstrap).topics}
+
+
+def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_view):
+    brokers = kafka_cluster.brokers
+    all_see(brokers)
+    admin = AdminClient({"bootstrap.servers": brokers[3].bootstrap})
+    created = admin.create_topics([NewTopic("doomed", 3, 2), NewTopic("growing", 2, 3)])
+    for f in created.values():
+        f.result()
+
+    # CreatePartitions: 2 -> 4 by the assignment rule, then a 5th on brokers given by hand.
+    admin.create_partitions([NewPartitions("growing", 4)], operation_timeout=15)["growing"].result()
+    admin.create_partitions(
+        [NewPartitions("growing", 5, replica_assignment=[[2, 1, 3]])], operation_timeout=15
+    )["growing"].result()
+    states = _states(zk_view, "growing")
+    assignment = zk_view.json("/brokers/topics/growing")["partitions"]
+    assert sorted(states) == [0, 1, 2, 3, 4]
+    assert assignment["4"] == [2, 1, 3] and states[4]["leader"] == 2
+    for p, replicas in assignment.items():
+        assert sorted(replicas) == [1, 2, 3]
+        assert states[int(p)]["leader"] == replicas[0] and states[int(p)]["leader_epoch"] == 0
+    for b in brokers.values():
+        eventually(
+            lambda b=b: _topics(b.bootstrap).get("growing") == 5, budget_s=10, what="5 partitions"
+        )
+    with pytest.raises(KafkaException) as info:
+        admin.create_partitions([NewPartitions("growing", 3)])["growing"].result()
+    assert info.value.args[0].code() == ErrorCode.INVALID_PARTITIONS
+
+    # DeleteTopics on a broker that is not the controller: gone from its Metadata when the
+    # call returns, then from ZooKeeper and from every broker.
+    not_controller = next(b for n, b in brokers.items() if n != zk_view.controller())
+    other = AdminClient({"bootstrap.servers": not_controller.bootstrap})
+    other.delete_topics(["doomed"], operation_timeout=15)["doomed"].result()
+    assert "doomed" not in _topics(not_controller.bootstrap)
+    for path in ("/brokers/topics/doomed", "/config/topics/doomed", "/admin/delete_topics/doomed"):
+        eventually(lambda path=path: zk_view.exists(path) is None, budget_s=10, what=path)
+    for b in brokers.values():
+        eventually(lambda b=b: "doomed" not in _topics(b.bootstrap), budget_s=10, what="deleted")
+    with pytest.raises(KafkaException) as info:
+        other.delete_topics(["doomed"], operation_timeout=15)["doomed"].result()
+    assert info.value.args[0].code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # The name is free again.
+    admin.create_topics([NewTopic("doomed", 1, 3)])["doomed"].result()
+    assert sorted(zk_view.json("/brokers/topics/doomed")["partitions"]["0"]) == [1, 2, 3]
+
+
+def _rejoin_isr(zk_view, topic: str, partition: int, broker_id: int) -> None:
+    """What a leader does once a follower caught up (the replica half): the ISR grows by a
+    conditional write of the state znode, then an ISR change notification."""
+    path = f"{zk_view.root}/brokers/topics/{topic}/partitions/{partition}/state"
+    data, stat = zk_view.client.get(path)
+    state = json.loads(data)
+    state["isr"] = [*state["isr"], broker_id]
+    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+    change = {"version": 1, "partitions": [{"topic": topic, "partition": partition}]}
+    zk_view.client.create(
+        f"{zk_view.root}/isr_change_notification/isr_change_",
+        json.dumps(change).encode(),
+        sequence=True,
+    )
+
+
+def test_preferred_leaders_come_back_by_election(zookeeper, tmp_path, zk_view):
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "200",
+        "leader.imbalance.check.interval.seconds": "1",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("pref", 6, 3)])["pref"].result()
+        preferred = {p: s["leader"] for p, s in _states(zk_view, "pref").items()}
+        led_by_2 = sorted(p for p, leader in preferred.items() if leader == 2)
+        cluster.brokers[2].restart()  # controlled shutdown moves its leaderships away
+        all_see(cluster.brokers)
+        for p in led_by_2:
+            assert _states(zk_view, "pref")[p]["leader"] != 2
+
+        # ElectLeaders while broker 2 is out of the ISRs: not available, nothing changes.
+        controller = cluster.brokers[zk_view.controller()]
+        ctl_admin = AdminClient({"bootstrap.servers": controller.bootstrap})
+        partitions = [TopicPartition("pref", p) for p in led_by_2]
+        result = ctl_admin.elect_leaders(ElectionType.PREFERRED, partitions).result()
+        assert {tp.partition: e.code() for tp, e in result.items()} == dict.fromkeys(
+            led_by_2, ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+        )
+        # Once it is back in the ISR (its leaders say so), the automatic rebalance (every
+        # second here) or an ElectLeaders makes it the leader of its partitions again.
+        for p in led_by_2:
+            _rejoin_isr(zk_view, "pref", p, 2)
+        eventually(
+            lambda: all(_states(zk_view, "pref")[p]["leader"] == 2 for p in led_by_2),
+            budget_s=15,
+            what="preferred leaders back",
+        )
+        result = ctl_admin.elect_leaders(ElectionType.PREFERRED, partitions).result()
+        assert {tp.partition: e.code() for tp, e in result.items()} == dict.fromkeys(
+            led_by_2, ErrorCode.ELECTION_NOT_NEEDED
+        )
+        for b in cluster.brokers.values():
+            eventually(
+                lambda b=b: all(
+                    p.leader_id == preferred[p.partition_index]
+                    for t in metadata(b.bootstrap).topics
+                    for p in t.partitions
+                ),
+                budget_s=10,
+                what=f"{b.bootstrap} describes the preferred leaders",
+            )
+
+
+def test_producer_ids_come_in_blocks_from_zookeeper(kafka_cluster, zk_view):
+    brokers = kafka_cluster.brokers
+    all_see(brokers)
+
+    def init_producer_id(bootstrap: str) -> list[int]:
+        host, port = bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            answer = roundtrip(
+                sock,
+                request_of(22, transactional_id=None, transaction_timeout_ms=60000),
+                2,
+            )
+        # COORDINATOR_LOAD_IN_PROGRESS until the broker's first block came from ZooKeeper.
+        return answer.error_code == 0 and [answer.producer_id]
+
+    ids = {}
+    for node_id, broker in brokers.items():
+        ids[node_id] = [
+            eventually(lambda b=broker: init_producer_id(b.bootstrap), budget_s=10, what="pid")[0]
+            for _ in range(3)
+        ]
+    every = [pid for pids in ids.values() for pid in pids]
+    assert len(set(every)) == 9  # unique across the cluster
+    for pids in ids.values():
+        # Consecutive ids from one block of 1000 per broker, blocks apart.
+        assert pids == list(range(pids[0], pids[0] + 3))
+        assert pids[0] % 1000 == 0
+    latest = zk_view.json("/latest_producer_id_block")
+    assert latest["version"] == 1
+    assert int(latest["block_end"]) - int(latest["block_start"]) == 999
+    assert int(latest["block_end"]) >= max(every)

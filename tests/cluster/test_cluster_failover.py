@@ -1,0 +1,285 @@
+"""The controller reacting to brokers: a broker dying or stopping moves its leaderships
+within seconds, a returning broker brings its offline partitions back, a controlled
+shutdown moves leaderships before the broker stops, and a new controller takes over."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+
+from clustertest_helpers import all_see, eventually, metadata
+from confluent_kafka.admin import AdminClient, NewTopic
+from conftest import FAST_SESSION
+from wire import request_of, roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.testing import BrokerProcess, KafkaCluster
+
+NO_CONTROLLED_SHUTDOWN = {**FAST_SESSION, "controlled.shutdown.enable": "false"}
+
+
+def _create(bootstrap: str, topic: NewTopic) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([topic], operation_timeout=15)[topic.topic].result()
+
+
+def _states(zk_view, topic: str) -> dict[int, dict]:
+    parts = zk_view.json(f"/brokers/topics/{topic}")["partitions"]
+    return {int(p): zk_view.json(f"/brokers/topics/{topic}/partitions/{p}/state") for p in parts}
+
+
+def _described(bootstrap: str, topic: str) -> dict[int, tuple]:
+    """partition -> (error, leader, epoch, isr, offline) as one broker describes it."""
+    for t in metadata(bootstrap).topics:
+        if t.name == topic:
+            return {
+                p.partition_index: (
+                    p.error_code,
+                    p.leader_id,
+                    p.leader_epoch,
+                    p.isr_nodes,
+                    p.offline_replicas,
+                )
+                for p in t.partitions
+            }
+    return {}
+
+
+def test_a_killed_broker_loses_its_leaderships_within_seconds(zookeeper, tmp_path, zk_view):
+    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=FAST_SESSION)
+    with cluster:
+        config = cluster.broker_config(3)
+        del config["listeners"]
+        process = BrokerProcess(config)
+        try:
+            everyone = {**cluster.brokers, 3: process}
+            all_see(everyone)
+            _create(cluster.bootstrap, NewTopic("t", 6, 3))
+            before = _states(zk_view, "t")
+            led_by_3 = sorted(p for p, s in before.items() if s["leader"] == 3)
+            assert len(led_by_3) == 2
+
+            process.kill()  # kill -9: ZooKeeper notices when its 4 s session expires
+            after = eventually(
+                lambda: (
+                    (s := _states(zk_view, "t"))
+                    and all(x["leader"] in (1, 2) and 3 not in x["isr"] for x in s.values())
+                    and s
+                ),
+                budget_s=20,
+                what="leaders and ISRs without broker 3",
+            )
+            for p, state in after.items():
+                # Each partition changed once: a new leader for broker 3's, the ISR shrunk
+                # for the others (Kafka bumps the leader epoch for both).
+                assert state["leader_epoch"] == 1, (p, state)
+                assert state["isr"] == [r for r in before[p]["isr"] if r != 3]
+                if p not in led_by_3:
+                    assert state["leader"] == before[p]["leader"]
+            # Both live brokers describe it: new leaders, broker 3 offline.
+            expected = {p: (0, s["leader"], 1, s["isr"], [3]) for p, s in after.items()}
+            for broker in cluster.brokers.values():
+                eventually(
+                    lambda b=broker: _described(b.bootstrap, "t") == expected,
+                    budget_s=10,
+                    what=f"{broker.bootstrap} describes the new leaders",
+                )
+
+            # Broker 3 comes back: every broker lists it again and no replica is offline;
+            # the new broker itself learns everything from the controller's UpdateMetadata.
+            process = BrokerProcess(config | {"listeners": f"PLAINTEXT://127.0.0.1:{process.port}"})
+            everyone[3] = process
+            all_see(everyone)
+            expected = {p: (0, s["leader"], 1, s["isr"], []) for p, s in after.items()}
+            for broker in everyone.values():
+                eventually(
+                    lambda b=broker: _described(b.bootstrap, "t") == expected,
+                    budget_s=10,
+                    what=f"{broker.bootstrap} describes broker 3 back",
+                )
+            # SIGTERM: a controlled shutdown first (it leads nothing; it leaves the ISRs
+            # it is in, which it is in none of), then exit 0.
+            assert process.stop() == 0
+            assert any("controlled shutdown of broker 3 done" in line for line in process.lines)
+        finally:
+            if process.proc.poll() is None:
+                process.kill()
+
+
+def test_an_offline_partition_comes_back_with_its_broker(zookeeper, tmp_path, zk_view):
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=NO_CONTROLLED_SHUTDOWN
+    ) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("solo", 1, replica_assignment=[[3]]))
+        assert _states(zk_view, "solo")[0]["leader"] == 3
+        broker = cluster.brokers[3]
+        broker.stop()
+        # No other replica: no leader, and the ISR keeps its last member (never empty).
+        eventually(lambda: _states(zk_view, "solo")[0]["leader"] == -1, budget_s=15, what="offline")
+        assert _states(zk_view, "solo")[0]["isr"] == [3]
+        eventually(
+            lambda: (
+                _described(cluster.brokers[1].bootstrap, "solo")
+                == {0: (ErrorCode.LEADER_NOT_AVAILABLE, -1, 1, [3], [3])}
+            ),
+            budget_s=10,
+            what="solo described offline",
+        )
+        broker.restart()  # same port and log dir
+        state = eventually(
+            lambda: (s := _states(zk_view, "solo")[0])["leader"] == 3 and s,
+            budget_s=15,
+            what="solo led by broker 3 again",
+        )
+        assert (state["leader_epoch"], state["isr"]) == (2, [3])
+        for b in cluster.brokers.values():
+            eventually(
+                lambda b=b: _described(b.bootstrap, "solo") == {0: (0, 3, 2, [3], [])},
+                budget_s=10,
+                what=f"{b.bootstrap} describes solo online",
+            )
+
+
+def test_controlled_shutdown_moves_leaderships_before_the_broker_stops(
+    zookeeper, tmp_path, zk_view, caplog
+):
+    overrides = {**FAST_SESSION, "controlled.shutdown.retry.backoff.ms": "200"}
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("moving", 6, 3))
+        led_by_2 = sorted(p for p, s in _states(zk_view, "moving").items() if s["leader"] == 2)
+        assert len(led_by_2) == 2
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(2).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        shutting_down = messages.index("broker 2 shutting down")
+        done = messages.index(
+            next(m for m in messages if "controlled shutdown of broker 2 done" in m)
+        )
+        assert done < shutting_down  # the broker asked, and was done, before stopping
+        moved = [m for m in messages[:done] if m.startswith("controlled shutdown election of")]
+        assert len(moved) == 6  # 2 leaderships moved, 4 ISRs shrunk
+        for state in _states(zk_view, "moving").values():
+            assert state["leader"] in (1, 3) and 2 not in state["isr"]
+        # The other brokers were told at once; they need no session expiry to know.
+        for b in cluster.brokers.values():
+            described = _described(b.bootstrap, "moving")
+            assert all(
+                leader in (1, 3) and 2 not in isr for _, leader, _, isr, _ in described.values()
+            )
+
+
+def test_a_new_controller_takes_over_and_topics_still_work(zookeeper, tmp_path, zk_view):
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=FAST_SESSION) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("before", 3, 3))
+        first = zk_view.controller()
+        cluster.brokers.pop(first).stop()
+        second = eventually(
+            lambda: zk_view.controller() not in (None, first) and zk_view.controller(),
+            budget_s=15,
+            what="a new controller",
+        )
+        assert zk_view.controller_epoch() == 2
+        all_see(cluster.brokers)
+        for state in _states(zk_view, "before").values():
+            assert state["leader"] != first and first not in state["isr"]
+
+        # The new controller makes new partitions, with its epoch in their state.
+        survivor = next(b for n, b in cluster.brokers.items() if n != second)
+        _create(survivor.bootstrap, NewTopic("after", 2, 2))
+        for state in _states(zk_view, "after").values():
+            assert state["controller_epoch"] == 2 and state["leader"] in cluster.brokers
+        for b in cluster.brokers.values():
+            m = metadata(b.bootstrap)
+            assert m.controller_id == second
+            assert {t.name for t in m.topics} == {"before", "after"}
+
+
+def test_isr_changes_by_leaders_reach_every_broker(kafka_cluster, zk_view):
+    """What a leader does when its ISR changes (the replica half): a conditional write of
+    the state znode, then an /isr_change_notification znode; the controller re-reads the
+    state and sends UpdateMetadata to everyone."""
+    brokers = kafka_cluster.brokers
+    all_see(brokers)
+    _create(kafka_cluster.bootstrap, NewTopic("isr", 1, 3))
+    path = zk_view.root + "/brokers/topics/isr/partitions/0/state"
+    data, stat = zk_view.client.get(path)
+    state = zk_view.json("/brokers/topics/isr/partitions/0/state")
+    shrunk = state | {"isr": [state["leader"]]}
+
+    zk_view.client.set(path, json.dumps(shrunk).encode(), version=stat.version)
+    zk_view.client.create(
+        zk_view.root + "/isr_change_notification/isr_change_",
+        b'{"version":1,"partitions":[{"topic":"isr","partition":0}]}',
+        sequence=True,
+    )
+    for b in brokers.values():
+        eventually(
+            lambda b=b: _described(b.bootstrap, "isr")[0][3] == [state["leader"]],
+            budget_s=10,
+            what=f"{b.bootstrap} sees the shrunk ISR",
+        )
+    eventually(
+        lambda: zk_view.client.get_children(zk_view.root + "/isr_change_notification") == [],
+        budget_s=10,
+        what="the notification deleted",
+    )
+    # And back (the followers caught up): every broker sees the whole ISR again.
+    data, stat = zk_view.client.get(path)
+    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+    zk_view.client.create(
+        zk_view.root + "/isr_change_notification/isr_change_",
+        b'{"version":1,"partitions":[{"topic":"isr","partition":0}]}',
+        sequence=True,
+    )
+    for b in brokers.values():
+        eventually(
+            lambda b=b: _described(b.bootstrap, "isr")[0][3] == state["isr"],
+            budget_s=10,
+            what=f"{b.bootstrap} sees the ISR grown back",
+        )
+
+
+def test_a_stale_controller_epoch_is_refused(kafka_cluster, zk_view):
+    all_see(kafka_cluster.brokers)
+    epoch = zk_view.controller_epoch()
+    host, port = kafka_cluster.brokers[1].bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        stale = request_of(6, controller_id=2, controller_epoch=epoch - 1, live_brokers=[])
+        assert roundtrip(sock, stale, 8).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    # And the cache is untouched: every broker is still listed.
+    assert len(metadata(kafka_cluster.brokers[1].bootstrap).brokers) == 3
+
+
+def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(
+    zookeeper, tmp_path, zk_view, caplog
+):
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "100",
+        "controlled.shutdown.max.retries": "1",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("lonely", 1, replica_assignment=[[2, 1, 3]]))
+        # Its leader alone in the ISR (the followers fell behind, as a leader would write).
+        path = zk_view.root + "/brokers/topics/lonely/partitions/0/state"
+        data, stat = zk_view.client.get(path)
+        state = json.loads(data) | {"isr": [2]}
+        zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(2).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        # Asked twice, told twice it still leads lonely-0 (no ISR member to hand over to),
+        # then stopped anyway; only then did the partition go offline.
+        assert sum("still leading lonely-0" in m for m in messages) == 2
+        assert any("controlled shutdown of broker 2 did not complete" in m for m in messages)
+        after = eventually(
+            lambda: (s := _states(zk_view, "lonely")[0])["leader"] == -1 and s,
+            budget_s=15,
+            what="lonely offline",
+        )
+        assert after["isr"] == [2]
