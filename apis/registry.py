@@ -63,6 +63,9 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
     ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
     ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
+    # Controller -> broker (ZooKeeper mode), served by the replica manager.
+    ApiSpec(4, "LeaderAndIsr", 0, 7, "leader_and_isr"),
+    ApiSpec(5, "StopReplica", 0, 4, "stop_replica"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -1,0 +1,154 @@
+"""Replication, replica side: the test is the controller (znodes + LeaderAndIsr), real
+brokers replicate, real clients produce with acks=all and consume."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from replication_helpers import (
+    ControllerStub,
+    eventually,
+    list_offset,
+    produce,
+    segment_bytes,
+    values_by_offset,
+)
+
+from trio_broker.errors import ErrorCode
+from trio_broker.log.checkpoints import read_offset_checkpoint
+from trio_broker.testing import KafkaCluster
+
+OVERRIDES = {
+    "auto.create.topics.enable": "false",
+    "replica.high.watermark.checkpoint.interval.ms": "300",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+}
+
+
+@pytest.fixture
+def cluster(zookeeper, tmp_path):
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=OVERRIDES) as c:
+        yield c
+
+
+def test_leader_and_isr_then_acks_all_from_three_clients_replicates_byte_for_byte(cluster, zk_view):
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("rep", {0: [1, 2, 3], 1: [2, 3, 1]}, {"min.insync.replicas": "2"})
+    answers = ctl.send([("rep", 0), ("rep", 1)])
+    for node, answer in answers.items():
+        assert answer.error_code == 0, node
+        assert [p.error_code for t in answer.topics for p in t.partition_errors] == [0, 0]
+
+    # The replicas' logs exist with the topic id, and a follower refuses produce.
+    for node in (1, 2, 3):
+        assert (cluster.brokers[node].log_dir / "rep-0" / "partition.metadata").exists()
+    refused = produce(cluster.brokers[2].bootstrap, "rep", 0, [b"x"], version=10)
+    assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert (refused.current_leader.leader_id, refused.current_leader.leader_epoch) == (1, 0)
+
+    import confluent_kafka
+    import kafka
+
+    sent: dict[int, set[bytes]] = {0: set(), 1: set()}
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5}
+    )
+    delivered = []
+    for i in range(300):
+        value = f"ck-{i}".encode()
+        sent[i % 2].add(value)
+        producer.produce(
+            "rep", value, partition=i % 2, on_delivery=lambda e, m: delivered.append(e)
+        )
+    assert producer.flush(60) == 0
+    assert delivered == [None] * 300
+
+    kp = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+    futures = []
+    for i in range(100):
+        value = f"kp-{i}".encode()
+        sent[i % 2].add(value)
+        futures.append(kp.send("rep", value, partition=i % 2))
+    for f in futures:
+        f.get(timeout=60)
+    kp.close()
+
+    async def aio() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        await p.start()
+        try:
+            for i in range(100):
+                value = f"aio-{i}".encode()
+                sent[i % 2].add(value)
+                await p.send_and_wait("rep", value, partition=i % 2)
+        finally:
+            await p.stop()
+
+    asyncio.run(aio())
+
+    leaders = {0: 1, 1: 2}
+    for p, leader in leaders.items():
+        hw = list_offset(cluster.brokers[leader].bootstrap, "rep", p).offset
+        assert hw == len(sent[p]) == 250
+        leader_bytes = segment_bytes(cluster.brokers[leader].log_dir, "rep", p)
+        assert set(values_by_offset(leader_bytes).values()) == sent[p]
+        # Every follower's segments hold the leader's batches, byte for byte.
+        for node in (1, 2, 3):
+            eventually(
+                lambda n=node, p=p, b=leader_bytes: (
+                    segment_bytes(cluster.brokers[n].log_dir, "rep", p) == b
+                ),
+                budget_s=20,
+                what=f"replica {node} of rep-{p}",
+            )
+        # The leader's HW is in replication-offset-checkpoint.
+        eventually(
+            lambda leader=leader, p=p, hw=hw: (
+                read_offset_checkpoint(
+                    cluster.brokers[leader].log_dir / "replication-offset-checkpoint"
+                ).get(("rep", p))
+                == hw
+            ),
+            budget_s=10,
+            what="HW checkpoint",
+        )
+
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "g",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([confluent_kafka.TopicPartition("rep", p, 0) for p in (0, 1)])
+    got: dict[int, set[bytes]] = {0: set(), 1: set()}
+
+    def consumed() -> bool:
+        for m in consumer.consume(100, timeout=0.5):
+            if m.error() is None:
+                got[m.partition()].add(m.value())
+        return got == sent
+
+    eventually(consumed, budget_s=30, what="consumed everything")
+    consumer.close()
+    producer.flush(1)
+
+
+def test_stale_controller_epoch_and_fenced_leader_epoch(cluster, zk_view):
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("fence", {0: [1, 2]})
+    ctl.send([("fence", 0)])
+    stale = ctl.send([("fence", 0)], to=[1], controller_epoch=ctl.epoch - 1)[1]
+    assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
+    ctl.elect("fence", 0, 2, [1, 2])
+    ctl.send([("fence", 0)])
+    ctl.states[("fence", 0)]["leader_epoch"] = 0
+    old = ctl.send([("fence", 0)], to=[2])[2]
+    assert [p.error_code for t in old.topics for p in t.partition_errors] == [
+        ErrorCode.FENCED_LEADER_EPOCH
+    ]
