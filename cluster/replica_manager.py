@@ -58,10 +58,10 @@ class ReplicaManager:
         self._state_lock = trio.Lock()
         self.isr_shrinks = 0
         self.isr_expands = 0
-        # Callbacks (topic, partition, leader_epoch) on leadership gained / lost: the
+        # Callbacks (topic, partition, leader_epoch) on leadership gained / lost; the
         # group and transaction coordinators load and unload their partitions.
-        self.on_become_leader: list[Any] = []
-        self.on_resign: list[Any] = []
+        self.on_become_leader: list[Any] = [self._coordinator_elected]
+        self.on_resign: list[Any] = [self._coordinator_resigned]
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -77,6 +77,25 @@ class ReplicaManager:
     def spawn(self, fn: Any, *args: Any) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
+
+    # -- coordinators move with leadership ------------------------------------------------
+
+    def _coordinator(self, topic: str) -> Any:
+        if topic == "__consumer_offsets":
+            return getattr(self.broker, "group_coordinator", None)
+        if topic == "__transaction_state":
+            return getattr(self.broker, "transaction_coordinator", None)
+        return None
+
+    def _coordinator_elected(self, topic: str, partition: int, _epoch: int) -> None:
+        coordinator = self._coordinator(topic)
+        if coordinator is not None:
+            coordinator.load_partition(partition)
+
+    def _coordinator_resigned(self, topic: str, partition: int, _epoch: int) -> None:
+        coordinator = self._coordinator(topic)
+        if coordinator is not None:
+            coordinator.unload_partition(partition)
 
     # -- lookups ---------------------------------------------------------------------------
 
