@@ -66,13 +66,24 @@ class ReplicaManager:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(self.produce_purgatory.run)
-            await nursery.start(self.fetchers.run)
-            nursery.start_soon(self._isr_expiration)
-            nursery.start_soon(self._checkpoint_high_watermarks)
-            task_status.started()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.produce_purgatory.run)
+                await nursery.start(self.fetchers.run)
+                nursery.start_soon(self._isr_expiration)
+                nursery.start_soon(self._checkpoint_high_watermarks)
+                task_status.started()
+        finally:
+            from trio_broker.server.sendfile import SENDFILE_STATS
+
+            logger.info(
+                "replica manager stopped: %d ISR shrinks, %d expansions; sendfile: %d calls, "
+                "%d bytes",
+                self.isr_shrinks,
+                self.isr_expands,
+                *SENDFILE_STATS,
+            )
 
     def spawn(self, fn: Any, *args: Any) -> None:
         if self._nursery is not None:
@@ -371,8 +382,8 @@ class ReplicaManager:
     def follower_fetched(self, replica_id: int, topic: str, index: int, fetch_offset: int) -> None:
         """A follower's fetch asked for `fetch_offset`: its log end offset."""
         part = self.partitions.get((topic, index))
-        if part is None or not part.is_leader:
-            return
+        if part is None or not part.is_leader or fetch_offset > part.log.log_end_offset:
+            return  # beyond our log: the read answers OFFSET_OUT_OF_RANGE
         if part.update_follower(replica_id, fetch_offset, _now_ms()):
             self._hw_moved(part)
         if (
