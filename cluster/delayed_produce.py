@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.server.requests import Request
 
-__all__ = ["DelayedProduce", "finish_produce", "node_endpoints"]
+__all__ = ["DelayedProduce", "after_replication", "finish_produce", "node_endpoints"]
 
 
 @attrs.define
@@ -138,6 +138,52 @@ def finish_produce(
             deadline=trio.current_time() + max(timeout_ms, 0) / 1000,
             try_complete=delayed.try_complete,
             complete=delayed.complete,
+        )
+    )
+    return DELAYED
+
+
+def after_replication(
+    broker: Broker,
+    request: Request,
+    topic: str,
+    partition: int,
+    timeout_ms: int,
+    answer: Any,
+) -> Any:
+    """The coordinators' acks=-1 appends (Kafka's appendRecords with requiredAcks -1):
+    `answer(code)` builds the response once the ISR has this leader's log end of
+    `topic-partition` as it is now, with NONE, NOT_LEADER_OR_FOLLOWER,
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND or REQUEST_TIMED_OUT. Returns that response, or
+    DELAYED while the request waits in the produce purgatory."""
+    rm = broker.replica_manager
+    part = rm.leader_partition(topic, partition)
+    if part is None:
+        return answer(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    from trio_broker.protocol._generated.produce_response import PartitionProduceResponse
+
+    slot = PartitionProduceResponse(index=partition)
+    delayed = DelayedProduce(
+        broker=broker,
+        request=request,
+        response=None,
+        waiting=[_Waiting(topic, partition, part.log.log_end_offset, part.leader_epoch, slot)],
+    )
+    if delayed.try_complete():
+        return answer(ErrorCode(slot.error_code))
+
+    async def complete() -> None:
+        delayed.try_complete()
+        w = delayed.waiting[0]
+        code = ErrorCode(w.answer.error_code) if w.done else ErrorCode.REQUEST_TIMED_OUT
+        await request.respond(answer(code))
+
+    rm.produce_purgatory.park(
+        DelayedOperation(
+            keys=((topic, partition),),
+            deadline=trio.current_time() + timeout_ms / 1000,
+            try_complete=delayed.try_complete,
+            complete=complete,
         )
     )
     return DELAYED

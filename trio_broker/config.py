@@ -676,6 +676,14 @@ BROKER_CONFIGS += (
         "How often high watermarks are written to replication-offset-checkpoint.",
     ),
     ConfigKey(
+        "offsets.commit.timeout.ms",
+        "INT",
+        5000,
+        _int,
+        _at_least(1),
+        "How long an offset commit waits for the ISR of its __consumer_offsets partition.",
+    ),
+    ConfigKey(
         "replica.socket.timeout.ms",
         "INT",
         30000,

@@ -32,7 +32,7 @@ def _coordinator(bootstrap: str, group: str) -> tuple[int, int]:
     return answer.error_code, answer.node_id
 
 
-def _consume(bootstrap: str, group: str, count: int) -> list[bytes]:
+def _consume(bootstrap: str, group: str, count: int, after_commit=None) -> list[bytes]:
     import confluent_kafka
 
     consumer = confluent_kafka.Consumer(
@@ -54,6 +54,8 @@ def _consume(bootstrap: str, group: str, count: int) -> list[bytes]:
 
     eventually(enough, budget_s=30, what=f"{count} records for {group}")
     consumer.commit(asynchronous=False)
+    if after_commit is not None:
+        after_commit()
     consumer.close()
     return got
 
@@ -72,13 +74,22 @@ def test_group_coordinator_moves_with_offsets_leadership_and_stop_replica(
         assert (
             produce(b2.bootstrap, "data", 0, [f"r{i}".encode() for i in range(20)]).error_code == 0
         )
-        assert _consume(cluster.bootstrap, "cg", 20) == [f"r{i}".encode() for i in range(20)]
-        offsets_bytes = segment_bytes(b1.log_dir, "__consumer_offsets", 0)
-        assert offsets_bytes
+
+        def replicated() -> None:
+            # The synchronous commit was answered once the follower had it (acks=-1).
+            offsets_bytes = segment_bytes(b1.log_dir, "__consumer_offsets", 0)
+            assert offsets_bytes
+            assert segment_bytes(b2.log_dir, "__consumer_offsets", 0) == offsets_bytes
+
+        consumed = _consume(cluster.bootstrap, "cg", 20, after_commit=replicated)
+        assert consumed == [f"r{i}".encode() for i in range(20)]
         eventually(
-            lambda: segment_bytes(b2.log_dir, "__consumer_offsets", 0) == offsets_bytes,
+            lambda: (
+                segment_bytes(b2.log_dir, "__consumer_offsets", 0)
+                == segment_bytes(b1.log_dir, "__consumer_offsets", 0)
+            ),
             budget_s=20,
-            what="offsets replicated",
+            what="the group's leave replicated too",
         )
 
         # Leadership of __consumer_offsets-0 moves to broker 2: broker 1 unloads the group
