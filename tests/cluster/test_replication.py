@@ -139,6 +139,44 @@ def test_leader_and_isr_then_acks_all_from_three_clients_replicates_byte_for_byt
     consumer.close()
     producer.flush(1)
 
+    # kafka-python and aiokafka read the same, from the leaders.
+    kc = kafka.KafkaConsumer(
+        bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, consumer_timeout_ms=3000
+    )
+    kc.assign([kafka.TopicPartition("rep", p) for p in (0, 1)])
+    kc.seek_to_beginning()
+    by_kafka_python: dict[int, set[bytes]] = {0: set(), 1: set()}
+    for m in kc:
+        by_kafka_python[m.partition].add(m.value)
+    kc.close()
+    assert by_kafka_python == sent
+
+    async def aio_consume() -> dict[int, set[bytes]]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        c = AIOKafkaConsumer(
+            bootstrap_servers=cluster.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await c.start()
+        out: dict[int, set[bytes]] = {0: set(), 1: set()}
+        try:
+            c.assign([TopicPartition("rep", p) for p in (0, 1)])
+
+            async def read_all() -> None:
+                while out != sent:
+                    batches = await c.getmany(timeout_ms=500)
+                    for tp, messages in batches.items():
+                        out[tp.partition].update(m.value for m in messages)
+
+            await asyncio.wait_for(read_all(), 30)
+        finally:
+            await c.stop()
+        return out
+
+    assert asyncio.run(aio_consume()) == sent
+
 
 def test_stale_controller_epoch_and_fenced_leader_epoch(cluster, zk_view):
     ctl = ControllerStub(cluster, zk_view)
