@@ -11,6 +11,7 @@ from replication_helpers import (
     eventually,
     list_offset,
     produce,
+    raw,
     segment_bytes,
     values_by_offset,
 )
@@ -142,3 +143,24 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
         refused = produce(b1.bootstrap, "div", 0, [b"x"], version=10)
         assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert refused.current_leader.leader_id == 2
+        # So does a consumer's fetch (v16: with the leader's endpoint).
+        from trio_broker.protocol._generated.fetch_request import (
+            FetchPartition,
+            FetchRequest,
+            FetchTopic,
+        )
+
+        fetch = FetchRequest(
+            max_wait_ms=0,
+            topics=[
+                FetchTopic(
+                    topic_id=ctl.topic_ids["div"],
+                    partitions=[FetchPartition(partition=0, partition_max_bytes=1 << 20)],
+                )
+            ],
+        )
+        answer = raw(b1.bootstrap, fetch, 16)
+        data = answer.responses[0].partitions[0]
+        assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (2, 1)
+        assert [(e.node_id, e.port) for e in answer.node_endpoints] == [(2, b2.port)]
