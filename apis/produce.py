@@ -147,7 +147,9 @@ def append_partition(
         replicas.after_leader_append(leader)
         if acks == -1 and pending is not None and log.high_watermark <= result.last_offset:
             # acks=all: answered once the ISR has it (cluster/delayed_produce.py).
-            pending.append((topic, partition, result.last_offset + 1, leader.leader_epoch, answer))
+            pending.append(
+                (topic, partition, result.last_offset + 1, leader.leader_generation, answer)
+            )
     broker.fetch_purgatory.wake(((topic, partition),))
     answer.base_offset = result.first_offset
     answer.log_append_time_ms = result.log_append_time_ms

@@ -31,7 +31,7 @@ class _Waiting:
     topic: str
     partition: int
     required_offset: int  # the HW must reach this
-    leader_epoch: int
+    leader_generation: int  # Partition.leader_generation at the append
     answer: Any  # PartitionProduceResponse, filled in when decided
     done: bool = False
 
@@ -50,7 +50,7 @@ class DelayedProduce:
             if w.done:
                 continue
             part = rm.partitions.get((w.topic, w.partition))
-            if part is None or not part.is_leader or part.leader_epoch != w.leader_epoch:
+            if part is None or not part.is_leader or part.leader_generation != w.leader_generation:
                 _not_leader(self.broker, w)
             elif part.log.high_watermark >= w.required_offset:
                 w.done = True
@@ -167,7 +167,7 @@ def after_replication(
         broker=broker,
         request=request,
         response=None,
-        waiting=[_Waiting(topic, partition, part.log.log_end_offset, part.leader_epoch, slot)],
+        waiting=[_Waiting(topic, partition, part.log.log_end_offset, part.leader_generation, slot)],
     )
     if delayed.try_complete():
         return answer(ErrorCode(slot.error_code))

@@ -73,6 +73,9 @@ class Partition:
         # the high watermark keeps using the ISR as it was (the larger of the two on a
         # shrink, the smaller on an expansion: safe either way).
         self.isr_change_in_flight = False
+        # Counts the times this broker became the leader: a delayed produce waits only as
+        # long as the leadership it was appended under lasts (new epochs included).
+        self.leader_generation = 0
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else f"follower of {self.leader_id}"
@@ -116,7 +119,10 @@ class Partition:
         now_ms: int,
     ) -> bool:
         """Become (or stay) the leader; True when this starts a new leader epoch here."""
-        new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
+        new_leader = not self.is_leader
+        new_epoch = new_leader or leader_epoch != self.leader_epoch
+        if new_leader:
+            self.leader_generation += 1
         self._set_state(
             leader=self.node_id,
             leader_epoch=leader_epoch,
@@ -136,15 +142,18 @@ class Partition:
                     log.leader_epoch_cache.assign(leader_epoch, log.log_end_offset)
                 except OSError as exc:
                     logger.warning("leader epoch checkpoint of %s not written: %s", log.name, exc)
+        if new_leader:
+            # What followers had is unknown until they fetch from this leader.
             self.remote = {
                 r: ReplicaState(r, last_caught_up_ms=now_ms if r in isr else 0)
                 for r in replicas
                 if r != self.node_id
             }
         else:
+            # Still the leader (a new epoch, or a resend): what followers fetched stands.
             for r in replicas:
                 if r != self.node_id and r not in self.remote:
-                    self.remote[r] = ReplicaState(r)
+                    self.remote[r] = ReplicaState(r, last_caught_up_ms=now_ms if r in isr else 0)
             for r in list(self.remote):
                 if r not in replicas:
                     del self.remote[r]

@@ -206,3 +206,32 @@ def test_acks_all_times_out_while_an_isr_follower_is_silent(cluster, zk_view):
     assert answer.base_offset == 1  # appended, not acknowledged
     assert list_offset(cluster.brokers[1].bootstrap, "slow", 0).offset == 1
     assert ctl.state_znode("slow", 0)[0].isr == (1, 3)
+
+
+def test_a_waiting_acks_all_produce_survives_a_new_epoch_of_the_same_leader(cluster, zk_view):
+    import concurrent.futures
+
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("bump", {0: [1, 3]})
+    ctl.send([("bump", 0)])
+    assert produce(cluster.brokers[1].bootstrap, "bump", 0, [b"a"]).error_code == 0
+    cluster.brokers[3].stop()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(
+            produce, cluster.brokers[1].bootstrap, "bump", 0, [b"b"], timeout_ms=20000
+        )
+        eventually(
+            lambda: (
+                list_offset(cluster.brokers[1].bootstrap, "bump", 0, -1).offset == 1
+                and not waiting.done()
+            ),
+            budget_s=10,
+            what="the produce waits for broker 3",
+        )
+        # The controller drops the dead follower from the ISR with a new leader epoch
+        # (as Kafka's does): broker 1 stays the leader, and the produce completes.
+        ctl.elect("bump", 0, 1, [1])
+        ctl.send([("bump", 0)], to=[1])
+        answer = waiting.result(timeout=15)
+    assert (answer.error_code, answer.base_offset) == (0, 1)
+    assert list_offset(cluster.brokers[1].bootstrap, "bump", 0).offset == 2
