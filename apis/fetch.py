@@ -58,6 +58,8 @@ class _Fetch:
     min_bytes: int
     max_bytes: int
     read_committed: bool
+    # A follower's fetch (replica_id >= 0): read up to the log end, not the HW.
+    follower: bool = False
     response: FetchResponse | None = None
     total_bytes: int = 0
 
@@ -94,7 +96,7 @@ class _Fetch:
                         p.fetch_offset,
                         min(p.partition_max_bytes, remaining),
                         # read_committed stops at the LSO: nothing undecided is returned.
-                        max_offset=lso if self.read_committed else hw,
+                        max_offset=None if self.follower else (lso if self.read_committed else hw),
                         min_one_message=total == 0,
                     )
                 except KafkaError as exc:
@@ -123,6 +125,11 @@ class _Fetch:
                 data.error_code = error
                 data.high_watermark = -1 if log is None else log.high_watermark
                 data.log_start_offset = -1 if log is None else log.log_start_offset
+                replicas = getattr(self.broker, "replica_manager", None)
+                if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 12 and replicas:
+                    leader, epoch = replicas.leader_of(p.topic, p.partition)
+                    data.current_leader.leader_id = leader
+                    data.current_leader.leader_epoch = epoch
             if self.incremental and not _changed(p, data):
                 continue
             p.high_watermark = data.high_watermark
@@ -217,13 +224,59 @@ def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition],
     return out, errors, forgotten
 
 
+def _leadership_errors(
+    broker: Broker, requested: list[CachedPartition], errors: dict, replica_id: int
+) -> None:
+    """In a cluster: a partition not led here is NOT_LEADER_OR_FOLLOWER; a follower's fetch
+    records its log end offset (which may move the HW and the ISR) before the read."""
+    replicas = broker.replica_manager
+    for p in requested:
+        key = (p.topic, p.partition)
+        if key in errors:
+            continue
+        if replica_id >= 0:
+            error = replicas.follower_fetch_error(replica_id, p.topic, p.partition)
+        else:
+            error = (
+                None
+                if replicas.leader_partition(p.topic, p.partition) is not None
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+        if error is None and replica_id >= 0:
+            error = _check_epoch(broker, p)
+            if error is None:
+                replicas.follower_fetched(replica_id, p.topic, p.partition, p.fetch_offset)
+        if error is not None:
+            errors[key] = error
+
+
+def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
+    if version < 16:
+        return
+    from trio_broker.cluster.delayed_produce import node_endpoints
+    from trio_broker.protocol._generated.fetch_response import NodeEndpoint
+
+    leaders = {
+        d.current_leader.leader_id
+        for t in response.responses
+        for d in t.partitions
+        if d.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and d.current_leader.leader_id >= 0
+    }
+    if leaders:
+        response.node_endpoints = node_endpoints(broker, leaders, NodeEndpoint)
+
+
 async def handle(broker: Broker, request: Request) -> Any:
     body = request.body
     version = request.api_version
-    if body.replica_id >= 0 or (version >= 15 and body.replica_state.replica_id >= 0):
-        # Follower fetches arrive with replication; until then no broker may fetch as one.
+    replica_id = body.replica_state.replica_id if version >= 15 else body.replica_id
+    replicas = getattr(broker, "replica_manager", None)
+    if replica_id >= 0 and replicas is None:
+        # A lone broker has no followers: no broker may fetch as one.
         return FetchResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
     requested, errors, forgotten = _requested(broker, request)
+    if replicas is not None:
+        _leadership_errors(broker, requested, errors, replica_id)
     session = None
     incremental = False
     partitions = requested
@@ -262,9 +315,12 @@ async def handle(broker: Broker, request: Request) -> Any:
         incremental=incremental,
         min_bytes=body.min_bytes,
         max_bytes=body.max_bytes,
-        read_committed=body.isolation_level == READ_COMMITTED,
+        read_committed=body.isolation_level == READ_COMMITTED and replica_id < 0,
+        follower=replica_id >= 0,
     )
     if fetch.build() or body.max_wait_ms <= 0 or not partitions:
+        if replicas is not None:
+            _add_node_endpoints(broker, version, fetch.response)
         return fetch.response
     broker.fetch_purgatory.park(
         DelayedOperation(

@@ -1,4 +1,6 @@
-"""FindCoordinator (key 10): this broker coordinates every group (a cluster of one).
+"""FindCoordinator (key 10): this broker coordinates every group (a cluster of one); in
+a ZooKeeper cluster, the leader of the key's `__consumer_offsets` / `__transaction_state`
+partition does.
 
 v4+ asks for several keys at once (KIP-699). Transactional ids (key type 1) are answered
 by the transaction coordinator's broker (this one), creating `__transaction_state` on
@@ -22,7 +24,47 @@ if TYPE_CHECKING:
 GROUP, TRANSACTION = 0, 1
 
 
+def _leader_of_partition(broker: Broker, key: str, key_type: int) -> Coordinator:
+    """A cluster: the coordinator of `key` is the leader of its partition of the internal
+    topic; COORDINATOR_NOT_AVAILABLE while the topic or a leader is missing."""
+    if key_type == GROUP:
+        store = broker.group_coordinator.store
+        topic = "__consumer_offsets"
+    else:
+        store = broker.transaction_coordinator.store
+        topic = "__transaction_state"
+    node = None
+    state = broker.metadata.topics.get(topic)
+    if state is None:
+        try:
+            store.ensure_topic()  # the controller creates it
+        except KafkaError:
+            pass
+    else:
+        pstate = state.partitions.get(store.partition_for(key))
+        if pstate is not None and pstate.leader >= 0:
+            node = broker.metadata.brokers.get(pstate.leader)
+    if node is None:
+        return Coordinator(
+            key=key,
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            error_message=None,
+        )
+    return Coordinator(
+        key=key, node_id=node.node_id, host=node.host, port=node.port, error_message=None
+    )
+
+
 def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
+    if (
+        getattr(broker, "replica_manager", None) is not None
+        and key
+        and (key_type == GROUP or key_type == TRANSACTION)
+    ):
+        return _leader_of_partition(broker, key, key_type)
     node = broker.metadata.brokers.get(broker.node_id)
     error = ErrorCode.NONE
     if key_type == GROUP:

@@ -78,6 +78,7 @@ def append_partition(
     acks: int,
     version: int,
     transactional_id: str | None = None,
+    pending: list | None = None,
 ) -> PartitionProduceResponse:
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
     log = broker.topics.get_log(topic, partition)
@@ -86,6 +87,16 @@ def append_partition(
         answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return answer
     pstate = state.partitions[partition]
+    replicas = getattr(broker, "replica_manager", None)
+    leader = None
+    if replicas is not None:
+        # A cluster: only the leader appends; the others name it (produce v10+).
+        leader = replicas.leader_partition(topic, partition)
+        if leader is None:
+            answer.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            answer.current_leader.leader_id = pstate.leader
+            answer.current_leader.leader_epoch = pstate.leader_epoch
+            return answer
     if records is None or len(records) == 0:
         answer.error_code = ErrorCode.INVALID_RECORD
         answer.error_message = "Produce request has no records"
@@ -129,8 +140,16 @@ def append_partition(
         return answer
     if result.flush_needed:
         broker.schedule_flush(log)
-    # One broker: the ISR is the leader, so what is appended is committed.
-    log.high_watermark = log.log_end_offset
+    if leader is None:
+        # One broker: the ISR is the leader, so what is appended is committed.
+        log.high_watermark = log.log_end_offset
+    else:
+        replicas.after_leader_append(leader)
+        if acks == -1 and pending is not None and log.high_watermark <= result.last_offset:
+            # acks=all: answered once the ISR has it (cluster/delayed_produce.py).
+            pending.append(
+                (topic, partition, result.last_offset + 1, leader.leader_generation, answer)
+            )
     broker.fetch_purgatory.wake(((topic, partition),))
     answer.base_offset = result.first_offset
     answer.log_append_time_ms = result.log_append_time_ms
@@ -161,10 +180,18 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
             for t in body.topic_data
         ]
         return ProduceResponse(responses=responses)
+    pending: list | None = [] if getattr(broker, "replica_manager", None) is not None else None
     for topic in body.topic_data:
         partitions = [
             append_partition(
-                broker, topic.name, p.index, p.records, acks, version, body.transactional_id
+                broker,
+                topic.name,
+                p.index,
+                p.records,
+                acks,
+                version,
+                body.transactional_id,
+                pending,
             )
             for p in topic.partition_data
         ]
@@ -184,4 +211,9 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
             )
             request.connection.close()
         return None
-    return ProduceResponse(responses=responses)
+    response = ProduceResponse(responses=responses)
+    if pending is not None:
+        from trio_broker.cluster.delayed_produce import finish_produce
+
+        return finish_produce(broker, request, response, pending, body.timeout_ms)
+    return response

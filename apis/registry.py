@@ -63,7 +63,9 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
     ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
     ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
-    # The controller's requests to brokers, and the brokers' to the controller (a cluster).
+    # The controller's requests to brokers (ZooKeeper mode), and the brokers' to it.
+    ApiSpec(4, "LeaderAndIsr", 0, 7, "leader_and_isr"),
+    ApiSpec(5, "StopReplica", 0, 4, "stop_replica"),
     ApiSpec(6, "UpdateMetadata", 0, 8, "update_metadata"),
     ApiSpec(7, "ControlledShutdown", 0, 3, "controlled_shutdown"),
     ApiSpec(43, "ElectLeaders", 0, 2, "elect_leaders"),

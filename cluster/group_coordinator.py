@@ -119,8 +119,59 @@ class GroupCoordinator:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         if not self.store.is_loaded(group_id):
+            if (
+                getattr(self.broker, "replica_manager", None) is not None
+                and self.store.partition_for(group_id) not in self.store.loading
+            ):
+                # A cluster: the group's partition is led (and loaded) elsewhere.
+                return ErrorCode.NOT_COORDINATOR
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
+
+    # -- leadership of __consumer_offsets partitions (cluster/replica_manager.py) ----------
+
+    def load_partition(self, partition: int) -> None:
+        """This broker now leads `partition` of `__consumer_offsets`: replay it; its groups
+        answer COORDINATOR_LOAD_IN_PROGRESS until then (Kafka's onElection)."""
+        self.store.loaded.discard(partition)
+        self.store.loading.add(partition)
+        self.spawn(self._load_partition, partition)
+
+    async def _load_partition(self, partition: int) -> None:
+        await trio.sleep(0)
+        if partition not in self.store.loading:
+            return  # unloaded meanwhile
+        groups = self.store.replay_partition(partition)
+        self.offsets.on_partition_loaded(partition, groups)
+        self.store.loading.discard(partition)
+        self.store.loaded.add(partition)
+        logger.info("loaded %d group(s) from __consumer_offsets-%d", len(groups), partition)
+
+    def unload_partition(self, partition: int) -> None:
+        """This broker no longer leads `partition`: its groups go (NOT_COORDINATOR), parked
+        joins and syncs are answered so, and their timers stop (Kafka's onResignation)."""
+        self.store.loaded.discard(partition)
+        self.store.loading.discard(partition)
+        gone = [
+            g for g in self.groups.values() if self.store.partition_for(g.group_id) == partition
+        ]
+        for group in gone:
+            for member_id, member in group.members.items():
+                if member.awaiting_join is not None:
+                    member.awaiting_join(
+                        JoinGroupResponse(error_code=ErrorCode.NOT_COORDINATOR, member_id=member_id)
+                    )
+                    member.awaiting_join = None
+                if member.awaiting_sync is not None:
+                    member.awaiting_sync(SyncGroupResponse(error_code=ErrorCode.NOT_COORDINATOR))
+                    member.awaiting_sync = None
+                if member.session_timer is not None:
+                    member.session_timer.cancel()
+            if group.rebalance_timer is not None:
+                group.rebalance_timer.cancel()
+            del self.groups[group.group_id]
+        if gone:
+            logger.info("unloaded %d group(s) of __consumer_offsets-%d", len(gone), partition)
 
     # -- JoinGroup -------------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ class GroupStore:
         self.now_ms = now_ms  # the records' timestamps
         self.num_partitions: int = broker.config.offsets_topic_num_partitions
         self.loaded: set[int] = set()
+        # In a cluster: partitions this broker leads and is replaying (cluster moves).
+        self.loading: set[int] = set()
+        self.clustered = getattr(broker, "zk", None) is not None
         topic = broker.metadata.topics.get(OFFSETS_TOPIC)
         if topic is not None:
             # An existing topic decides the partition count, as in Kafka.
@@ -71,10 +74,18 @@ class GroupStore:
             self.topic_configs(),
             internal=True,
         )
-        self.loaded = set(range(self.num_partitions))
+        if not self.clustered:
+            self.loaded = set(range(self.num_partitions))
+
+    def replay_partition(self, partition: int) -> dict[str, LoadedGroup]:
+        log = self.broker.topics.get_log(OFFSETS_TOPIC, partition)
+        return {} if log is None else replay(log)
 
     async def load_all(self, on_loaded) -> None:
-        """Replay every partition of the topic; `on_loaded(partition, groups)` after each."""
+        """Replay every partition of the topic; `on_loaded(partition, groups)` after each.
+        In a cluster nothing is led at start: partitions load as leadership arrives."""
+        if self.clustered:
+            return
         if OFFSETS_TOPIC not in self.broker.metadata.topics:
             self.loaded = set(range(self.num_partitions))
             return
@@ -141,8 +152,15 @@ class GroupStore:
             log_append_time_ms=None,
             from_coordinator=producer_id >= 0,
         )
-        # A single broker is the whole ISR: the append is committed at once.
-        log.high_watermark = log.log_end_offset
+        replicas = getattr(self.broker, "replica_manager", None)
+        leader = replicas.leader_partition(OFFSETS_TOPIC, partition) if replicas else None
+        if leader is not None:
+            # A cluster: the HW moves as the followers fetch it (the commit is answered
+            # without waiting for them, unlike Kafka's acks=-1 append).
+            replicas.after_leader_append(leader)
+        else:
+            # A single broker is the whole ISR: the append is committed at once.
+            log.high_watermark = log.log_end_offset
         if result.flush_needed:
             self.broker.schedule_flush(log)
         return result.first_offset

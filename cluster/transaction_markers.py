@@ -65,7 +65,12 @@ def write_marker(
             "marker for producer %d on %s-%d refused: %s", producer_id, topic, partition, exc
         )
         return ErrorCode(exc.code)
-    log.high_watermark = log.log_end_offset
+    replicas = getattr(broker, "replica_manager", None)
+    leader = replicas.leader_partition(topic, partition) if replicas is not None else None
+    if leader is not None:
+        replicas.after_leader_append(leader)  # a cluster: the followers move the HW
+    else:
+        log.high_watermark = log.log_end_offset
     if result.flush_needed:
         broker.schedule_flush(log)
     if topic == OFFSETS_TOPIC:

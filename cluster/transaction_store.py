@@ -87,7 +87,8 @@ class TransactionStore:
             self.topic_configs(),
             internal=True,
         )
-        self.loaded = set(range(self.num_partitions))
+        if getattr(self.broker, "zk", None) is None:
+            self.loaded = set(range(self.num_partitions))
         return True
 
     def leader_epoch(self, partition: int) -> int:
@@ -126,6 +127,11 @@ class TransactionStore:
         result = log.append_as_leader(
             batch, headers, leader_epoch=self.leader_epoch(partition), log_append_time_ms=None
         )
-        log.high_watermark = log.log_end_offset
+        replicas = getattr(self.broker, "replica_manager", None)
+        leader = replicas.leader_partition(TRANSACTION_STATE_TOPIC, partition) if replicas else None
+        if leader is not None:
+            replicas.after_leader_append(leader)  # a cluster: the followers move the HW
+        else:
+            log.high_watermark = log.log_end_offset
         if result.flush_needed:
             self.broker.schedule_flush(log)

@@ -218,7 +218,9 @@ class PartitionLog:
         logger.info("rolled new log segment for %s at offset %s", self.name, new_offset)
         return segment
 
-    def _maybe_roll(self, size: int, max_timestamp: int, max_offset: int, now: int) -> None:
+    def _maybe_roll(
+        self, size: int, max_timestamp: int, max_offset: int, now: int, at: int | None = None
+    ) -> None:
         active = self.active_segment
         if active.size == 0:
             return  # a fresh segment is as good as it gets; Kafka would recreate it
@@ -230,7 +232,7 @@ class PartitionLog:
             max_offset_in_messages=max_offset,
             now_ms=now,
         ):
-            self.roll(self.log_end_offset)
+            self.roll(self.log_end_offset if at is None else at)
 
     # -- append ----------------------------------------------------------------------------
 
@@ -357,6 +359,115 @@ class PartitionLog:
             first_offset=first_offset,
             last_offset=last_offset,
             log_append_time_ms=append_time,
+            log_start_offset=self.log_start_offset,
+            record_count=record_count,
+            flush_needed=self.unflushed_messages >= self.config.flush_messages,
+        )
+
+    def append_as_follower(self, records: bytearray | memoryview) -> AppendResult:
+        """Append the leader's batches unchanged: their offsets, partition leader epochs and
+        timestamps are the leader's (Kafka's appendAsFollower).
+
+        Each batch's header and CRC are checked (a follower must not store what the wire
+        damaged), nothing inside a data batch is read. Batches wholly below the log end
+        offset (a fetch answered twice) are skipped; a partial batch at the end of the data
+        (a leader that cut its answer at the size limit) is left for the next fetch. The
+        producer state, leader epoch cache, indexes and transaction index follow as on the
+        leader. Raises InvalidRecords for bad data, KafkaError for storage errors.
+        """
+        from trio_broker.protocol.records import iter_batches, validate_batches
+
+        self._check_open()
+        view = records if isinstance(records, memoryview) else memoryview(records)
+        # Whole batches only; then the CRC and header checks of replication.
+        end = 0
+        skip = 0
+        for pos, header in iter_batches(view):
+            if header.last_offset < self.log_end_offset:
+                skip = pos + header.size
+            end = pos + header.size
+        view = view[skip:end]
+        if not view:
+            return AppendResult(
+                first_offset=-1,
+                last_offset=-1,
+                log_append_time_ms=-1,
+                log_start_offset=self.log_start_offset,
+            )
+        headers = validate_batches(view, from_client=False)
+        if headers[0].base_offset < self.log_end_offset:
+            from trio_broker.protocol.records import InvalidRecords
+
+            raise InvalidRecords(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"batch at offset {headers[0].base_offset} overlaps the log end "
+                f"{self.log_end_offset} of {self.name}",
+            )
+        updates: dict[int, ProducerAppendInfo] = {}
+        completed: list[tuple[CompletedTxn, int]] = []  # with the batch's index
+        index_entries = []
+        epochs: list[tuple[int, int]] = []
+        position = 0
+        record_count = 0
+        latest = self.leader_epoch_cache.latest_epoch
+        for i, header in enumerate(headers):
+            if header.producer_id >= 0:
+                info = updates.get(header.producer_id)
+                if info is None:
+                    info = updates[header.producer_id] = self.producer_state.prepare_update(
+                        header.producer_id
+                    )
+                if header.is_control:
+                    done = end_txn_marker(
+                        info, view[position : position + header.size], header.base_offset, False
+                    )
+                    if done is not None:
+                        completed.append((done, i))
+                else:
+                    info.append_data_batch(
+                        epoch=header.producer_epoch,
+                        first_seq=header.base_sequence,
+                        last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
+                        first_offset=header.base_offset,
+                        last_offset=header.last_offset,
+                        timestamp=header.max_timestamp,
+                        validate=False,
+                        is_transactional=header.is_transactional,
+                    )
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (latest is None or epoch > latest):
+                epochs.append((epoch, header.base_offset))
+                latest = epoch
+            index_entries.append((header.last_offset, header.max_timestamp, header.size))
+            position += header.size
+            record_count += header.record_count
+        first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
+        now = self.now_ms()
+        try:
+            # A batch that would not fit the active segment, or offsets too far from its
+            # base for its index, starts a new one at that batch.
+            self._maybe_roll(
+                len(view), max(h.max_timestamp for h in headers), last_offset, now, first_offset
+            )
+            self.active_segment.append(view, index_entries)
+        except OSError as exc:
+            raise self._storage_error(exc, "append") from exc
+        self.log_end_offset = last_offset + 1
+        for info in updates.values():
+            self.producer_state.update(info)
+        for txn, _ in completed:
+            record_completed_txn(self, self.active_segment, txn)
+        self.producer_state.update_map_end_offset(self.log_end_offset)
+        for epoch, start in epochs:
+            try:
+                self.leader_epoch_cache.assign(epoch, start)
+            except OSError as exc:
+                logger.warning("log %s: leader epoch checkpoint not written: %s", self.name, exc)
+        self.unflushed_messages += record_count
+        return AppendResult(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            log_append_time_ms=-1,
             log_start_offset=self.log_start_offset,
             record_count=record_count,
             flush_needed=self.unflushed_messages >= self.config.flush_messages,

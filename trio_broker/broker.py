@@ -131,6 +131,13 @@ class Broker:
 
         self.fetch_purgatory = Purgatory("fetch")
         self.services.append(self.fetch_purgatory)
+        # A cluster's replicas: leaders, followers and their fetchers, acks=all.
+        self.replica_manager: Any = None
+        if self.zk is not None:
+            from trio_broker.cluster.replica_manager import ReplicaManager
+
+            self.replica_manager = ReplicaManager(self)
+            self.services.append(self.replica_manager)
         self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
         self.services.append(self)
 

@@ -677,6 +677,91 @@ BROKER_CONFIGS += (
     ),
 )
 
+# replication: followers fetch from leaders (cluster/replica_fetcher.py); leaders keep the
+# ISR and the high watermark (cluster/partition.py). Kafka's names and defaults.
+BROKER_CONFIGS += (
+    ConfigKey(
+        "num.replica.fetchers",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Fetcher tasks per source broker that copy its partitions to this one.",
+    ),
+    ConfigKey(
+        "replica.fetch.max.bytes",
+        "INT",
+        1048576,
+        _int,
+        _at_least(0),
+        "Bytes of one partition a follower asks for in a fetch.",
+    ),
+    ConfigKey(
+        "replica.fetch.response.max.bytes",
+        "INT",
+        10485760,
+        _int,
+        _at_least(0),
+        "Bytes a follower asks for in one fetch, over all its partitions.",
+    ),
+    ConfigKey(
+        "replica.fetch.wait.max.ms",
+        "INT",
+        500,
+        _int,
+        _at_least(0),
+        "How long a follower's fetch may wait at the leader for replica.fetch.min.bytes.",
+    ),
+    ConfigKey(
+        "replica.fetch.min.bytes",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Bytes a follower's fetch waits for at the leader.",
+    ),
+    ConfigKey(
+        "replica.fetch.backoff.ms",
+        "INT",
+        1000,
+        _int,
+        _at_least(0),
+        "How long a follower waits after a failed fetch before the next.",
+    ),
+    ConfigKey(
+        "replica.lag.time.max.ms",
+        "LONG",
+        30000,
+        _int,
+        _at_least(1),
+        "A follower not caught up with the leader for this long leaves the ISR.",
+    ),
+    ConfigKey(
+        "replica.high.watermark.checkpoint.interval.ms",
+        "LONG",
+        5000,
+        _int,
+        _at_least(1),
+        "How often high watermarks are written to replication-offset-checkpoint.",
+    ),
+    ConfigKey(
+        "offsets.commit.timeout.ms",
+        "INT",
+        5000,
+        _int,
+        _at_least(1),
+        "How long an offset commit waits for the ISR of its __consumer_offsets partition.",
+    ),
+    ConfigKey(
+        "replica.socket.timeout.ms",
+        "INT",
+        30000,
+        _int,
+        _at_least(1),
+        "Request timeout of the replica fetchers' requests.",
+    ),
+)
+
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.
 _ALIASES = {"broker.id": "node.id"}

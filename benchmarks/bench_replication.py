@@ -1,0 +1,201 @@
+"""Replication benchmark: acks=all with replication factor 3 beside acks=1 with replication
+factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
+
+    .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 200000]
+        [--record-size 1024]
+
+The script is the controller (the replica side is measured on its own): it writes each
+topic's znodes and sends LeaderAndIsr, broker 1 leading both topics. One confluent-kafka
+producer writes --records records of --record-size bytes to partition 0, first of the RF1
+topic with acks=1, then of the RF3 topic with acks=all (the followers fetch from broker 1).
+Reported: MB/s of records offered, each broker's CPU seconds per GB produced, and the
+`os.sendfile` calls broker 1 made against the bytes they moved (in the RF3 phase, all of
+its sendfile traffic serves the two followers: nothing consumes). No assertion on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as bench  # noqa: E402  (benchmarks/run.py: cpu_seconds, progress)
+
+from trio_broker.testing import BrokerProcess, ZooKeeperServer  # noqa: E402
+
+CHROOT = "/bench"
+
+
+def _create_topic(zk, topic: str, replicas: list[int]) -> uuid.UUID:
+    from trio_broker.cluster import zk_data
+
+    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
+    topic_id = uuid.uuid4()
+    zk.create(
+        CHROOT + zk_data.topic_config_path(topic), zk_data.encode_topic_config({}), makepath=True
+    )
+    zk.create(
+        CHROOT + zk_data.topic_path(topic),
+        zk_data.TopicAssignment(topic_id=topic_id, partitions={0: tuple(replicas)}).encode(),
+        makepath=True,
+    )
+    state = zk_data.LeaderIsrState(
+        leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=epoch
+    )
+    zk.create(CHROOT + zk_data.partition_state_path(topic, 0), state.encode(), makepath=True)
+    return topic_id
+
+
+def _leader_and_isr(zk, brokers: dict[int, BrokerProcess], topic: str, topic_id, replicas) -> None:
+    import trio
+
+    from trio_broker.client.config import ClientConfig
+    from trio_broker.client.network_client import NetworkClient
+    from trio_broker.protocol._generated.leader_and_isr_request import (
+        LeaderAndIsrLiveLeader,
+        LeaderAndIsrPartitionState,
+        LeaderAndIsrRequest,
+        LeaderAndIsrTopicState,
+    )
+
+    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
+    request = LeaderAndIsrRequest(
+        controller_id=1,
+        controller_epoch=epoch,
+        topic_states=[
+            LeaderAndIsrTopicState(
+                topic_name=topic,
+                topic_id=topic_id,
+                partition_states=[
+                    LeaderAndIsrPartitionState(
+                        partition_index=0,
+                        controller_epoch=epoch,
+                        leader=replicas[0],
+                        leader_epoch=0,
+                        isr=list(replicas),
+                        partition_epoch=0,
+                        replicas=list(replicas),
+                    )
+                ],
+            )
+        ],
+        live_leaders=[
+            LeaderAndIsrLiveLeader(
+                broker_id=replicas[0], host_name="127.0.0.1", port=brokers[replicas[0]].port
+            )
+        ],
+    )
+
+    async def main() -> None:
+        config = ClientConfig.build(bootstrap_servers=brokers[1].bootstrap)
+        async with NetworkClient(config) as client:
+            for node in replicas:
+                answer = await client.send(brokers[node].bootstrap, request)
+                assert answer.error_code == 0, answer
+
+    trio.run(main)
+
+
+def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": acks}
+    )
+    value = b"x" * size
+    started = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records left unsent")
+    return time.perf_counter() - started
+
+
+def _phase(brokers, topic, n, size, acks) -> dict[str, float]:
+    before = {node: bench.cpu_seconds(b.proc.pid) for node, b in brokers.items()}
+    seconds = _produce(brokers[1].bootstrap, topic, n, size, acks)
+    # Followers finish fetching what was acknowledged after the last answer (acks=1).
+    time.sleep(1)
+    cpu = {node: bench.cpu_seconds(b.proc.pid) - before[node] for node, b in brokers.items()}
+    gb = n * size / 1e9
+    out = {"MB/s": n * size / 1e6 / seconds, "seconds": seconds}
+    for node, used in cpu.items():
+        out[f"broker {node} CPU s/GB"] = used / gb
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--record-size", type=int, default=1024)
+    args = parser.parse_args(argv)
+    n = 5_000 if args.smoke else args.records
+    size = args.record_size
+    from kazoo.client import KazooClient
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
+    brokers: dict[int, BrokerProcess] = {}
+    try:
+        with ZooKeeperServer() as zookeeper:
+            bench.progress(f"ZooKeeper on {zookeeper.connect}")
+            for node in (1, 2, 3):
+                brokers[node] = BrokerProcess(
+                    {
+                        "node.id": str(node),
+                        "log.dirs": str(workdir / f"broker-{node}"),
+                        "zookeeper.connect": zookeeper.connect + CHROOT,
+                        "auto.create.topics.enable": "false",
+                    }
+                )
+            zk = KazooClient(hosts=zookeeper.connect)
+            zk.start(10)
+            rf1 = _create_topic(zk, "rf1", [1])
+            rf3 = _create_topic(zk, "rf3", [1, 2, 3])
+            _leader_and_isr(zk, brokers, "rf1", rf1, [1])
+            _leader_and_isr(zk, brokers, "rf3", rf3, [1, 2, 3])
+            zk.stop()
+            bench.progress(f"acks=1 RF1: {n} records of {size} bytes")
+            one = _phase(brokers, "rf1", n, size, "1")
+            bench.progress(f"acks=all RF3: {n} records of {size} bytes")
+            three = _phase(brokers, "rf3", n, size, "all")
+            for node in (3, 2, 1):
+                brokers[node].stop()
+            stats = None
+            for line in brokers[1].lines:
+                m = re.search(r"sendfile: (\d+) calls, (\d+) bytes", line)
+                if m:
+                    stats = (int(m.group(1)), int(m.group(2)))
+        keys = ["MB/s", "seconds"] + [f"broker {b} CPU s/GB" for b in (1, 2, 3)]
+        print(f"{'':28} {'acks=1 RF1':>12} {'acks=all RF3':>13}")
+        for key in keys:
+            print(f"{key:28} {one[key]:12.2f} {three[key]:13.2f}")
+        print(f"{'acks=all RF3 / acks=1 RF1':28} {three['MB/s'] / one['MB/s']:26.0%}")
+        if stats is not None:
+            calls, moved = stats
+            print(
+                f"broker 1 sendfile to followers: {calls} calls, {moved / 1e6:.1f} MB, "
+                f"{moved / max(calls, 1) / 1024:.0f} KiB per call"
+            )
+        return 0
+    finally:
+        for broker in brokers.values():
+            if broker.proc.poll() is None:
+                broker.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
