@@ -50,6 +50,7 @@ class Processor:
         bad_frames: LogLimiter,
     ) -> None:
         self.index = index
+        self.draining = False  # shutting down: connections close once their request is done
         self._requests = requests
         self._config = config
         self._supported = supported
@@ -114,6 +115,8 @@ class Processor:
                         raise
                     nursery.start_soon(self._serve_connection, connection, host)
             # Shutdown: no new connections; finish those we have, then stop responding.
+            # A connection whose task has not started yet closes as it starts (below).
+            self.draining = True
             for connection in list(self.connections):
                 connection.close_when_idle()
             while self.connections:
@@ -122,6 +125,11 @@ class Processor:
 
     async def _serve_connection(self, connection: Connection, host: str) -> None:
         self.connections.add(connection)
+        if self.draining:
+            # Accepted just before the listeners closed, started after the drain began:
+            # without this it would serve (another broker's fetcher, say) until the
+            # shutdown's grace period ran out.
+            connection.close_when_idle()
         logger.debug(
             "[conn %s] accepted from %s on processor %d", connection.id, connection.peer, self.index
         )
