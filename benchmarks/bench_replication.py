@@ -186,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 m = re.search(r"sendfile: (\d+) calls, (\d+) bytes", line)
                 if m:
                     stats = (int(m.group(1)), int(m.group(2)))
+            fetches = 0
+            for node in (2, 3):
+                for line in brokers[node].lines:
+                    m = re.search(r"fetched (\d+) times", line)
+                    if m:
+                        fetches += int(m.group(1))
         keys = ["MB/s", "seconds"] + [f"broker {b} CPU s/GB" for b in (1, 2, 3)]
         print(f"{'':28} {'acks=1 RF1':>12} {'acks=all RF3':>13}")
         for key in keys:
@@ -195,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             calls, moved = stats
             print(
                 f"broker 1 sendfile to followers: {calls} calls, {moved / 1e6:.1f} MB, "
-                f"{moved / max(calls, 1) / 1024:.0f} KiB per call"
+                f"{moved / max(calls, 1) / 1024:.0f} KiB per call; {fetches} follower fetches"
             )
         return 0
     finally:

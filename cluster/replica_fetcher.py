@@ -252,6 +252,7 @@ class ReplicaFetcher:
         )
         response = await client.send(self.source, request, FETCH_VERSION)
         self.fetches += 1
+        self.manager.fetches += 1
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "fetch from the leader failed")
         for topic in response.responses:
@@ -295,6 +296,7 @@ class ReplicaFetcher:
             if result.flush_needed:
                 self.manager.replica_manager.broker.schedule_flush(log)
             self.bytes_appended += len(records)
+            self.manager.bytes_appended += len(records)
         state.fetch_offset = log.log_end_offset
         log.high_watermark = min(data.high_watermark, log.log_end_offset)
         if data.log_start_offset > log.log_start_offset:
@@ -351,6 +353,8 @@ class ReplicaFetcherManager:
         # Addresses of leaders named in LeaderAndIsr (live_leaders), beside the metadata's.
         self.leader_addresses: dict[int, tuple[str, int]] = {}
         self._nursery: trio.Nursery | None = None
+        self.fetches = 0  # fetch requests answered, over all fetchers
+        self.bytes_appended = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

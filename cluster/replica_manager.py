@@ -78,10 +78,12 @@ class ReplicaManager:
             from trio_broker.server.sendfile import SENDFILE_STATS
 
             logger.info(
-                "replica manager stopped: %d ISR shrinks, %d expansions; sendfile: %d calls, "
-                "%d bytes",
+                "replica manager stopped: %d ISR shrinks, %d expansions; fetched %d times, "
+                "%d bytes appended as a follower; sendfile: %d calls, %d bytes",
                 self.isr_shrinks,
                 self.isr_expands,
+                self.fetchers.fetches,
+                self.fetchers.bytes_appended,
                 *SENDFILE_STATS,
             )
 
