@@ -267,7 +267,7 @@ class ReplicaFetcher:
                 self._process(key, state, data)
 
     def _process(self, key: TopicPartition, state: FetchState, data: Any) -> None:
-        from trio_broker.protocol.records import InvalidRecords
+        from trio_broker.protocol.records import HEADER_SIZE, InvalidRecords, read_header
 
         partition = state.partition
         log = partition.log
@@ -277,6 +277,13 @@ class ReplicaFetcher:
                 # Our log moved under us (it cannot while we own it): start over.
                 state.truncating = True
                 return
+            if log.size_in_bytes == 0 and len(records) >= HEADER_SIZE:
+                # An empty log that starts inside the leader's first batch (the leader's
+                # log start moved mid-batch: DeleteRecords, retention): start at the
+                # batch instead, as Kafka's fetcher does on UnexpectedAppendOffset.
+                first = read_header(records)
+                if first.base_offset < log.log_end_offset <= first.last_offset:
+                    log.truncate_fully_and_start_at(first.base_offset)
             try:
                 result = log.append_as_follower(records)
             except InvalidRecords as exc:
