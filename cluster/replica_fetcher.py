@@ -277,13 +277,35 @@ class ReplicaFetcher:
                 # Our log moved under us (it cannot while we own it): start over.
                 state.truncating = True
                 return
-            if log.size_in_bytes == 0 and len(records) >= HEADER_SIZE:
-                # An empty log that starts inside the leader's first batch (the leader's
-                # log start moved mid-batch: DeleteRecords, retention): start at the
-                # batch instead, as Kafka's fetcher does on UnexpectedAppendOffset.
-                first = read_header(records)
-                if first.base_offset < log.log_end_offset <= first.last_offset:
+            first = read_header(records) if len(records) >= HEADER_SIZE else None
+            if first is not None and first.base_offset < log.log_end_offset <= first.last_offset:
+                if log.size_in_bytes == 0:
+                    # An empty log that starts inside the leader's first batch (the leader's
+                    # log start moved mid-batch: DeleteRecords, retention): start at the
+                    # batch instead, as Kafka's fetcher does on UnexpectedAppendOffset.
                     log.truncate_fully_and_start_at(first.base_offset)
+                else:
+                    # Our log ends inside one of the leader's batches, so what we hold from
+                    # that batch's base on is not the leader's (committed data has the
+                    # leader's batch boundaries): drop it and take the leader's batch.
+                    logger.warning(
+                        "follower of %s-%s: log end %s falls inside the leader's batch "
+                        "[%s, %s]; truncating to %s",
+                        key[0],
+                        key[1],
+                        log.log_end_offset,
+                        first.base_offset,
+                        first.last_offset,
+                        first.base_offset,
+                    )
+                    if first.base_offset <= log.log_start_offset:
+                        log.truncate_fully_and_start_at(first.base_offset)
+                    else:
+                        log.truncate_to(first.base_offset)
+                    # Fetch again from where the log now ends (a whole batch of ours
+                    # may have gone with it).
+                    state.fetch_offset = log.log_end_offset
+                    return
             try:
                 result = log.append_as_follower(records)
             except InvalidRecords as exc:
