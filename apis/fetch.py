@@ -70,6 +70,7 @@ class _Fetch:
         total = 0
         any_error = bool(self.errors)
         version = self.request.api_version
+        replicas = getattr(self.broker, "replica_manager", None)
         for p in self.partitions:
             key = (p.topic, p.partition)
             # Empty, never null: librdkafka refuses a null record set (MessageSetSize -1).
@@ -85,6 +86,10 @@ class _Fetch:
                 )
             if error is None:
                 error = _check_epoch(self.broker, p)
+            if error is None and replicas is not None:
+                # Checked again at every build: a fetch that waited may outlive leadership.
+                if replicas.leader_partition(p.topic, p.partition) is None:
+                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if error is None and log is not None:
                 hw = log.high_watermark
                 lso = log.last_stable_offset
@@ -125,7 +130,6 @@ class _Fetch:
                 data.error_code = error
                 data.high_watermark = -1 if log is None else log.high_watermark
                 data.log_start_offset = -1 if log is None else log.log_start_offset
-                replicas = getattr(self.broker, "replica_manager", None)
                 if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 12 and replicas:
                     leader, epoch = replicas.leader_of(p.topic, p.partition)
                     data.current_leader.leader_id = leader

@@ -121,10 +121,12 @@ def append_partition(
                 answer.error_message = "One or more records have been rejected"
                 return answer
         min_isr = _min_isr(broker, state.configs)
-        if acks == -1 and len(pstate.isr) < min_isr:
+        # A leader's own ISR is the newest (the metadata cache may lag behind it).
+        isr = pstate.isr if leader is None else leader.isr
+        if acks == -1 and len(isr) < min_isr:
             raise KafkaError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"The size of the current ISR {pstate.isr} is insufficient to satisfy "
+                f"The size of the current ISR {isr} is insufficient to satisfy "
                 f"the min.isr requirement of {min_isr}",
             )
         result = log.append_as_leader(

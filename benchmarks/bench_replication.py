@@ -4,10 +4,11 @@ factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 200000]
         [--record-size 1024]
 
-The script is the controller (the replica side is measured on its own): it writes each
-topic's znodes and sends LeaderAndIsr, broker 1 leading both topics. One confluent-kafka
-producer writes --records records of --record-size bytes to partition 0, first of the RF1
-topic with acks=1, then of the RF3 topic with acks=all (the followers fetch from broker 1).
+The RF1 phase runs on a lone broker process first. For RF3 the script is the controller
+(the replica side is measured on its own): it writes the topic's znodes and sends
+LeaderAndIsr, broker 1 leading. One confluent-kafka producer writes --records records of
+--record-size bytes to partition 0, with acks=1 to the lone broker, then with acks=all to
+broker 1 (the followers fetch from it). "broker 1" of the RF1 column is the lone broker.
 Reported: MB/s of records offered, each broker's CPU seconds per GB produced, and the
 `os.sendfile` calls broker 1 made against the bytes they moved (in the RF3 phase, all of
 its sendfile traffic serves the two followers: nothing consumes). No assertion on speed.
@@ -123,9 +124,9 @@ def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
     return time.perf_counter() - started
 
 
-def _phase(brokers, topic, n, size, acks) -> dict[str, float]:
+def _phase(brokers, leader, topic, n, size, acks) -> dict[str, float]:
     before = {node: bench.cpu_seconds(b.proc.pid) for node, b in brokers.items()}
-    seconds = _produce(brokers[1].bootstrap, topic, n, size, acks)
+    seconds = _produce(leader.bootstrap, topic, n, size, acks)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
     cpu = {node: bench.cpu_seconds(b.proc.pid) - before[node] for node, b in brokers.items()}
@@ -148,7 +149,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     brokers: dict[int, BrokerProcess] = {}
+    alone = None
     try:
+        # acks=1 RF1: a lone broker (until UpdateMetadata, a cluster's brokers other than
+        # a topic's replicas do not know the topic, and clients may ask them).
+        alone = BrokerProcess({"log.dirs": str(workdir / "alone")})
+        from trio_broker.perf import ensure_topic
+
+        ensure_topic(alone.bootstrap, "rf1", 1)
+        bench.progress(f"acks=1 RF1 on a lone broker: {n} records of {size} bytes")
+        one = _phase({1: alone}, alone, "rf1", n, size, "1")
+        one["broker 2 CPU s/GB"] = one["broker 3 CPU s/GB"] = 0.0
+        alone.stop()
         with ZooKeeperServer() as zookeeper:
             bench.progress(f"ZooKeeper on {zookeeper.connect}")
             for node in (1, 2, 3):
@@ -162,15 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             zk = KazooClient(hosts=zookeeper.connect)
             zk.start(10)
-            rf1 = _create_topic(zk, "rf1", [1])
             rf3 = _create_topic(zk, "rf3", [1, 2, 3])
-            _leader_and_isr(zk, brokers, "rf1", rf1, [1])
             _leader_and_isr(zk, brokers, "rf3", rf3, [1, 2, 3])
             zk.stop()
-            bench.progress(f"acks=1 RF1: {n} records of {size} bytes")
-            one = _phase(brokers, "rf1", n, size, "1")
             bench.progress(f"acks=all RF3: {n} records of {size} bytes")
-            three = _phase(brokers, "rf3", n, size, "all")
+            three = _phase(brokers, brokers[1], "rf3", n, size, "all")
             for node in (3, 2, 1):
                 brokers[node].stop()
             stats = None
@@ -178,6 +186,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 m = re.search(r"sendfile: (\d+) calls, (\d+) bytes", line)
                 if m:
                     stats = (int(m.group(1)), int(m.group(2)))
+            fetches = 0
+            for node in (2, 3):
+                for line in brokers[node].lines:
+                    m = re.search(r"fetched (\d+) times", line)
+                    if m:
+                        fetches += int(m.group(1))
         keys = ["MB/s", "seconds"] + [f"broker {b} CPU s/GB" for b in (1, 2, 3)]
         print(f"{'':28} {'acks=1 RF1':>12} {'acks=all RF3':>13}")
         for key in keys:
@@ -187,11 +201,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             calls, moved = stats
             print(
                 f"broker 1 sendfile to followers: {calls} calls, {moved / 1e6:.1f} MB, "
-                f"{moved / max(calls, 1) / 1024:.0f} KiB per call"
+                f"{moved / max(calls, 1) / 1024:.0f} KiB per call; {fetches} follower fetches"
             )
         return 0
     finally:
-        for broker in brokers.values():
+        for broker in [*brokers.values(), *([alone] if alone else [])]:
             if broker.proc.poll() is None:
                 broker.kill()
         shutil.rmtree(workdir, ignore_errors=True)

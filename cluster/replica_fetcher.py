@@ -252,6 +252,7 @@ class ReplicaFetcher:
         )
         response = await client.send(self.source, request, FETCH_VERSION)
         self.fetches += 1
+        self.manager.fetches += 1
         if response.error_code:
             raise KafkaError(ErrorCode(response.error_code), "fetch from the leader failed")
         for topic in response.responses:
@@ -266,7 +267,7 @@ class ReplicaFetcher:
                 self._process(key, state, data)
 
     def _process(self, key: TopicPartition, state: FetchState, data: Any) -> None:
-        from trio_broker.protocol.records import InvalidRecords
+        from trio_broker.protocol.records import HEADER_SIZE, InvalidRecords, read_header
 
         partition = state.partition
         log = partition.log
@@ -276,6 +277,35 @@ class ReplicaFetcher:
                 # Our log moved under us (it cannot while we own it): start over.
                 state.truncating = True
                 return
+            first = read_header(records) if len(records) >= HEADER_SIZE else None
+            if first is not None and first.base_offset < log.log_end_offset <= first.last_offset:
+                if log.size_in_bytes == 0:
+                    # An empty log that starts inside the leader's first batch (the leader's
+                    # log start moved mid-batch: DeleteRecords, retention): start at the
+                    # batch instead, as Kafka's fetcher does on UnexpectedAppendOffset.
+                    log.truncate_fully_and_start_at(first.base_offset)
+                else:
+                    # Our log ends inside one of the leader's batches, so what we hold from
+                    # that batch's base on is not the leader's (committed data has the
+                    # leader's batch boundaries): drop it and take the leader's batch.
+                    logger.warning(
+                        "follower of %s-%s: log end %s falls inside the leader's batch "
+                        "[%s, %s]; truncating to %s",
+                        key[0],
+                        key[1],
+                        log.log_end_offset,
+                        first.base_offset,
+                        first.last_offset,
+                        first.base_offset,
+                    )
+                    if first.base_offset <= log.log_start_offset:
+                        log.truncate_fully_and_start_at(first.base_offset)
+                    else:
+                        log.truncate_to(first.base_offset)
+                    # Fetch again from where the log now ends (a whole batch of ours
+                    # may have gone with it).
+                    state.fetch_offset = log.log_end_offset
+                    return
             try:
                 result = log.append_as_follower(records)
             except InvalidRecords as exc:
@@ -295,6 +325,7 @@ class ReplicaFetcher:
             if result.flush_needed:
                 self.manager.replica_manager.broker.schedule_flush(log)
             self.bytes_appended += len(records)
+            self.manager.bytes_appended += len(records)
         state.fetch_offset = log.log_end_offset
         log.high_watermark = min(data.high_watermark, log.log_end_offset)
         if data.log_start_offset > log.log_start_offset:
@@ -351,6 +382,8 @@ class ReplicaFetcherManager:
         # Addresses of leaders named in LeaderAndIsr (live_leaders), beside the metadata's.
         self.leader_addresses: dict[int, tuple[str, int]] = {}
         self._nursery: trio.Nursery | None = None
+        self.fetches = 0  # fetch requests answered, over all fetchers
+        self.bytes_appended = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

@@ -78,10 +78,12 @@ class ReplicaManager:
             from trio_broker.server.sendfile import SENDFILE_STATS
 
             logger.info(
-                "replica manager stopped: %d ISR shrinks, %d expansions; sendfile: %d calls, "
-                "%d bytes",
+                "replica manager stopped: %d ISR shrinks, %d expansions; fetched %d times, "
+                "%d bytes appended as a follower; sendfile: %d calls, %d bytes",
                 self.isr_shrinks,
                 self.isr_expands,
+                self.fetchers.fetches,
+                self.fetchers.bytes_appended,
                 *SENDFILE_STATS,
             )
 
@@ -511,10 +513,29 @@ class ReplicaManager:
     # -- checkpoints -----------------------------------------------------------------------
 
     async def _checkpoint_high_watermarks(self) -> None:
+        """replication-offset-checkpoint in every online log dir, every
+        replica.high.watermark.checkpoint.interval.ms. The offsets are taken on the event
+        loop (LeaderAndIsr adds logs meanwhile); only the file writes go to a thread."""
+        from trio_broker.log.checkpoints import (
+            REPLICATION_OFFSET_CHECKPOINT,
+            write_offset_checkpoint,
+        )
+
+        manager = self.broker.log_manager
         interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
         while True:
             await trio.sleep(interval)
+            by_dir: dict[Any, dict[TopicPartition, int]] = {d: {} for d in manager.online_dirs()}
+            for log in manager.all_logs():
+                offsets = by_dir.get(log.dir.parent)
+                if offsets is not None and not log.closed:
+                    offsets[(log.topic, log.partition)] = log.high_watermark
+
+            def write(by_dir: dict = by_dir) -> None:
+                for log_dir, offsets in by_dir.items():
+                    write_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT, offsets)
+
             try:
-                await trio.to_thread.run_sync(self.broker.log_manager.checkpoint_high_watermarks)
+                await trio.to_thread.run_sync(write)
             except OSError as exc:
                 logger.error("cannot write the high watermark checkpoints: %s", exc)

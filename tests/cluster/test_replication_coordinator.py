@@ -136,3 +136,38 @@ def test_group_coordinator_moves_with_offsets_leadership_and_stop_replica(
         assert not (b1.log_dir / "data-0").exists()
         # The leader goes on (acks=1: the ISR still names the stopped replica).
         assert produce(b2.bootstrap, "data", 0, [b"t"], acks=1).error_code == 0
+
+
+def test_transaction_coordinator_moves_with_transaction_state_leadership(
+    zookeeper, tmp_path, zk_view
+):
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
+        b1, b2 = cluster.brokers[1], cluster.brokers[2]
+        ctl = ControllerStub(cluster, zk_view)
+        ctl.create_topic("__transaction_state", {0: [1, 2]}, {"cleanup.policy": "compact"})
+        ctl.send([("__transaction_state", 0)])
+        find = request_of(10, key="tx", key_type=1)
+        assert (raw(b2.bootstrap, find, 3).error_code, raw(b2.bootstrap, find, 3).node_id) == (0, 1)
+        init = request_of(22, transactional_id="tx", transaction_timeout_ms=60000)
+        first = raw(b1.bootstrap, init, 3)
+        assert (first.error_code, first.producer_epoch) == (0, 0)
+        assert raw(b2.bootstrap, init, 3).error_code == ErrorCode.NOT_COORDINATOR
+        state = segment_bytes(b1.log_dir, "__transaction_state", 0)
+        eventually(
+            lambda: segment_bytes(b2.log_dir, "__transaction_state", 0) == state,
+            budget_s=20,
+            what="transaction state replicated",
+        )
+
+        ctl.elect("__transaction_state", 0, 2, [1, 2])
+        ctl.send([("__transaction_state", 0)])
+        assert raw(b1.bootstrap, find, 3).node_id == 2
+        assert raw(b1.bootstrap, init, 3).error_code == ErrorCode.NOT_COORDINATOR
+        # The new coordinator loaded the transactional id: the same producer id, fenced
+        # to the next epoch (a coordinator without the state would start a new one).
+        again = eventually(
+            lambda: (r := raw(b2.bootstrap, init, 3)).error_code == 0 and r,
+            budget_s=10,
+            what="InitProducerId on the new coordinator",
+        )
+        assert (again.producer_id, again.producer_epoch) == (first.producer_id, 1)

@@ -15,6 +15,7 @@ from replication_helpers import (
     segment_bytes,
     values_by_offset,
 )
+from wire import request_of
 
 from trio_broker.errors import ErrorCode
 from trio_broker.testing import KafkaCluster
@@ -164,3 +165,54 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
         assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (2, 1)
         assert [(e.node_id, e.port) for e in answer.node_endpoints] == [(2, b2.port)]
+
+
+def test_a_new_follower_starts_at_the_leaders_log_start_even_inside_a_batch(
+    zookeeper, tmp_path, zk_view
+):
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
+        b1, b2 = cluster.brokers[1], cluster.brokers[2]
+        ctl = ControllerStub(cluster, zk_view)
+        ctl.create_topic("start", {0: [1, 2]})
+        ctl.states[("start", 0)]["isr"] = [1]
+        ctl.send([("start", 0)], to=[1])  # the follower hears nothing yet
+        values = [f"v{i}".encode() for i in range(10)]
+        assert produce(b1.bootstrap, "start", 0, values).error_code == 0  # one batch
+        assert produce(b1.bootstrap, "start", 0, [b"w"]).error_code == 0
+        from trio_broker.protocol._generated.delete_records_request import (
+            DeleteRecordsPartition,
+            DeleteRecordsTopic,
+        )
+
+        deleted = raw(
+            b1.bootstrap,
+            request_of(
+                21,
+                topics=[
+                    DeleteRecordsTopic(
+                        name="start",
+                        partitions=[DeleteRecordsPartition(partition_index=0, offset=5)],
+                    )
+                ],
+                timeout_ms=5000,
+            ),
+            2,
+        )
+        assert deleted.topics[0].partitions[0].low_watermark == 5
+
+        # The follower (empty) asks for offset 0, below the leader's log start 5: it starts
+        # over at 5, then takes the whole batch holding offset 5, as stored by the leader.
+        ctl.send([("start", 0)], to=[2])
+        leader_bytes = segment_bytes(b1.log_dir, "start", 0)
+        eventually(
+            lambda: segment_bytes(b2.log_dir, "start", 0) == leader_bytes,
+            budget_s=20,
+            what="the follower copied the leader's batches",
+        )
+        got = values_by_offset(segment_bytes(b2.log_dir, "start", 0))
+        assert got[10] == b"w" and got[5] == b"v5"
+        eventually(
+            lambda: sorted(ctl.state_znode("start", 0)[0].isr) == [1, 2],
+            budget_s=20,
+            what="the follower joins the ISR",
+        )
