@@ -96,10 +96,12 @@ class Controller:
                     nursery.start_soon(self._watch_children, kind, path)
                 if self.broker.config.auto_leader_rebalance_enable:
                     nursery.start_soon(self._rebalance_timer)
+                started = False
                 try:
-                    await self._failover()
+                    await self._failover_until_done()
                     self.ready.set()
                     task_status.started()
+                    started = True
                     async for event in self._events:
                         try:
                             await self._process(event)
@@ -113,7 +115,8 @@ class Controller:
                     # Another broker won /controller: the elector cancels us once the
                     # /controller watch fires; until then, decide nothing.
                     logger.warning("broker %d: %s", self.broker.node_id, exc)
-                    task_status.started()
+                    if not started:
+                        task_status.started()
                     await trio.sleep_forever()
         finally:
             logger.info(
@@ -190,18 +193,32 @@ class Controller:
             try:
                 result = await self._controlled_shutdown(event[1])
             except BaseException:
-                reply.send_nowait(None)
+                _answer(reply, None)
                 raise
-            reply.send_nowait(result)
+            _answer(reply, result)
         elif kind == "elect":
             reply = event[3]
             try:
                 result = await self._elect_preferred(event[1], event[2])
             except BaseException:
-                reply.send_nowait(None)
+                _answer(reply, None)
                 raise
+            _answer(reply, result)
 
-            reply.send_nowait(result)
+    async def _failover_until_done(self) -> None:
+        """The failover, again after a second if ZooKeeper gave something unexpected (the
+        controller must come up; a deposed one is cancelled by the elector meanwhile)."""
+        from trio_broker.cluster.partition_state_machine import ControllerMovedError
+
+        while True:
+            try:
+                await self._failover()
+                return
+            except ControllerMovedError:
+                raise
+            except Exception:
+                logger.exception("controller failover failed; again in 1 s")
+                await trio.sleep(1)
 
     def _batch(self) -> Any:
         from trio_broker.cluster.controller_channel import RequestBatch
@@ -663,6 +680,14 @@ class Controller:
         batch = self._batch()
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
+
+
+def _answer(reply: trio.MemorySendChannel[Any], value: Any) -> None:
+    """Answer a waiting caller; one that gave up (its timeout) is not waiting any more."""
+    try:
+        reply.send_nowait(value)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+        pass
 
 
 class ControllerElector:
