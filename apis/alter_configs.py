@@ -133,6 +133,7 @@ def answer_each(broker: Broker, body: Any, alter: Any, response_cls: type) -> li
 
 
 async def handle(broker: Broker, request: Request) -> AlterConfigsResponse:
-    return AlterConfigsResponse(
-        responses=answer_each(broker, request.body, alter_one, AlterConfigsResourceResponse)
-    )
+    responses = answer_each(broker, request.body, alter_one, AlterConfigsResourceResponse)
+    if broker.topics.zk_topics is not None:  # a cluster: the writes to ZooKeeper are done
+        await broker.topics.zk_topics.config_writes_done()
+    return AlterConfigsResponse(responses=responses)

@@ -140,6 +140,7 @@ def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) 
 
 
 async def handle(broker: Broker, request: Request) -> IncrementalAlterConfigsResponse:
-    return IncrementalAlterConfigsResponse(
-        responses=answer_each(broker, request.body, _alter, AlterConfigsResourceResponse)
-    )
+    responses = answer_each(broker, request.body, _alter, AlterConfigsResourceResponse)
+    if broker.topics.zk_topics is not None:  # a cluster: the writes to ZooKeeper are done
+        await broker.topics.zk_topics.config_writes_done()
+    return IncrementalAlterConfigsResponse(responses=responses)

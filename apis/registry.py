@@ -41,6 +41,7 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(37, "CreatePartitions", 0, 3, "create_partitions"),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, "incremental_alter_configs"),
     ApiSpec(60, "DescribeCluster", 0, 1, "describe_cluster"),
+    ApiSpec(75, "DescribeTopicPartitions", 0, 0, "describe_topic_partitions"),
     ApiSpec(0, "Produce", 3, 11, "produce"),
     ApiSpec(1, "Fetch", 4, 17, "fetch"),
     ApiSpec(22, "InitProducerId", 0, 5, "init_producer_id"),

@@ -103,17 +103,18 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
                 cached.replicas = list(p.replicas)
                 cached.offline_replicas = list(p.offline_replicas)
                 continue
-            topic.partitions[p.partition_index] = PartitionState(
-                topic=name,
-                partition=p.partition_index,
-                leader=p.leader,
-                leader_epoch=p.leader_epoch,
-                replicas=list(p.replicas),
-                isr=list(p.isr),
-                offline_replicas=list(p.offline_replicas),
-                zk_version=p.zk_version,
-                controller_epoch=p.controller_epoch,
-            )
+            if cached is None:
+                cached = topic.partitions[p.partition_index] = PartitionState(
+                    topic=name, partition=p.partition_index, leader=p.leader
+                )
+            # In place: the replica manager may hold this PartitionState.
+            cached.leader = p.leader
+            cached.leader_epoch = p.leader_epoch
+            cached.replicas = list(p.replicas)
+            cached.isr = list(p.isr)
+            cached.offline_replicas = list(p.offline_replicas)
+            cached.zk_version = p.zk_version
+            cached.controller_epoch = p.controller_epoch
         if topic.partitions:
             meta.topics[name] = topic
         else:

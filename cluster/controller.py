@@ -96,10 +96,12 @@ class Controller:
                     nursery.start_soon(self._watch_children, kind, path)
                 if self.broker.config.auto_leader_rebalance_enable:
                     nursery.start_soon(self._rebalance_timer)
+                started = False
                 try:
-                    await self._failover()
+                    await self._failover_until_done()
                     self.ready.set()
                     task_status.started()
+                    started = True
                     async for event in self._events:
                         try:
                             await self._process(event)
@@ -113,7 +115,8 @@ class Controller:
                     # Another broker won /controller: the elector cancels us once the
                     # /controller watch fires; until then, decide nothing.
                     logger.warning("broker %d: %s", self.broker.node_id, exc)
-                    task_status.started()
+                    if not started:
+                        task_status.started()
                     await trio.sleep_forever()
         finally:
             logger.info(
@@ -147,7 +150,7 @@ class Controller:
                         if value is not None:
                             self._events_send.send_nowait(("partitions", topic, value[0]))
 
-    def _unwatch_topic(self, topic: str) -> None:
+    def unwatch_topic(self, topic: str) -> None:
         scope = self._topic_watches.pop(topic, None)
         if scope is not None:
             scope.cancel()
@@ -172,6 +175,8 @@ class Controller:
     # --- the event loop -------------------------------------------------------------------
 
     async def _process(self, event: tuple) -> None:
+        from trio_broker.cluster import controller_actions as actions
+
         kind = event[0]
         if kind == "brokers":
             await self._on_brokers(event[1])
@@ -182,28 +187,42 @@ class Controller:
         elif kind == "isr":
             await self._on_isr_change(event[1])
         elif kind == "delete":
-            await self._on_delete_topics(event[1])
+            await actions.on_delete_topics(self, event[1])
         elif kind == "rebalance":
-            await self._check_imbalance()
+            await actions.check_imbalance(self)
         elif kind == "shutdown":
             reply = event[2]
             try:
-                result = await self._controlled_shutdown(event[1])
+                result = await actions.controlled_shutdown(self, event[1])
             except BaseException:
-                reply.send_nowait(None)
+                _answer(reply, None)
                 raise
-            reply.send_nowait(result)
+            _answer(reply, result)
         elif kind == "elect":
             reply = event[3]
             try:
-                result = await self._elect_preferred(event[1], event[2])
+                result = await actions.elect_leaders(self, event[1], event[2])
             except BaseException:
-                reply.send_nowait(None)
+                _answer(reply, None)
                 raise
+            _answer(reply, result)
 
-            reply.send_nowait(result)
+    async def _failover_until_done(self) -> None:
+        """The failover, again after a second if ZooKeeper gave something unexpected (the
+        controller must come up; a deposed one is cancelled by the elector meanwhile)."""
+        from trio_broker.cluster.partition_state_machine import ControllerMovedError
 
-    def _batch(self) -> Any:
+        while True:
+            try:
+                await self._failover()
+                return
+            except ControllerMovedError:
+                raise
+            except Exception:
+                logger.exception("controller failover failed; again in 1 s")
+                await trio.sleep(1)
+
+    def batch(self) -> Any:
         from trio_broker.cluster.controller_channel import RequestBatch
 
         return RequestBatch(self.ctx)
@@ -225,8 +244,8 @@ class Controller:
         new = [tp for tp in ctx.partitions() if tp not in ctx.states]
         await psm.initialize(ctx, self.zk, new)
         offline = [tp for tp in ctx.partitions() if self._needs_election(tp)]
-        await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self._unclean)
-        batch = self._batch()
+        await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean)
+        batch = self.batch()
         for tp in ctx.partitions():
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
         batch.add_update_metadata(ctx.live_brokers)
@@ -241,10 +260,12 @@ class Controller:
             len(ctx.states),
         )
         if ctx.topics_being_deleted:
-            await self._delete_topics(sorted(ctx.topics_being_deleted))
+            from trio_broker.cluster.controller_actions import delete_topics
+
+            await delete_topics(self, sorted(ctx.topics_being_deleted))
 
     @property
-    def _unclean(self) -> bool:
+    def unclean(self) -> bool:
         return bool(self.broker.config.unclean_leader_election_enable)
 
     def _needs_election(self, tp: tuple[str, int]) -> bool:
@@ -352,7 +373,7 @@ class Controller:
             sorted(broker_ids),
             sorted(ctx.live_brokers),
         )
-        batch = self._batch()
+        batch = self.batch()
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
         for broker_id in broker_ids:
@@ -367,7 +388,7 @@ class Controller:
             if tp in ctx.states and not ctx.is_live(ctx.states[tp].leader)
         ]
         elected = await psm.elect(
-            ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self._unclean
+            ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean
         )
         for tp in [*created, *elected]:
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
@@ -394,9 +415,9 @@ class Controller:
             and (ctx.states[tp].leader in broker_ids or set(ctx.states[tp].isr) & broker_ids)
         ]
         changed = await psm.elect(
-            ctx, self.zk, affected, psm.Election.OFFLINE, unclean_default=self._unclean
+            ctx, self.zk, affected, psm.Election.OFFLINE, unclean_default=self.unclean
         )
-        batch = self._batch()
+        batch = self.batch()
         for tp in changed:
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
         batch.add_update_metadata(ctx.live_brokers)
@@ -412,7 +433,7 @@ class Controller:
             fresh += await self._read_topic(topic)
         for topic in set(ctx.assignments) - current:
             # Gone without the controller deleting it (by hand): forget it.
-            self._unwatch_topic(topic)
+            self.unwatch_topic(topic)
             ctx.remove_topic(topic)
         if fresh:
             await self._on_new_partitions(fresh)
@@ -443,7 +464,7 @@ class Controller:
         ctx = self.ctx
         new = [tp for tp in partitions if tp not in ctx.states]
         created = await psm.initialize(ctx, self.zk, new)
-        batch = self._batch()
+        batch = self.batch()
         for tp in partitions:
             if tp in ctx.states:
                 batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
@@ -485,184 +506,30 @@ class Controller:
                 state = await psm.read_state(self.zk, *tp)
                 if state is not None:
                     ctx.states[tp] = state
-        batch = self._batch()
+        batch = self.batch()
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
 
-    # --- controlled shutdown ------------------------------------------------------------------
+    # --- requests from handlers (run on the event loop: cluster/controller_actions.py) -----
 
     async def controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]] | None:
         """Called by the ControlledShutdown handler: the partitions the broker still leads
         (empty: done), or None if this controller could not decide (it is being deposed)."""
         return await self.call(("shutdown", broker_id))
 
-    async def _controlled_shutdown(self, broker_id: int) -> list[tuple[str, int]] | None:
-        """Kafka's doControlledShutdown: the broker counts as gone for elections; partitions
-        it leads (with other replicas) get a new leader from the ISR, partitions it follows
-        lose it from the ISR (StopReplica without delete to it); answers what it still leads."""
-        from trio_broker.cluster import partition_state_machine as psm
-
-        ctx = self.ctx
-        if broker_id not in ctx.live_brokers:
-            return None
-        ctx.shutting_down.add(broker_id)
-        logger.info("controller epoch %d: controlled shutdown of broker %d", self.epoch, broker_id)
-        mine = [tp for tp in ctx.partitions_on(broker_id) if len(ctx.replicas(*tp)) > 1]
-        led = [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
-        followed = [tp for tp in mine if tp in ctx.states and tp not in led]
-        changed = await psm.elect(ctx, self.zk, led, psm.Election.SHUTDOWN)
-        changed += await psm.elect(ctx, self.zk, followed, psm.Election.SHUTDOWN)
-        batch = self._batch()
-        for tp in changed:
-            batch.add_leader_and_isr([r for r in ctx.replicas(*tp) if r != broker_id], *tp)
-        for tp in followed:
-            batch.add_stop_replica([broker_id], *tp, delete=False)
-        batch.add_update_metadata(ctx.live_brokers)
-        batch.send(self.channel)
-        return [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
-
-    # --- preferred leader election ------------------------------------------------------------
-
     async def elect_preferred(
         self, partitions: list[tuple[str, int]], unclean: bool = False
     ) -> dict[tuple[str, int], int] | None:
+        """Called by the ElectLeaders handler: an error code per partition."""
         return await self.call(("elect", partitions, unclean))
 
-    async def _elect_preferred(
-        self, partitions: list[tuple[str, int]], unclean: bool
-    ) -> dict[tuple[str, int], int]:
-        """ElectLeaders: per partition an error code (Kafka's answers)."""
-        from trio_broker.cluster import partition_state_machine as psm
-        from trio_broker.errors import ErrorCode
 
-        ctx = self.ctx
-        results: dict[tuple[str, int], int] = {}
-        todo = []
-        for tp in partitions:
-            state = ctx.states.get(tp)
-            if state is None:
-                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif unclean:
-                if ctx.is_live(state.leader):
-                    results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-                else:
-                    todo.append(tp)
-            elif state.leader == ctx.replicas(*tp)[0]:
-                results[tp] = ErrorCode.ELECTION_NOT_NEEDED
-            else:
-                todo.append(tp)
-        if unclean:
-            changed = await psm.elect(
-                ctx, self.zk, todo, psm.Election.OFFLINE, unclean_default=True
-            )
-        else:
-            changed = await psm.elect(ctx, self.zk, todo, psm.Election.PREFERRED)
-        batch = self._batch()
-        for tp in changed:
-            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
-        batch.add_update_metadata(ctx.live_brokers)
-        batch.send(self.channel)
-        for tp in todo:
-            if tp in changed:
-                results[tp] = ErrorCode.NONE
-            else:
-                results[tp] = (
-                    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE
-                    if unclean
-                    else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
-                )
-        return results
-
-    async def _check_imbalance(self) -> None:
-        """Kafka's checkAndTriggerAutoLeaderRebalance: per broker, the share of partitions
-        it is the preferred leader of but does not lead; above
-        leader.imbalance.per.broker.percentage, preferred elections for them."""
-        from trio_broker.cluster import partition_state_machine as psm
-
-        ctx = self.ctx
-        percentage = self.broker.config.leader_imbalance_per_broker_percentage
-        todo: list[tuple[str, int]] = []
-        for broker_id in sorted(ctx.live_brokers):
-            preferred = [
-                tp
-                for tp in ctx.partitions()
-                if ctx.replicas(*tp)[:1] == (broker_id,)
-                and tp in ctx.states
-                and tp[0] not in ctx.topics_being_deleted
-            ]
-            if not preferred or not ctx.is_live(broker_id):
-                continue
-            lost = [tp for tp in preferred if ctx.states[tp].leader != broker_id]
-            if lost and len(lost) * 100 / len(preferred) > percentage:
-                todo += [tp for tp in lost if broker_id in ctx.states[tp].isr]
-        if not todo:
-            return
-        logger.info(
-            "controller epoch %d: leader imbalance, preferred elections %s", self.epoch, todo
-        )
-        changed = await psm.elect(ctx, self.zk, todo, psm.Election.PREFERRED)
-        batch = self._batch()
-        for tp in changed:
-            batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
-        batch.add_update_metadata(ctx.live_brokers)
-        batch.send(self.channel)
-
-    # --- topic deletion -----------------------------------------------------------------------
-
-    async def _on_delete_topics(self, children: list[str]) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        ctx = self.ctx
-        todo = []
-        for topic in children:
-            if topic in ctx.assignments:
-                todo.append(topic)
-            else:
-                try:
-                    await self.zk.delete(zk_data.delete_topic_path(topic))
-                except NoNodeError:
-                    pass
-        if todo:
-            await self._delete_topics(sorted(todo))
-
-    async def _delete_topics(self, topics: list[str]) -> None:
-        """Kafka's TopicDeletionManager, simplified: UpdateMetadata with the partitions'
-        leader -2 (LeaderDuringDelete) to every broker, StopReplica(delete) to the live
-        replicas, then the topic's znodes go and a full UpdateMetadata without it follows.
-        A replica on a broker that is down keeps its log until that broker learns the topic
-        is gone (its log is not in any LeaderAndIsr)."""
-        from kazoo.exceptions import NoNodeError
-
-        from trio_broker.cluster.zk_admin import delete_recursive
-
-        ctx = self.ctx
-        if not self.broker.config.delete_topic_enable:
-            for topic in topics:
-                logger.warning("topic %s marked for deletion, but delete.topic.enable=false", topic)
-            return
-        ctx.topics_being_deleted.update(topics)
-        batch = self._batch()
-        for topic in topics:
-            for tp in ctx.partitions_of(topic):
-                batch.add_stop_replica(ctx.replicas(*tp), *tp, delete=True)
-        batch.add_update_metadata(ctx.live_brokers)
-        batch.send(self.channel)
-        for topic in topics:
-            self._unwatch_topic(topic)
-            for path in (
-                zk_data.topic_path(topic),
-                zk_data.topic_config_path(topic),
-                zk_data.delete_topic_path(topic),
-            ):
-                try:
-                    await delete_recursive(self.zk, path)
-                except NoNodeError:
-                    pass
-            ctx.remove_topic(topic)
-            logger.info("controller epoch %d: deleted topic %s", self.epoch, topic)
-        batch = self._batch()
-        batch.add_update_metadata(ctx.live_brokers)
-        batch.send(self.channel)
+def _answer(reply: trio.MemorySendChannel[Any], value: Any) -> None:
+    """Answer a waiting caller; one that gave up (its timeout) is not waiting any more."""
+    try:
+        reply.send_nowait(value)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
+        pass
 
 
 class ControllerElector:

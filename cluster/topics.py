@@ -317,6 +317,11 @@ class TopicManager:
             log = self.logs.get_log(name, p)
             if log is not None:
                 log.update_config(cfg)
+        if self.zk_topics is not None:
+            # A cluster: /config/topics/<t> and a change notification for the other brokers;
+            # the AlterConfigs answer waits for the write (zk_topics.config_writes_done).
+            self.zk_topics.write_config(name, topic.configs)
+            return
         self.metadata.save()
 
 

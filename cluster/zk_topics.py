@@ -15,7 +15,9 @@ alive than the topic's replication factor, as Kafka does.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ZkTopics"]
 
 _POLL_S = 0.02
+_CONFIG_CHANGES_PATH = "/config/changes"
+_CONFIG_CHANGE_PREFIX = "config_change_"
+_CONFIG_CHANGE_EXPIRY_S = 15 * 60
 
 
 class ZkTopics:
@@ -44,15 +49,125 @@ class ZkTopics:
         self.zk = zk
         self._nursery: trio.Nursery | None = None
         self._creating: set[str] = set()
+        self._pending_writes = 0
+        self._writes_done = trio.Event()
+        self._last_change = -1
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            nursery.start_soon(self._follow_config_changes)
             task_status.started()
             try:
                 await trio.sleep_forever()
             finally:
                 self._nursery = None
+
+    # --- topic configs (Kafka's dynamic config, ZooKeeper era) ------------------------------
+    #
+    # A broker that alters a topic's configs writes /config/topics/<t>, then a sequential
+    # /config/changes/config_change_<n> naming "topics/<t>". Every broker watches
+    # /config/changes and reloads the topic's configs into its cache and its logs;
+    # notifications older than 15 minutes are removed (Kafka's changeExpirationMs).
+
+    def write_config(self, name: str, configs: Mapping[str, str]) -> None:
+        """Write a topic's new overrides in the background; `config_writes_done` waits."""
+        if self._nursery is None:
+            return
+        self._pending_writes += 1
+        self._nursery.start_soon(self._write_config, name, dict(configs))
+
+    async def _write_config(self, name: str, configs: dict[str, str]) -> None:
+        from kazoo.exceptions import KazooException
+
+        try:
+            await self.zk.set(zk_data.topic_config_path(name), zk_data.encode_topic_config(configs))
+            change = {"version": 2, "entity_path": f"topics/{name}"}
+            # A sequential znode (through a one-op multi, which takes kazoo's `sequence`).
+            (created,) = await self.zk.transaction(
+                [
+                    (
+                        "create",
+                        (
+                            f"{_CONFIG_CHANGES_PATH}/{_CONFIG_CHANGE_PREFIX}",
+                            json.dumps(change, separators=(",", ":")).encode(),
+                        ),
+                        {"sequence": True},
+                    )
+                ]
+            )
+            if isinstance(created, Exception):
+                raise created
+        except KazooException as exc:
+            logger.error("cannot write the configs of topic %s to ZooKeeper: %r", name, exc)
+        finally:
+            self._pending_writes -= 1
+            if self._pending_writes == 0:
+                self._writes_done.set()
+                self._writes_done = trio.Event()
+
+    async def config_writes_done(self) -> None:
+        if self._pending_writes:
+            await self._writes_done.wait()
+
+    async def _follow_config_changes(self) -> None:
+        send, receive = trio.open_memory_channel[list[str]](1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.zk.watch_children, _CONFIG_CHANGES_PATH, send)
+            async with receive:
+                first = True
+                async for children in receive:
+                    seqs = sorted(
+                        (int(c[len(_CONFIG_CHANGE_PREFIX) :]), c)
+                        for c in children
+                        if c.startswith(_CONFIG_CHANGE_PREFIX)
+                        and c[len(_CONFIG_CHANGE_PREFIX) :].isdigit()
+                    )
+                    if first:
+                        # What happened before this broker started is in the configs it
+                        # reads with each topic; only later changes are news.
+                        first = False
+                        self._last_change = seqs[-1][0] if seqs else -1
+                    for seq, child in seqs:
+                        await self._on_config_change(seq, child)
+
+    async def _on_config_change(self, seq: int, child: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        path = f"{_CONFIG_CHANGES_PATH}/{child}"
+        try:
+            data, stat = await self.zk.get(path)
+        except NoNodeError:
+            return
+        if seq > self._last_change:
+            self._last_change = seq
+            try:
+                entity = json.loads(data).get("entity_path", "")
+            except (ValueError, AttributeError):
+                entity = ""
+            kind, _, name = entity.partition("/")
+            if kind == "topics" and name:
+                await self.reload_topic_config(name)
+        if stat.ctime / 1000 < time.time() - _CONFIG_CHANGE_EXPIRY_S:
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+
+    async def reload_topic_config(self, name: str) -> None:
+        from trio_broker.cluster.topic_config import resolve_log_config
+        from trio_broker.cluster.zk_admin import read_topic_config
+
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return  # the configs are read with the topic when it arrives
+        topic.configs = await read_topic_config(self.zk, name)
+        cfg = resolve_log_config(topic.configs, self.topics.config)
+        for p in topic.partitions:
+            log = self.topics.logs.get_log(name, p)
+            if log is not None:
+                log.update_config(cfg)
+        logger.info("topic %s configs: %s", name, topic.configs or "defaults")
 
     @property
     def metadata(self) -> Any:

@@ -170,3 +170,51 @@ def test_producer_ids_come_in_blocks_from_zookeeper(kafka_cluster, zk_view):
     assert latest["version"] == 1
     assert int(latest["block_end"]) - int(latest["block_start"]) == 999
     assert int(latest["block_end"]) >= max(every)
+
+
+def test_topic_configs_altered_on_one_broker_reach_every_broker(kafka_cluster, zk_view):
+    from confluent_kafka.admin import (
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    brokers = kafka_cluster.brokers
+    all_see(brokers)
+    admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+    admin.create_topics([NewTopic("tuned", 1, 3, config={"retention.ms": "100000"})])[
+        "tuned"
+    ].result()
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        "tuned",
+        incremental_configs=[
+            ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+        ],
+    )
+    for f in admin.incremental_alter_configs([resource]).values():
+        f.result()
+    # In ZooKeeper when the call returns: the config, and a change notification.
+    assert zk_view.json("/config/topics/tuned")["config"] == {"min.insync.replicas": "2"}
+    changes = zk_view.client.get_children(zk_view.root + "/config/changes")
+    assert any(
+        zk_view.json(f"/config/changes/{c}") == {"version": 2, "entity_path": "topics/tuned"}
+        for c in changes
+    )
+
+    def described(bootstrap: str) -> dict[str, str]:
+        other = AdminClient({"bootstrap.servers": bootstrap})
+        (future,) = other.describe_configs([ConfigResource(ResourceType.TOPIC, "tuned")]).values()
+        entries = future.result()
+        return {k: entries[k].value for k in ("min.insync.replicas", "retention.ms")}
+
+    for b in brokers.values():
+        eventually(
+            lambda b=b: (
+                described(b.bootstrap) == {"min.insync.replicas": "2", "retention.ms": "604800000"}
+            ),
+            budget_s=10,
+            what=f"{b.bootstrap} describes the new configs",
+        )

@@ -283,3 +283,37 @@ def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(
             what="lonely offline",
         )
         assert after["isr"] == [2]
+
+
+def test_unclean_election_only_when_the_topic_allows_it(zookeeper, tmp_path, zk_view):
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=NO_CONTROLLED_SHUTDOWN
+    ) as cluster:
+        all_see(cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topics = [
+            NewTopic("clean", 1, replica_assignment=[[3, 2]]),
+            NewTopic(
+                "unclean",
+                1,
+                replica_assignment=[[3, 2]],
+                config={"unclean.leader.election.enable": "true"},
+            ),
+        ]
+        for f in admin.create_topics(topics, operation_timeout=15).values():
+            f.result()
+        for topic in ("clean", "unclean"):
+            # Broker 2 fell out of the ISR (its leader wrote so).
+            path = f"{zk_view.root}/brokers/topics/{topic}/partitions/0/state"
+            data, stat = zk_view.client.get(path)
+            state = json.loads(data) | {"isr": [3]}
+            zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+        cluster.brokers.pop(3).stop()
+        unclean = eventually(
+            lambda: (s := _states(zk_view, "unclean")[0])["leader"] == 2 and s,
+            budget_s=15,
+            what="the unclean election",
+        )
+        assert (unclean["isr"], unclean["leader_epoch"]) == ([2], 1)
+        clean = _states(zk_view, "clean")[0]
+        assert (clean["leader"], clean["isr"], clean["leader_epoch"]) == (-1, [3], 1)

@@ -43,6 +43,34 @@ def _described(bootstrap: str, topic: str) -> dict[int, tuple]:
     return {}
 
 
+def _describe_topic_partitions(
+    bootstrap: str, names: list[str] | None = None, limit: int = 2000
+) -> list[tuple[list, object]]:
+    """Every page of DescribeTopicPartitions (v0) from one broker: [(topics, next cursor)]."""
+    from trio_broker.protocol._generated.describe_topic_partitions_request import (
+        Cursor,
+        TopicRequest,
+    )
+
+    host, port = bootstrap.rsplit(":", 1)
+    pages = []
+    cursor = None
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        while True:
+            request = request_of(
+                75,
+                topics=[TopicRequest(name=n) for n in names or []],
+                response_partition_limit=limit,
+                cursor=cursor,
+            )
+            answer = roundtrip(sock, request, 0)
+            pages.append((answer.topics, answer.next_cursor))
+            if answer.next_cursor is None:
+                return pages
+            c = answer.next_cursor
+            cursor = Cursor(topic_name=c.topic_name, partition_index=c.partition_index)
+
+
 def _zk_partitions(zk_view, topic: str) -> dict[int, tuple]:
     """partition -> (leader, leader epoch, replicas, isr) as ZooKeeper holds them."""
     assignment = zk_view.json(f"/brokers/topics/{topic}")["partitions"]
@@ -106,6 +134,29 @@ def test_topics_created_on_any_broker_are_replicated_and_described_everywhere(
         md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
         got = {p: (m.leader, m.replicas, m.isrs) for p, m in md.topics["events"].partitions.items()}
         assert got == {p: (leader, r, isr) for p, (leader, _, r, isr) in events.items()}
+
+    # DescribeTopicPartitions says the same, a page of partitions at a time.
+    pages = _describe_topic_partitions(brokers[3].bootstrap, limit=4)
+    assert [
+        [(t.name, [p.partition_index for p in t.partitions]) for t in topics] for topics, _ in pages
+    ] == [
+        [("events", [0, 1, 2]), ("orders", [0])],
+        [("orders", [1, 2, 3, 4])],
+        [("orders", [5])],
+    ]
+    assert [(c.topic_name, c.partition_index) if c else None for _, c in pages] == [
+        ("orders", 1),
+        ("orders", 5),
+        None,
+    ]
+    paged = {p.partition_index: p for topics, _ in pages for t in topics if t.name == "orders"
+             for p in t.partitions}  # fmt: skip
+    assert {
+        p: (m.error_code, m.leader_id, m.leader_epoch, m.replica_nodes, m.isr_nodes, m.offline_replicas)
+        for p, m in paged.items()
+    } == expected  # fmt: skip
+    ((unknown,), _) = _describe_topic_partitions(brokers[1].bootstrap, ["nope"])[0]
+    assert unknown.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
     # Replication above the live brokers, and a name taken: Kafka's errors, from any broker.
     other = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
