@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.endpoints import node_on_listener
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.find_coordinator_response import (
     Coordinator,
@@ -22,8 +23,10 @@ if TYPE_CHECKING:
 GROUP, TRANSACTION = 0, 1
 
 
-def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
+def _find(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
     node = broker.metadata.brokers.get(broker.node_id)
+    if node is not None:
+        node = node_on_listener(broker, node, listener)
     error = ErrorCode.NONE
     if key_type == GROUP:
         coordinator = broker.group_coordinator
@@ -68,11 +71,14 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
 
 async def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
     body = request.body
+    listener = request.connection.listener
     if request.api_version >= 4:
         return FindCoordinatorResponse(
-            coordinators=[_find(broker, key, body.key_type) for key in body.coordinator_keys]
+            coordinators=[
+                _find(broker, key, body.key_type, listener) for key in body.coordinator_keys
+            ]
         )
-    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP)
+    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP, listener)
     return FindCoordinatorResponse(
         error_code=found.error_code,
         error_message=None,

@@ -63,6 +63,11 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
     ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
     ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
+    # security (issue 16): SASL, SCRAM credentials
+    ApiSpec(17, "SaslHandshake", 0, 1, "sasl_handshake"),
+    ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
+    ApiSpec(50, "DescribeUserScramCredentials", 0, 0, "describe_user_scram_credentials"),
+    ApiSpec(51, "AlterUserScramCredentials", 0, 0, "alter_user_scram_credentials"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -151,6 +151,12 @@ class Broker:
     async def dispatch(self, request: Request) -> Any:
         return await self._dispatch(self, request)
 
+    def security_state(self) -> Any:
+        """The broker's SecurityState (credentials, ACLs), made and imported on first need."""
+        from trio_broker.security.credentials import security_state
+
+        return security_state(self)
+
     def advertise(self, bound: list[BoundListener]) -> None:
         """Decide the addresses clients are told, and register this broker in the metadata."""
         self.listeners = bound
@@ -218,7 +224,7 @@ async def _serve(
         cluster_id = await join_cluster(zk, config)
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
-    server = SocketServer(config, request_send, broker.supported)
+    server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
     bound = await server.bind()
     broker.advertise(bound)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -49,11 +49,12 @@ _HOLD_COUNT = 64  # well under IOV_MAX (1024)
 class _Held:
     """Encoded responses waiting to be written together, in order."""
 
-    __slots__ = ("bufs", "nbytes")
+    __slots__ = ("bufs", "nbytes", "send")
 
-    def __init__(self) -> None:
+    def __init__(self, send: Any = send_bytes) -> None:
         self.bufs: list[bytearray] = []
         self.nbytes = 0
+        self.send = send
 
     async def add(self, sock: trio.socket.SocketType, buf: bytearray) -> None:
         self.bufs.append(buf)
@@ -66,7 +67,7 @@ class _Held:
             bufs = self.bufs
             self.bufs = []
             self.nbytes = 0
-            await send_bytes(sock, *bufs)
+            await self.send(sock, *bufs)
 
 
 def _may_hold(parsed: ParsedRequest) -> bool:
@@ -77,6 +78,14 @@ def _may_hold(parsed: ParsedRequest) -> bool:
 
 
 class Connection:
+    # The socket I/O (server/sendfile.py) and its target, `self.io`: the raw socket here; a
+    # TLS connection (security/connection.py) swaps in its SSLStream and functions.
+    _receive_into = staticmethod(receive_into)
+    _send_bytes = staticmethod(send_bytes)
+    _send_response = staticmethod(send_response)
+    # Who is on the other end, for the authorizer: a TLS or SASL connection sets its own.
+    principal = "User:ANONYMOUS"
+
     def __init__(
         self,
         stream: trio.SocketStream,
@@ -91,6 +100,7 @@ class Connection:
         self.id = next(_ids)
         self.stream = stream
         self.sock = stream.socket
+        self.io: Any = stream.socket
         self.processor = processor
         self.listener = listener
         self.supported = supported
@@ -143,7 +153,7 @@ class Connection:
             if buf is None:  # a large frame must grow, and the pool is spent
                 await self._wait_for_memory()
                 continue
-            n = await receive_into(self.sock, buf)
+            n = await self._receive_into(self.io, buf)
             if not n:
                 if reader.buffered:
                     logger.info(
@@ -188,13 +198,13 @@ class Connection:
     async def _serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         # Responses already made but not yet written: see _may_hold. Written in order,
         # always before this task waits for the socket or for a request that may wait.
-        held = _Held()
+        held = _Held(self._send_bytes)
         reader = self.reader
         try:
             while not self._closing:
                 frame = reader.next_frame()
                 if frame is NEED_DATA or frame is NEED_MEMORY:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     frame = await self._next_frame()
                     if frame is None:
                         break
@@ -205,7 +215,7 @@ class Connection:
                     break
                 hold = _may_hold(parsed)
                 if not hold:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                 self.client_id = parsed.client_id
                 self.in_flight = True
                 request = Request(parsed, self)
@@ -214,7 +224,7 @@ class Connection:
                 except trio.WouldBlock:
                     # queued.max.requests reached: backpressure. Answers already made
                     # must not wait for other connections' requests.
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
@@ -224,17 +234,17 @@ class Connection:
                 reader.frame_done()
                 if response is not NO_RESPONSE:
                     if response.regions or not hold:
-                        await held.flush(self.sock)
-                        await send_response(self.sock, response.buf, response.regions)
+                        await held.flush(self.io)
+                        await self._send_response(self.io, response.buf, response.regions)
                     else:
-                        await held.add(self.sock, response.buf)
+                        await held.add(self.io, response.buf)
                 self.in_flight = False
                 self.last_active = trio.current_time()
         except InvalidFrame:
             # The bytes after the good requests are garbage; their answers still go out.
-            await held.flush(self.sock)
+            await held.flush(self.io)
             raise
-        await held.flush(self.sock)
+        await held.flush(self.io)
 
     async def serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         """Entry point for the processor: run, turning frame errors into a closed connection."""
