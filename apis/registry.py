@@ -68,6 +68,10 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
     ApiSpec(50, "DescribeUserScramCredentials", 0, 0, "describe_user_scram_credentials"),
     ApiSpec(51, "AlterUserScramCredentials", 0, 0, "alter_user_scram_credentials"),
+    # security (issue 16): ACLs
+    ApiSpec(29, "DescribeAcls", 0, 3, "describe_acls"),
+    ApiSpec(30, "CreateAcls", 0, 3, "create_acls"),
+    ApiSpec(31, "DeleteAcls", 0, 3, "delete_acls"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -62,7 +62,14 @@ class Broker:
         self._dispatch = dispatch
         self.listeners: list[BoundListener] = []
         self.advertised: list[Listener] = []
+        # ACLs: None unless authorizer.class.name is set (then security/authorizer.py
+        # installs one and routes requests through its checks).
+        self.authorizer: Any = None
         self._setup()
+        if config.authorizer_class_name:
+            from trio_broker.security.authorizer import install
+
+            install(self)
 
     def _setup(self) -> None:
         from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata
