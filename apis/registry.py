@@ -72,6 +72,9 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(29, "DescribeAcls", 0, 3, "describe_acls"),
     ApiSpec(30, "CreateAcls", 0, 3, "create_acls"),
     ApiSpec(31, "DeleteAcls", 0, 3, "delete_acls"),
+    # security (issue 16): client quotas
+    ApiSpec(48, "DescribeClientQuotas", 0, 1, "describe_client_quotas"),
+    ApiSpec(49, "AlterClientQuotas", 0, 1, "alter_client_quotas"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

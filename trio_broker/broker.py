@@ -65,11 +65,17 @@ class Broker:
         # ACLs: None unless authorizer.class.name is set (then security/authorizer.py
         # installs one and routes requests through its checks).
         self.authorizer: Any = None
+        # Client quotas: None until one exists (security/client_quotas.py, then loaded).
+        self.client_quotas: Any = None
         self._setup()
         if config.authorizer_class_name:
             from trio_broker.security.authorizer import install
 
             install(self)
+        if (self.log_dirs[0] / "client-quotas.json").exists():
+            from trio_broker.security.client_quotas import install as install_quotas
+
+            install_quotas(self)
 
     def _setup(self) -> None:
         from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata

@@ -804,6 +804,22 @@ BROKER_CONFIGS += (
         "Principals allowed everything: User:alice;User:bob.",
     ),
     ConfigKey(
+        "quota.window.num",
+        "INT",
+        11,
+        _int,
+        _at_least(1),
+        "Windows over which client quota rates are measured.",
+    ),
+    ConfigKey(
+        "quota.window.size.seconds",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Length of one client quota window.",
+    ),
+    ConfigKey(
         "allow.everyone.if.no.acl.found",
         "BOOLEAN",
         False,

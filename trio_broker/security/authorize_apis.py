@@ -727,8 +727,9 @@ async def _describe_log_dirs(
     return await dispatch(broker, request)
 
 
-# ApiVersions and SASL need no permission; the ACL and SCRAM APIs check in their handlers.
-_CHECKED_BY_HANDLER = frozenset({17, 18, 36, 29, 30, 31, 50, 51})
+# ApiVersions and SASL need no permission; the ACL, quota and SCRAM APIs check in their
+# handlers.
+_CHECKED_BY_HANDLER = frozenset({17, 18, 36, 29, 30, 31, 48, 49, 50, 51})
 _CLUSTER_ACTION = _cluster(Op.CLUSTER_ACTION)
 
 _CHECKS: dict[int, Check] = {

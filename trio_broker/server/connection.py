@@ -85,6 +85,8 @@ class Connection:
     _send_response = staticmethod(send_response)
     # Who is on the other end, for the authorizer: a TLS or SASL connection sets its own.
     principal = "User:ANONYMOUS"
+    # Client quotas (security/client_quotas.py): no request is read before this time.
+    throttled_until = 0.0
 
     def __init__(
         self,
@@ -132,6 +134,14 @@ class Connection:
         self._closing = True
         if not self.in_flight:
             self.scope.cancel()
+
+    def throttle(self, seconds: float) -> None:
+        """Over its quota: once the current response is written, read nothing for this long."""
+        self.throttled_until = max(self.throttled_until, trio.current_time() + seconds)
+
+    async def _mute(self) -> None:
+        await trio.sleep_until(self.throttled_until)
+        self.throttled_until = 0.0
 
     def deliver(self, response: Response) -> None:
         """Called by the processor's response task; never blocks (one request in flight)."""
@@ -240,6 +250,9 @@ class Connection:
                         await held.add(self.io, response.buf)
                 self.in_flight = False
                 self.last_active = trio.current_time()
+                if self.throttled_until:
+                    await held.flush(self.io)
+                    await self._mute()
         except InvalidFrame:
             # The bytes after the good requests are garbage; their answers still go out.
             await held.flush(self.io)
