@@ -153,6 +153,7 @@ class AclStore:
         self.path = path
         self.bindings: set[AclBinding] = set()
         self.by_type: dict[int, list[AclBinding]] = {}
+        self.generation = 0  # bumped on every change (the authorizer's cache key)
         if path.exists():
             try:
                 for entry in json.loads(path.read_text())["acls"]:
@@ -163,6 +164,7 @@ class AclStore:
         self._reindex()
 
     def _reindex(self) -> None:
+        self.generation += 1
         by_type: dict[int, list[AclBinding]] = {}
         for b in self.bindings:
             by_type.setdefault(b.resource_type, []).append(b)

@@ -43,6 +43,7 @@ KAFKA_AUTHORIZERS = (
     "trio_broker.security.authorizer.Authorizer",
 )
 
+_MAX_DECISIONS = 100_000
 _IMPLIES_DESCRIBE = frozenset({Op.DESCRIBE, Op.READ, Op.WRITE, Op.DELETE, Op.ALTER, Op.ALL})
 _IMPLIES_DESCRIBE_CONFIGS = frozenset({Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.ALL})
 
@@ -60,10 +61,24 @@ class Authorizer:
         self.super_users = frozenset(p.strip() for p in config.super_users.split(";") if p.strip())
         self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
         self.store = AclStore(log_dir / AclStore.FILE)
+        # Decisions, cleared whenever the ACLs change: a produce or fetch asks the same
+        # question per topic on every request, and the answer is a scan of the ACLs.
+        self._decisions: dict[tuple[str, str, int, int, str], bool] = {}
+        self._generation = self.store.generation
 
     def authorize(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         if principal in self.super_users:
             return True
+        if self._generation != self.store.generation or len(self._decisions) > _MAX_DECISIONS:
+            self._decisions = {}
+            self._generation = self.store.generation
+        key = (principal, host, op, rtype, name)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decisions[key] = self._decide(principal, host, op, rtype, name)
+        return decision
+
+    def _decide(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         matching = [b for b in self.store.by_type.get(rtype, ()) if b.matches_resource(rtype, name)]
         if not matching:
             return self.allow_if_no_acl
