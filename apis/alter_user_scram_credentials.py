@@ -51,7 +51,7 @@ async def handle(broker: Broker, request: Request) -> AlterUserScramCredentialsR
                 ErrorCode.DUPLICATE_RESOURCE,
                 "A user credential cannot be altered twice in the same request",
             )
-    changed = False
+    changed: set[str] = set()
     for d in body.deletions:
         if d.name in results:
             continue
@@ -66,7 +66,7 @@ async def handle(broker: Broker, request: Request) -> AlterUserScramCredentialsR
                 "Attempt to delete a user credential that does not exist",
             )
         else:
-            changed = True
+            changed.add(d.name)
     for u in body.upsertions:
         if u.name in results:
             continue
@@ -88,9 +88,12 @@ async def handle(broker: Broker, request: Request) -> AlterUserScramCredentialsR
                 mechanism,
                 scram_credential(mechanism, u.salted_password, u.salt, u.iterations),
             )
-            changed = True
+            changed.add(u.name)
     if changed:
-        store.save()
+        if store.zk is not None:
+            await store.zk.write(changed)  # a cluster's are in ZooKeeper
+        else:
+            store.save()
     return AlterUserScramCredentialsResponse(
         results=[
             AlterUserScramCredentialsResult(

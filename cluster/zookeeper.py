@@ -260,13 +260,20 @@ class ZooKeeperSession:
         return await self._call(self._client.exists_async, self._path(path), w)
 
     async def create(
-        self, path: str, data: bytes = b"", *, ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        makepath: bool = False,
+        sequence: bool = False,
     ) -> str:
         return await self._call(
             self._client.create_async,
             self._path(path),
             data,
             ephemeral=ephemeral,
+            sequence=sequence,
             makepath=makepath,
         )
 

@@ -125,6 +125,10 @@ class Broker:
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
+            # SCRAM credentials live in ZooKeeper's /config/users in a cluster.
+            from trio_broker.security.zk_store import ZkScram
+
+            self.services.append(ZkScram(self))
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 

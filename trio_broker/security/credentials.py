@@ -34,10 +34,12 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 class ScramStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path | None) -> None:
         self.path = path
         self.users: dict[str, dict[str, ScramCredential]] = {}
-        if path.exists():
+        # In a cluster, ZooKeeper's /config/users (security/zk_store.py) instead of the file.
+        self.zk: Any = None
+        if path is not None and path.exists():
             try:
                 doc = json.loads(path.read_text())
                 for user, mechanisms in doc.get("users", {}).items():
@@ -63,6 +65,8 @@ class ScramStore:
         return True
 
     def save(self) -> None:
+        if self.path is None:
+            return
         doc = {
             "version": 1,
             "users": {
@@ -78,7 +82,9 @@ class SecurityState:
 
     def __init__(self, broker: Any) -> None:
         self.broker = broker
-        self.scram = ScramStore(Path(broker.config.log_dirs[0]) / SCRAM_FILE)
+        path = Path(broker.config.log_dirs[0]) / SCRAM_FILE
+        # A cluster's credentials are in ZooKeeper (loaded by ZkScram), never in the file.
+        self.scram = ScramStore(path if broker.zk is None else None)
 
 
 def security_state(broker: Any) -> SecurityState:
