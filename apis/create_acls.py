@@ -52,5 +52,8 @@ async def handle(broker: Broker, request: Request) -> CreateAclsResponse:
                 AclCreationResult(error_code=ErrorCode.INVALID_REQUEST, error_message=why)
             )
     if valid:
-        authorizer.store.add(valid)
+        if authorizer.store.zk is not None:
+            await authorizer.store.zk.add(valid)  # a cluster's are in ZooKeeper
+        else:
+            authorizer.store.add(valid)
     return CreateAclsResponse(results=results)

@@ -75,5 +75,8 @@ async def handle(broker: Broker, request: Request) -> DeleteAclsResponse:
             )
         )
     if removed:
-        authorizer.store.remove(removed)
+        if authorizer.store.zk is not None:
+            await authorizer.store.zk.remove(removed)  # a cluster's are in ZooKeeper
+        else:
+            authorizer.store.remove(removed)
     return DeleteAclsResponse(filter_results=results)

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -149,12 +150,13 @@ class AclStore:
 
     FILE = "acls.json"
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None in a cluster: ZooKeeper holds them (security/zk_acls.py)
+        self.zk: Any = None
         self.bindings: set[AclBinding] = set()
         self.by_type: dict[int, list[AclBinding]] = {}
         self.generation = 0  # bumped on every change (the authorizer's cache key)
-        if path.exists():
+        if path is not None and path.exists():
             try:
                 for entry in json.loads(path.read_text())["acls"]:
                     self.bindings.add(AclBinding(**entry))
@@ -178,8 +180,15 @@ class AclStore:
         self.bindings.difference_update(bindings)
         self._save()
 
+    def replace(self, bindings: set[AclBinding]) -> None:
+        """All bindings at once (what ZooKeeper holds); not saved to a file."""
+        self.bindings = set(bindings)
+        self._reindex()
+
     def _save(self) -> None:
         self._reindex()
+        if self.path is None:
+            return
         doc = {"version": 1, "acls": [b.to_json() for b in sorted(self.bindings, key=_order)]}
         atomic_write(self.path, json.dumps(doc, indent=1))
 

@@ -57,10 +57,10 @@ def _allowing(op: int) -> frozenset[int]:
 
 
 class Authorizer:
-    def __init__(self, config: Any, log_dir: Path) -> None:
+    def __init__(self, config: Any, log_dir: Path | None) -> None:
         self.super_users = frozenset(p.strip() for p in config.super_users.split(";") if p.strip())
         self.allow_if_no_acl = config.allow_everyone_if_no_acl_found
-        self.store = AclStore(log_dir / AclStore.FILE)
+        self.store = AclStore(log_dir / AclStore.FILE if log_dir is not None else None)
         # Decisions, cleared whenever the ACLs change: a produce or fetch asks the same
         # question per topic on every request, and the answer is a scan of the ACLs.
         self._decisions: dict[tuple[str, str, int, int, str], bool] = {}
@@ -132,7 +132,13 @@ def install(broker: Any) -> None:
         )
     from trio_broker.security.authorize_apis import authorizing_dispatch
 
-    broker.authorizer = Authorizer(broker.config, Path(broker.config.log_dirs[0]))
+    # A cluster's ACLs are in ZooKeeper (security/zk_acls.py), a lone broker's in a file.
+    log_dir = Path(broker.config.log_dirs[0]) if broker.zk is None else None
+    broker.authorizer = Authorizer(broker.config, log_dir)
+    if broker.zk is not None:
+        from trio_broker.security.zk_acls import ZkAcls
+
+        broker.services.insert(0, ZkAcls(broker))
     plain_dispatch = broker._dispatch
 
     async def dispatch(broker_: Any, request: Request) -> Any:
