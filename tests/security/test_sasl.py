@@ -246,6 +246,10 @@ def test_raw_exchange_errors_close_the_connection(kafka_broker_factory, pki):
         assert roundtrip(sock, request_of(17, mechanism="PLAIN"), 1).error_code == 0
         sock.sendall(encode_request(request_of(3, topics=None), 9, 2))
         assert is_closed(sock)
+    # A frame over 512 KiB before authentication: closed without reading it.
+    with _connect(addr["sasl"]) as sock:
+        sock.sendall(struct.pack(">i", 600_000) + b"\0" * 1000)
+        assert is_closed(sock)
     # A SaslAuthenticate without a handshake fails too.
     with _connect(addr["sasl"]) as sock:
         answer = roundtrip(sock, request_of(36, auth_bytes=b"\0alice\0alice-secret"), 2)

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["SaslSession", "SecureConnection"]
 
 _HANDSHAKE_TIMEOUT_S = 10.0
+# Kafka's sasl.server.max.receive.size: the largest frame a client may send before it
+# has authenticated (a stranger must not make the broker hold 100 MB for it).
+_MAX_UNAUTHENTICATED_FRAME = 524288
 _API_VERSIONS, _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 18, 17, 36
 _SIZE = struct.Struct(">i")
 
@@ -185,6 +188,14 @@ class SecureConnection(Connection):
         """Run the SASL exchange; False when the connection is to be closed."""
         sasl = self.sasl
         assert sasl is not None
+        limit = self.reader.max_frame_bytes
+        self.reader.max_frame_bytes = min(limit, _MAX_UNAUTHENTICATED_FRAME)
+        try:
+            return await self._exchange(sasl)
+        finally:
+            self.reader.max_frame_bytes = limit
+
+    async def _exchange(self, sasl: SaslSession) -> bool:
         while not sasl.authenticated:
             frame = await self._next_frame()
             if frame is None:
