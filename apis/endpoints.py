@@ -19,7 +19,13 @@ __all__ = ["node_on_listener"]
 
 def node_on_listener(broker: Broker, node: Any, listener: str) -> Any:
     advertised = broker.advertised
-    if node.node_id != broker.node_id or not advertised or advertised[0].name == listener:
+    if not advertised or advertised[0].name == listener:
+        return node  # the usual case: the node already has the first listener's address
+    if node.node_id != broker.node_id:
+        # Another broker of a cluster: its registration lists its listeners.
+        for name, host, port in node.endpoints:
+            if name == listener:
+                return attrs.evolve(node, host=host, port=port)
         return node
     for lst in advertised:
         if lst.name == listener:

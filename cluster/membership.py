@@ -120,7 +120,9 @@ class BrokerMembership:
     def broker_info(self) -> zk_data.BrokerInfo:
         return zk_data.BrokerInfo(
             broker_id=self.node_id,
-            endpoints=zk_data.endpoints_of(self.broker.advertised),
+            endpoints=zk_data.endpoints_of(
+                self.broker.advertised, self.broker.config.security_protocol
+            ),
             rack=self.broker.config.broker_rack,
         )
 
@@ -209,7 +211,11 @@ class BrokerMembership:
             endpoint = info.endpoint(listener) or info.endpoint()
             if endpoint is not None:
                 live[broker_id] = BrokerNode(
-                    node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=info.rack
+                    node_id=broker_id,
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    rack=info.rack,
+                    endpoints=tuple((e.listener, e.host, e.port) for e in info.endpoints),
                 )
         self.broker.metadata.set_live_brokers(live)
 

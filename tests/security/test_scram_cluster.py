@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -33,7 +34,9 @@ def eventually(check, timeout_s=20):
 
 def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
     overrides = {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
         "sasl.jaas.config": JAAS,
     }
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=overrides) as cluster:
@@ -53,6 +56,11 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
             assert "carol-pw" not in data.decode()
             changes = zk.get_children("/kafka/config/changes")
             assert any(c.startswith("config_change_") for c in changes)
+            registration = json.loads(zk.get("/kafka/brokers/ids/2")[0])
+            assert registration["listener_security_protocol_map"] == {
+                "INTERNAL": "PLAINTEXT",
+                "EXTERNAL": "SASL_PLAINTEXT",
+            }
         finally:
             zk.stop()
         for broker in (first, second):
@@ -65,6 +73,20 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
                 == ErrorCode.SASL_AUTHENTICATION_FAILED
             )
         assert not list(tmp_path.rglob("scram-credentials"))
+        # Metadata on the SASL listener gives every broker's SASL address.
+        client = Producer(
+            {
+                "bootstrap.servers": "{}:{}".format(*first.addresses[1][:2]),
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": "admin",
+                "sasl.password": "admin-pw",
+            }
+        )
+        brokers = client.list_topics(timeout=10).brokers
+        assert sorted((b.host, b.port) for b in brokers.values()) == sorted(
+            [first.addresses[1][:2], second.addresses[1][:2]]
+        )
         # A deletion through the second broker reaches the first.
         admin2 = AdminClient({"bootstrap.servers": second.bootstrap})
         deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
