@@ -19,15 +19,13 @@ __all__ = ["node_on_listener"]
 
 def node_on_listener(broker: Broker, node: Any, listener: str) -> Any:
     advertised = broker.advertised
-    if not advertised or advertised[0].name == listener:
-        return node  # the usual case: the node already has the first listener's address
+    if len(advertised) < 2:
+        return node  # the usual case: one listener, the node's own address
     if node.node_id != broker.node_id:
         # Another broker of a cluster: its registration lists its listeners.
-        for name, host, port in node.endpoints:
-            if name == listener:
-                return attrs.evolve(node, host=host, port=port)
+        found = next(((h, p) for name, h, p in node.endpoints if name == listener), None)
+    else:
+        found = next(((a.host, a.port) for a in advertised if a.name == listener), None)
+    if found is None or found == (node.host, node.port):
         return node
-    for lst in advertised:
-        if lst.name == listener:
-            return attrs.evolve(node, host=lst.host, port=lst.port)
-    return node
+    return attrs.evolve(node, host=found[0], port=found[1])

@@ -194,7 +194,10 @@ class BrokerMembership:
     async def _update_brokers(self, children: list[str]) -> None:
         from kazoo.exceptions import NoNodeError
 
-        listener = self.broker.advertised[0].name if self.broker.advertised else None
+        # Brokers reach each other on inter.broker.listener.name (else the first listener).
+        listener = self.broker.config.inter_broker_listener_name or (
+            self.broker.advertised[0].name if self.broker.advertised else None
+        )
         live: dict[int, BrokerNode] = {}
         for child in children:
             if not child.isdigit():

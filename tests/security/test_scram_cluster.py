@@ -34,14 +34,14 @@ def eventually(check, timeout_s=20):
 
 def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
     overrides = {
-        "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
+        "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
         "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
         "inter.broker.listener.name": "INTERNAL",
         "sasl.jaas.config": JAAS,
     }
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=overrides) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]
-        admin = AdminClient({"bootstrap.servers": first.bootstrap})
+        admin = AdminClient({"bootstrap.servers": "{}:{}".format(*first.addresses[1][:2])})
         upsert = UserScramCredentialUpsertion(
             "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), b"carol-pw"
         )
@@ -64,7 +64,7 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
         finally:
             zk.stop()
         for broker in (first, second):
-            sasl = broker.addresses[1][:2]
+            sasl = broker.addresses[0][:2]
             assert eventually(
                 lambda sasl=sasl: scram_login(sasl, "SCRAM-SHA-512", "carol", "carol-pw") == 0
             )
@@ -76,7 +76,7 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
         # Metadata on the SASL listener gives every broker's SASL address.
         client = Producer(
             {
-                "bootstrap.servers": "{}:{}".format(*first.addresses[1][:2]),
+                "bootstrap.servers": "{}:{}".format(*first.addresses[0][:2]),
                 "security.protocol": "SASL_PLAINTEXT",
                 "sasl.mechanism": "PLAIN",
                 "sasl.username": "admin",
@@ -84,14 +84,19 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
             }
         )
         brokers = client.list_topics(timeout=10).brokers
+        # (and on INTERNAL, every broker's INTERNAL address)
+        internal = AdminClient({"bootstrap.servers": "{}:{}".format(*first.addresses[1][:2])})
+        assert sorted(
+            (b.host, b.port) for b in internal.list_topics(timeout=10).brokers.values()
+        ) == sorted([first.addresses[1][:2], second.addresses[1][:2]])
         assert sorted((b.host, b.port) for b in brokers.values()) == sorted(
-            [first.addresses[1][:2], second.addresses[1][:2]]
+            [first.addresses[0][:2], second.addresses[0][:2]]
         )
         # A deletion through the second broker reaches the first.
-        admin2 = AdminClient({"bootstrap.servers": second.bootstrap})
+        admin2 = AdminClient({"bootstrap.servers": "{}:{}".format(*second.addresses[1][:2])})
         deletion = UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_512)
         admin2.alter_user_scram_credentials([deletion])["carol"].result(30)
-        sasl = first.addresses[1][:2]
+        sasl = first.addresses[0][:2]
         assert eventually(
             lambda: (
                 scram_login(sasl, "SCRAM-SHA-512", "carol", "carol-pw")
@@ -107,4 +112,4 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
             ]
         )["dave"].result(30)
         third = cluster.add_broker(3)
-        assert scram_login(third.addresses[1][:2], "SCRAM-SHA-256", "dave", "dave-pw") == 0
+        assert scram_login(third.addresses[0][:2], "SCRAM-SHA-256", "dave", "dave-pw") == 0
