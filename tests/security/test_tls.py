@@ -285,3 +285,28 @@ def test_plaintext_broker_imports_no_security_module(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_mtls_principal_is_the_certificate_subject(kafka_broker_factory, pki):
+    from cryptography import x509
+
+    subject = x509.load_pem_x509_certificate(pki.client_cert.read_bytes()).subject
+    principal = "User:" + subject.rfc4514_string()  # CN=alice,OU=...,O=...
+    props = {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.server),
+        "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "required",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": principal,
+    }
+    broker = kafka_broker_factory(props)
+    conf = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client_cert),
+        "ssl.key.location": str(pki.client_key),
+    }
+    address = "{}:{}".format(*broker.addresses[0][:2])
+    produce(address, "by-cert", **conf)  # a super user by its certificate's DN
+    assert len(consume(address, "by-cert", len(RECORDS), **conf)) == len(RECORDS)
