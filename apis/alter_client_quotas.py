@@ -63,7 +63,7 @@ async def handle(broker: Broker, request: Request) -> AlterClientQuotasResponse:
         )
     quotas = install(broker)
     entries = []
-    changed = False
+    changed = []
     for entry in body.entries:
         why = _invalid(entry)
         if why is not None:
@@ -72,8 +72,11 @@ async def handle(broker: Broker, request: Request) -> AlterClientQuotasResponse:
         if not body.validate_only:
             entity = tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity))
             quotas.alter(entity, [(op.key, None if op.remove else op.value) for op in entry.ops])
-            changed = True
+            changed.append(entity)
         entries.append(result(entry, ErrorCode.NONE, None))
-    if changed:
+    if quotas.zk is not None:
+        for entity in changed:
+            await quotas.zk.write(entity)  # a cluster's are in ZooKeeper
+    elif changed:
         quotas.save()
     return AlterClientQuotasResponse(entries=entries)

@@ -125,10 +125,12 @@ class Broker:
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
-            # SCRAM credentials live in ZooKeeper's /config/users in a cluster.
+            # SCRAM credentials and client quotas live in ZooKeeper's /config in a cluster.
+            from trio_broker.security.zk_quotas import ZkQuotas
             from trio_broker.security.zk_store import ZkScram
 
             self.services.append(ZkScram(self))
+            self.services.append(ZkQuotas(self))
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 

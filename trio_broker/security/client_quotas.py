@@ -77,13 +77,14 @@ class Rate:
 
 
 class ClientQuotas:
-    def __init__(self, path: Path, *, samples: int = 11, window_s: float = 1.0) -> None:
-        self.path = path
+    def __init__(self, path: Path | None, *, samples: int = 11, window_s: float = 1.0) -> None:
+        self.path = path  # None in a cluster: ZooKeeper holds them (security/zk_quotas.py)
+        self.zk: Any = None
         self.samples = samples
         self.window_s = window_s
         self.entities: dict[Entity, dict[str, float]] = {}
         self._rates: dict[tuple[str, Entity], Rate] = {}
-        if path.exists():
+        if path is not None and path.exists():
             try:
                 for entry in json.loads(path.read_text())["quotas"]:
                     entity = tuple(sorted((t, n) for t, n in entry["entity"]))
@@ -99,11 +100,13 @@ class ClientQuotas:
             else:
                 values[key] = value
         if not values:
-            del self.entities[entity]
+            self.entities.pop(entity, None)
         # A changed quota starts its rate afresh, as Kafka's sensors do.
         self._rates = {k: r for k, r in self._rates.items() if k[1] != entity}
 
     def save(self) -> None:
+        if self.path is None:
+            return
         doc = {
             "version": 1,
             "quotas": [
@@ -193,10 +196,11 @@ def install(broker: Any) -> ClientQuotas:
         return broker.client_quotas
     config = broker.config
     quotas = ClientQuotas(
-        Path(config.log_dirs[0]) / "client-quotas.json",
+        Path(config.log_dirs[0]) / "client-quotas.json" if broker.zk is None else None,
         samples=config.quota_window_num,
         window_s=config.quota_window_size_seconds,
     )
+    quotas.zk = getattr(broker, "zk_quotas", None)
     broker.client_quotas = quotas
     inner = broker._dispatch
 
