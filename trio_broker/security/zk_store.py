@@ -103,23 +103,28 @@ class ZkScram:
 
     async def write(self, users: set[str]) -> None:
         """Write these users' credentials as the store holds them, then notify the brokers."""
-        from kazoo.exceptions import NoNodeError
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         for user in users:
             path = f"{USERS}/{user}"
-            try:
-                data, stat = await self.zk.get(path)
-                doc = json.loads(data)
-                version = stat.version
-            except NoNodeError:
-                doc, version = {"version": 1, "config": {}}, None
-            config = {k: v for k, v in doc.get("config", {}).items() if k not in SCRAM_HASHES}
-            for mechanism, credential in self.store.users.get(user, {}).items():
-                config[mechanism] = credential.to_text()
-            payload = json.dumps({"version": 1, "config": config}).encode()
-            if version is None:
-                await self.zk.create(path, payload, makepath=True)
-            else:
-                await self.zk.set(path, payload, version=version)
+            while True:  # conditional on the version read: quotas share this znode
+                try:
+                    data, stat = await self.zk.get(path)
+                    doc = json.loads(data)
+                    version = stat.version
+                except NoNodeError:
+                    doc, version = {"version": 1, "config": {}}, None
+                config = {k: v for k, v in doc.get("config", {}).items() if k not in SCRAM_HASHES}
+                for mechanism, credential in self.store.users.get(user, {}).items():
+                    config[mechanism] = credential.to_text()
+                payload = json.dumps({"version": 1, "config": config}).encode()
+                try:
+                    if version is None:
+                        await self.zk.create(path, payload, makepath=True)
+                    else:
+                        await self.zk.set(path, payload, version=version)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+                break
             notice = json.dumps({"version": 2, "entity_path": f"users/{user}"}).encode()
             await self.zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True)
