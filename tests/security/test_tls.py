@@ -310,3 +310,17 @@ def test_mtls_principal_is_the_certificate_subject(kafka_broker_factory, pki):
     address = "{}:{}".format(*broker.addresses[0][:2])
     produce(address, "by-cert", **conf)  # a super user by its certificate's DN
     assert len(consume(address, "by-cert", len(RECORDS), **conf)) == len(RECORDS)
+
+
+def test_serve_refuses_a_tls_listener_without_keys(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "trio_broker", "serve", "--override", "listeners=SSL://127.0.0.1:0",
+         "--override", f"log.dirs={tmp_path}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "ssl.keystore.location" in out.stderr
+    assert "Traceback" not in out.stderr
