@@ -6,7 +6,14 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -181,6 +188,24 @@ def test_prefixed_deny_metadata_filtering_and_auto_create(kafka_broker_factory):
         create_topics(admin_of(broker, "bob"), "bobs")
     with pytest.raises(KafkaException, match="AUTHORIZATION|uthoriz"):
         add_acls(alice_admin, allow("User:alice", ResourceType.TOPIC, "x", AclOperation.ALL))
+    # What each may do, as DescribeCluster and Metadata report it.
+    ops = alice_admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert not ops.authorized_operations  # she may not even describe the cluster
+    add_acls(
+        admin, allow("User:alice", ResourceType.BROKER, "kafka-cluster", AclOperation.DESCRIBE)
+    )
+    ops = alice_admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert ops.authorized_operations == [AclOperation.DESCRIBE]
+    ops = admin.describe_cluster(include_authorized_operations=True).result(30)
+    assert AclOperation.ALTER in ops.authorized_operations  # a super user
+    described = alice_admin.describe_topics(
+        TopicCollection(["logs-app"]), include_authorized_operations=True
+    )["logs-app"].result(30)
+    assert set(described.authorized_operations) == {
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+    }
 
 
 def test_acls_survive_a_restart_and_kafka_python_lists_them(kafka_broker_factory):

@@ -262,6 +262,42 @@ async def _offset_for_leader_epoch(
     return await _then_add(broker, request, dispatch, "topics", extra)
 
 
+# --- what a principal may do, as the bit fields Metadata/DescribeCluster/DescribeGroups carry
+_TOPIC_OPS = (
+    Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+    Op.ALTER_CONFIGS,
+)  # fmt: skip
+_GROUP_OPS = (Op.READ, Op.DESCRIBE, Op.DELETE)
+_CLUSTER_OPS = (
+    Op.CREATE, Op.ALTER, Op.DESCRIBE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+    Op.IDEMPOTENT_WRITE,
+)  # fmt: skip
+
+
+def _operations(
+    az: Authorizer, request: Request, rtype: int, name: str, ops: tuple[int, ...]
+) -> int:
+    return sum(1 << op for op in ops if az.allows(request, op, rtype, name))
+
+
+def _fill_operations(az: Authorizer, request: Request, response: Any) -> None:
+    """Replace what the handler reported (everything, as with no authorizer) by what this
+    principal may do, wherever the request asked for it."""
+    body = request.body
+    if getattr(body, "include_cluster_authorized_operations", False):
+        # Kafka: none at all unless the principal may describe the cluster.
+        if not az.allows(request, Op.DESCRIBE, C, CLUSTER_NAME):
+            response.cluster_authorized_operations = 0
+        else:
+            response.cluster_authorized_operations = _operations(
+                az, request, C, CLUSTER_NAME, _CLUSTER_OPS
+            )
+    if getattr(body, "include_topic_authorized_operations", False):
+        for t in response.topics:
+            if t.error_code == ErrorCode.NONE and t.name:
+                t.topic_authorized_operations = _operations(az, request, T, t.name, _TOPIC_OPS)
+
+
 # --- metadata: leave out what may not be described; auto-creation needs Create -------------
 
 
@@ -298,12 +334,15 @@ async def _metadata(az: Authorizer, broker: Any, request: Request, dispatch: Dis
             # and v0's empty list means all, so answer without the handler's topics.
             response = await dispatch(broker, request)
             response.topics = extra
+            _fill_operations(az, request, response)
             return response
         response = await dispatch(broker, request)
         response.topics.extend(extra)
+        _fill_operations(az, request, response)
         return response
     response = await dispatch(broker, request)
     response.topics = [t for t in response.topics if az.allows(request, Op.DESCRIBE, T, t.name)]
+    _fill_operations(az, request, response)
     return response
 
 
@@ -481,8 +520,21 @@ async def _describe_groups(
     body = request.body
     denied = [g for g in body.groups if not az.allows(request, Op.DESCRIBE, G, g)]
     body.groups = [g for g in body.groups if g not in denied]
-    extra = [_dg.DescribedGroup(group_id=g, error_code=GROUP_DENIED) for g in denied]
-    return await _then_add(broker, request, dispatch, "groups", extra)
+    response = await dispatch(broker, request)
+    if getattr(body, "include_authorized_operations", False):
+        for g in response.groups:
+            g.authorized_operations = _operations(az, request, G, g.group_id, _GROUP_OPS)
+    response.groups.extend(_dg.DescribedGroup(group_id=g, error_code=GROUP_DENIED) for g in denied)
+    return response
+
+
+async def _describe_cluster(
+    az: Authorizer, broker: Any, request: Request, dispatch: Dispatch
+) -> Any:
+    # Anyone may list the brokers (as with Metadata); what it may do is the principal's.
+    response = await dispatch(broker, request)
+    _fill_operations(az, request, response)
+    return response
 
 
 async def _list_groups(az: Authorizer, broker: Any, request: Request, dispatch: Dispatch) -> Any:
@@ -763,7 +815,7 @@ _CHECKS: dict[int, Check] = {
     42: _delete_groups,
     44: _configs(Op.ALTER_CONFIGS, "responses", _iac.AlterConfigsResourceResponse),
     47: _offset_delete,
-    60: _cluster(Op.DESCRIBE),  # DescribeCluster
+    60: _describe_cluster,
     61: _describe_producers,
     65: _describe_transactions,
     66: _list_transactions,
