@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.endpoints import node_on_listener
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.describe_cluster_response import (
     DescribeClusterBroker,
@@ -42,7 +43,10 @@ async def handle(broker: Broker, request: Request) -> DescribeClusterResponse:
         controller_id=meta.controller_id,
         brokers=[
             DescribeClusterBroker(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(meta.brokers.values(), key=lambda b: b.node_id)
+            for b in (
+                node_on_listener(broker, n, request.connection.listener)
+                for n in sorted(meta.brokers.values(), key=lambda b: b.node_id)
+            )
         ],
         cluster_authorized_operations=_CLUSTER_OPERATIONS
         if body.include_cluster_authorized_operations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.endpoints import node_on_listener
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.find_coordinator_response import (
     Coordinator,
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 GROUP, TRANSACTION = 0, 1
 
 
-def _leader_of_partition(broker: Broker, key: str, key_type: int) -> Coordinator:
+def _leader_of_partition(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
     """A cluster: the coordinator of `key` is the leader of its partition of the internal
     topic; COORDINATOR_NOT_AVAILABLE while the topic or a leader is missing."""
     if key_type == GROUP:
@@ -44,6 +45,8 @@ def _leader_of_partition(broker: Broker, key: str, key_type: int) -> Coordinator
         pstate = state.partitions.get(store.partition_for(key))
         if pstate is not None and pstate.leader >= 0:
             node = broker.metadata.brokers.get(pstate.leader)
+            if node is not None:
+                node = node_on_listener(broker, node, listener)
     if node is None:
         return Coordinator(
             key=key,
@@ -58,14 +61,16 @@ def _leader_of_partition(broker: Broker, key: str, key_type: int) -> Coordinator
     )
 
 
-def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
+def _find(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
     if (
         getattr(broker, "replica_manager", None) is not None
         and key
         and (key_type == GROUP or key_type == TRANSACTION)
     ):
-        return _leader_of_partition(broker, key, key_type)
+        return _leader_of_partition(broker, key, key_type, listener)
     node = broker.metadata.brokers.get(broker.node_id)
+    if node is not None:
+        node = node_on_listener(broker, node, listener)
     error = ErrorCode.NONE
     if key_type == GROUP:
         coordinator = broker.group_coordinator
@@ -110,11 +115,14 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
 
 async def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
     body = request.body
+    listener = request.connection.listener
     if request.api_version >= 4:
         return FindCoordinatorResponse(
-            coordinators=[_find(broker, key, body.key_type) for key in body.coordinator_keys]
+            coordinators=[
+                _find(broker, key, body.key_type, listener) for key in body.coordinator_keys
+            ]
         )
-    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP)
+    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP, listener)
     return FindCoordinatorResponse(
         error_code=found.error_code,
         error_message=None,

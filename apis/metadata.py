@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.endpoints import node_on_listener
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.metadata_response import (
     MetadataResponse,
@@ -111,9 +112,13 @@ async def handle(broker: Broker, request: Request) -> MetadataResponse:
                 )
             else:
                 topics.append(_topic(broker, topic))
+    listener = request.connection.listener
     brokers = [
         MetadataResponseBroker(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in sorted(meta.brokers.values(), key=lambda b: b.node_id)
+        for b in (
+            node_on_listener(broker, n, listener)
+            for n in sorted(meta.brokers.values(), key=lambda b: b.node_id)
+        )
     ]
     return MetadataResponse(
         brokers=brokers,

@@ -70,6 +70,18 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(6, "UpdateMetadata", 0, 8, "update_metadata"),
     ApiSpec(7, "ControlledShutdown", 0, 3, "controlled_shutdown"),
     ApiSpec(43, "ElectLeaders", 0, 2, "elect_leaders"),
+    # security (issue 16): SASL, SCRAM credentials
+    ApiSpec(17, "SaslHandshake", 0, 1, "sasl_handshake"),
+    ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
+    ApiSpec(50, "DescribeUserScramCredentials", 0, 0, "describe_user_scram_credentials"),
+    ApiSpec(51, "AlterUserScramCredentials", 0, 0, "alter_user_scram_credentials"),
+    # security (issue 16): ACLs
+    ApiSpec(29, "DescribeAcls", 0, 3, "describe_acls"),
+    ApiSpec(30, "CreateAcls", 0, 3, "create_acls"),
+    ApiSpec(31, "DeleteAcls", 0, 3, "delete_acls"),
+    # security (issue 16): client quotas
+    ApiSpec(48, "DescribeClientQuotas", 0, 1, "describe_client_quotas"),
+    ApiSpec(49, "AlterClientQuotas", 0, 1, "alter_client_quotas"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -120,7 +120,9 @@ class BrokerMembership:
     def broker_info(self) -> zk_data.BrokerInfo:
         return zk_data.BrokerInfo(
             broker_id=self.node_id,
-            endpoints=zk_data.endpoints_of(self.broker.advertised),
+            endpoints=zk_data.endpoints_of(
+                self.broker.advertised, self.broker.config.security_protocol
+            ),
             rack=self.broker.config.broker_rack,
         )
 
@@ -192,7 +194,10 @@ class BrokerMembership:
     async def _update_brokers(self, children: list[str]) -> None:
         from kazoo.exceptions import NoNodeError
 
-        listener = self.broker.advertised[0].name if self.broker.advertised else None
+        # Brokers reach each other on inter.broker.listener.name (else the first listener).
+        listener = self.broker.config.inter_broker_listener_name or (
+            self.broker.advertised[0].name if self.broker.advertised else None
+        )
         live: dict[int, BrokerNode] = {}
         for child in children:
             if not child.isdigit():
@@ -209,7 +214,11 @@ class BrokerMembership:
             endpoint = info.endpoint(listener) or info.endpoint()
             if endpoint is not None:
                 live[broker_id] = BrokerNode(
-                    node_id=broker_id, host=endpoint.host, port=endpoint.port, rack=info.rack
+                    node_id=broker_id,
+                    host=endpoint.host,
+                    port=endpoint.port,
+                    rack=info.rack,
+                    endpoints=tuple((e.listener, e.host, e.port) for e in info.endpoints),
                 )
         self.broker.metadata.set_live_brokers(live)
 

@@ -40,6 +40,9 @@ class BrokerNode:
     host: str
     port: int
     rack: str | None = None
+    # Every listener's (name, host, port), from the broker's registration: a client is
+    # told the address of the listener it came in on (apis/endpoints.py).
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
 
 @attrs.define(kw_only=True)

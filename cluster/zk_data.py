@@ -11,7 +11,7 @@ import base64
 import json
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -185,11 +185,19 @@ class BrokerInfo:
         return None
 
 
-def endpoints_of(listeners: Sequence[object]) -> tuple[EndPoint, ...]:
-    """EndPoints of the broker's advertised `Listener`s (name, host, port); the listener
-    name is its security protocol until listener.security.protocol.map exists here."""
+def endpoints_of(
+    listeners: Sequence[object], protocol_of: Callable[[str], str] | None = None
+) -> tuple[EndPoint, ...]:
+    """EndPoints of the broker's advertised `Listener`s (name, host, port), each with its
+    security protocol (`protocol_of(name)`, listener.security.protocol.map; without it
+    the listener name)."""
     return tuple(
-        EndPoint(listener=lst.name, host=lst.host, port=lst.port, security_protocol=lst.name)  # type: ignore[attr-defined]
+        EndPoint(
+            listener=lst.name,  # type: ignore[attr-defined]
+            host=lst.host,  # type: ignore[attr-defined]
+            port=lst.port,  # type: ignore[attr-defined]
+            security_protocol=protocol_of(lst.name) if protocol_of else lst.name,  # type: ignore[attr-defined]
+        )
         for lst in listeners
     )
 

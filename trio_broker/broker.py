@@ -62,7 +62,20 @@ class Broker:
         self._dispatch = dispatch
         self.listeners: list[BoundListener] = []
         self.advertised: list[Listener] = []
+        # ACLs: None unless authorizer.class.name is set (then security/authorizer.py
+        # installs one and routes requests through its checks).
+        self.authorizer: Any = None
+        # Client quotas: None until one exists (security/client_quotas.py, then loaded).
+        self.client_quotas: Any = None
         self._setup()
+        if config.authorizer_class_name:
+            from trio_broker.security.authorizer import install
+
+            install(self)
+        if (self.log_dirs[0] / "client-quotas.json").exists():
+            from trio_broker.security.client_quotas import install as install_quotas
+
+            install_quotas(self)
 
     def _setup(self) -> None:
         from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata
@@ -119,6 +132,12 @@ class Broker:
 
             self.producer_ids = ZkProducerIdManager(self.node_id, self.zk)
             self.services.append(self.producer_ids)
+            # SCRAM credentials and client quotas live in ZooKeeper's /config in a cluster.
+            from trio_broker.security.zk_quotas import ZkQuotas
+            from trio_broker.security.zk_store import ZkScram
+
+            self.services.append(ZkScram(self))
+            self.services.append(ZkQuotas(self))
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
@@ -164,6 +183,12 @@ class Broker:
 
     async def dispatch(self, request: Request) -> Any:
         return await self._dispatch(self, request)
+
+    def security_state(self) -> Any:
+        """The broker's SecurityState (credentials, ACLs), made and imported on first need."""
+        from trio_broker.security.credentials import security_state
+
+        return security_state(self)
 
     def advertise(self, bound: list[BoundListener]) -> None:
         """Decide the addresses clients are told, and register this broker in the metadata."""
@@ -232,7 +257,7 @@ async def _serve(
         cluster_id = await join_cluster(zk, config)
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
-    server = SocketServer(config, request_send, broker.supported)
+    server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
     bound = await server.bind()
     broker.advertise(bound)
 

@@ -90,10 +90,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         trio.run(main)
-    except (OSError, FatalBrokerError, BaseExceptionGroup) as exc:
+    except (OSError, FatalBrokerError, ConfigError, BaseExceptionGroup) as exc:
         # Trio reports a failed bind from inside the nursery as an exception group.
         errors = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
         leaves = _leaves(errors)
+        # What only binding can check (a listener's TLS keys, its protocol) is a bad config.
+        bad_config = [e for e in leaves if isinstance(e, ConfigError)]
+        if bad_config:
+            logger.error("%s", bad_config[0])
+            return 2
         fatal = [e for e in leaves if isinstance(e, FatalBrokerError)]
         if fatal:
             logger.error("cannot run: %s", fatal[0])

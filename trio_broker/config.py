@@ -762,6 +762,228 @@ BROKER_CONFIGS += (
     ),
 )
 
+# security (issue 16): listeners' security protocols, TLS, SASL, ACLs. Only read when a
+# listener is not PLAINTEXT or an authorizer is set; the code is in trio_broker/security/.
+# Any of these may be given per listener as listener.name.<listener>.<key>.
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+BROKER_CONFIGS += (
+    ConfigKey(
+        "listener.security.protocol.map",
+        "STRING",
+        ",".join(f"{p}:{p}" for p in _SECURITY_PROTOCOLS),
+        _str,
+        lambda v: _protocol_map(v),
+        "Security protocol of each listener name: NAME:PROTOCOL,... "
+        "(PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL).",
+    ),
+    ConfigKey(
+        "inter.broker.listener.name",
+        "STRING",
+        None,
+        _str,
+        None,
+        "The listener brokers use to reach each other; default the first listener.",
+    ),
+    ConfigKey(
+        "security.inter.broker.protocol",
+        "STRING",
+        "PLAINTEXT",
+        _str,
+        _one_of(*_SECURITY_PROTOCOLS),
+        "Security protocol between brokers when inter.broker.listener.name is not set.",
+    ),
+    ConfigKey("ssl.keystore.type", "STRING", "PEM", _str, _one_of("PEM"), "Only PEM is supported."),
+    ConfigKey(
+        "ssl.keystore.location",
+        "STRING",
+        None,
+        _str,
+        None,
+        "PEM file with the listener's private key and its certificate chain.",
+    ),
+    ConfigKey(
+        "ssl.keystore.password",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "Accepted for Kafka compatibility; a PEM key's password is ssl.key.password.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.key.password",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "Password of an encrypted private key.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.keystore.key",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "The private key in PEM, inline (instead of ssl.keystore.location).",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.keystore.certificate.chain",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "The certificate chain in PEM, inline, with ssl.keystore.key.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.truststore.type", "STRING", "PEM", _str, _one_of("PEM"), "Only PEM is supported."
+    ),
+    ConfigKey(
+        "ssl.truststore.location",
+        "STRING",
+        None,
+        _str,
+        None,
+        "PEM file of the CA certificates client certificates are checked against.",
+    ),
+    ConfigKey(
+        "ssl.truststore.password",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "Accepted for Kafka compatibility; PEM trust stores have none.",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.truststore.certificates",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        "CA certificates in PEM, inline (instead of ssl.truststore.location).",
+        sensitive=True,
+    ),
+    ConfigKey(
+        "ssl.client.auth",
+        "STRING",
+        "none",
+        _str,
+        _one_of("none", "requested", "required"),
+        "Whether clients must (required) or may (requested) present a certificate.",
+    ),
+    ConfigKey(
+        "ssl.enabled.protocols",
+        "LIST",
+        ("TLSv1.2", "TLSv1.3"),
+        _list,
+        None,
+        "TLS versions accepted.",
+    ),
+    ConfigKey("ssl.protocol", "STRING", "TLSv1.3", _str, None, "Accepted for compatibility."),
+    ConfigKey(
+        "ssl.cipher.suites",
+        "LIST",
+        (),
+        _list,
+        None,
+        "TLS 1.2 cipher suites allowed (IANA or OpenSSL names); empty for OpenSSL's defaults.",
+    ),
+    ConfigKey(
+        "ssl.endpoint.identification.algorithm",
+        "STRING",
+        "https",
+        _str,
+        None,
+        "Accepted for compatibility (used by clients).",
+    ),
+    ConfigKey(
+        "ssl.principal.mapping.rules",
+        "STRING",
+        "DEFAULT",
+        _str,
+        None,
+        "Only DEFAULT: a TLS client's principal is User:<its certificate's subject DN>.",
+    ),
+    ConfigKey(
+        "sasl.enabled.mechanisms",
+        "LIST",
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+        _list,
+        None,
+        "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.",
+    ),
+    ConfigKey(
+        "sasl.mechanism.inter.broker.protocol",
+        "STRING",
+        "PLAIN",
+        _str,
+        None,
+        "SASL mechanism brokers use with each other.",
+    ),
+    ConfigKey(
+        "sasl.jaas.config",
+        "PASSWORD",
+        None,
+        _str,
+        None,
+        'JAAS-style login: PlainLoginModule ... user_<name>="<password>" entries.',
+        sensitive=True,
+    ),
+    ConfigKey(
+        "connections.max.reauth.ms",
+        "LONG",
+        0,
+        _int,
+        _at_least(0),
+        "A SASL session's lifetime: a client must re-authenticate within it (0: forever).",
+    ),
+    ConfigKey(
+        "authorizer.class.name",
+        "STRING",
+        "",
+        _str,
+        None,
+        "Enables ACLs: kafka.security.authorizer.AclAuthorizer or "
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer (empty: none).",
+    ),
+    ConfigKey(
+        "super.users",
+        "STRING",
+        "",
+        _str,
+        None,
+        "Principals allowed everything: User:alice;User:bob.",
+    ),
+    ConfigKey(
+        "quota.window.num",
+        "INT",
+        11,
+        _int,
+        _at_least(1),
+        "Windows over which client quota rates are measured.",
+    ),
+    ConfigKey(
+        "quota.window.size.seconds",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Length of one client quota window.",
+    ),
+    ConfigKey(
+        "allow.everyone.if.no.acl.found",
+        "BOOLEAN",
+        False,
+        _bool,
+        None,
+        "Whether a resource without ACLs is open to everyone.",
+    ),
+)
+
+
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.
 _ALIASES = {"broker.id": "node.id"}
@@ -792,7 +1014,8 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
             key = _ALIASES.get(raw_key, raw_key)
             spec = _BY_NAME.get(key)
             if spec is None:
-                if warn_unknown:
+                # Per-listener settings (listener.name.<l>.<key>) are read by the listener.
+                if warn_unknown and not key.startswith("listener.name."):
                     logger.warning("unknown configuration key %s (ignored)", raw_key)
                 unknown[raw_key] = text
                 continue
@@ -814,6 +1037,18 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
     def is_default(self, name: str) -> bool:
         spec = _BY_NAME[_ALIASES.get(name, name)]
         return getattr(self, spec.attr) == spec.default
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of a listener name (listener.security.protocol.map)."""
+        protocol = _protocol_map(self.listener_security_protocol_map).get(listener.upper())
+        if protocol is None:
+            if listener.upper() in _SECURITY_PROTOCOLS:
+                return listener.upper()
+            raise ConfigError(
+                f"listener {listener} is not in listener.security.protocol.map "
+                f"({self.listener_security_protocol_map})"
+            )
+        return protocol
 
     def describe(self) -> Iterable[tuple[ConfigKey, Any]]:
         for spec in BROKER_CONFIGS:
@@ -895,3 +1130,14 @@ def _ip_overrides(text: str) -> None:
     from trio_broker.server.connection_quotas import parse_ip_overrides
 
     parse_ip_overrides(text)
+
+
+def _protocol_map(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for entry in _list(text):
+        name, sep, protocol = entry.partition(":")
+        protocol = protocol.strip().upper()
+        if not sep or protocol not in _SECURITY_PROTOCOLS:
+            raise ValueError(f"expected NAME:PROTOCOL with one of {', '.join(_SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = protocol
+    return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -49,11 +49,12 @@ _HOLD_COUNT = 64  # well under IOV_MAX (1024)
 class _Held:
     """Encoded responses waiting to be written together, in order."""
 
-    __slots__ = ("bufs", "nbytes")
+    __slots__ = ("bufs", "nbytes", "send")
 
-    def __init__(self) -> None:
+    def __init__(self, send: Any = send_bytes) -> None:
         self.bufs: list[bytearray] = []
         self.nbytes = 0
+        self.send = send
 
     async def add(self, sock: trio.socket.SocketType, buf: bytearray) -> None:
         self.bufs.append(buf)
@@ -66,7 +67,7 @@ class _Held:
             bufs = self.bufs
             self.bufs = []
             self.nbytes = 0
-            await send_bytes(sock, *bufs)
+            await self.send(sock, *bufs)
 
 
 def _may_hold(parsed: ParsedRequest) -> bool:
@@ -77,6 +78,16 @@ def _may_hold(parsed: ParsedRequest) -> bool:
 
 
 class Connection:
+    # The socket I/O (server/sendfile.py) and its target, `self.io`: the raw socket here; a
+    # TLS connection (security/connection.py) swaps in its SSLStream and functions.
+    _receive_into = staticmethod(receive_into)
+    _send_bytes = staticmethod(send_bytes)
+    _send_response = staticmethod(send_response)
+    # Who is on the other end, for the authorizer: a TLS or SASL connection sets its own.
+    principal = "User:ANONYMOUS"
+    # Client quotas (security/client_quotas.py): no request is read before this time.
+    throttled_until = 0.0
+
     def __init__(
         self,
         stream: trio.SocketStream,
@@ -91,6 +102,7 @@ class Connection:
         self.id = next(_ids)
         self.stream = stream
         self.sock = stream.socket
+        self.io: Any = stream.socket
         self.processor = processor
         self.listener = listener
         self.supported = supported
@@ -123,6 +135,14 @@ class Connection:
         if not self.in_flight:
             self.scope.cancel()
 
+    def throttle(self, seconds: float) -> None:
+        """Over its quota: once the current response is written, read nothing for this long."""
+        self.throttled_until = max(self.throttled_until, trio.current_time() + seconds)
+
+    async def _mute(self) -> None:
+        await trio.sleep_until(self.throttled_until)
+        self.throttled_until = 0.0
+
     def deliver(self, response: Response) -> None:
         """Called by the processor's response task; never blocks (one request in flight)."""
         try:
@@ -143,7 +163,7 @@ class Connection:
             if buf is None:  # a large frame must grow, and the pool is spent
                 await self._wait_for_memory()
                 continue
-            n = await receive_into(self.sock, buf)
+            n = await self._receive_into(self.io, buf)
             if not n:
                 if reader.buffered:
                     logger.info(
@@ -188,13 +208,13 @@ class Connection:
     async def _serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         # Responses already made but not yet written: see _may_hold. Written in order,
         # always before this task waits for the socket or for a request that may wait.
-        held = _Held()
+        held = _Held(self._send_bytes)
         reader = self.reader
         try:
             while not self._closing:
                 frame = reader.next_frame()
                 if frame is NEED_DATA or frame is NEED_MEMORY:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     frame = await self._next_frame()
                     if frame is None:
                         break
@@ -205,7 +225,7 @@ class Connection:
                     break
                 hold = _may_hold(parsed)
                 if not hold:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                 self.client_id = parsed.client_id
                 self.in_flight = True
                 request = Request(parsed, self)
@@ -214,7 +234,7 @@ class Connection:
                 except trio.WouldBlock:
                     # queued.max.requests reached: backpressure. Answers already made
                     # must not wait for other connections' requests.
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
@@ -224,17 +244,20 @@ class Connection:
                 reader.frame_done()
                 if response is not NO_RESPONSE:
                     if response.regions or not hold:
-                        await held.flush(self.sock)
-                        await send_response(self.sock, response.buf, response.regions)
+                        await held.flush(self.io)
+                        await self._send_response(self.io, response.buf, response.regions)
                     else:
-                        await held.add(self.sock, response.buf)
+                        await held.add(self.io, response.buf)
                 self.in_flight = False
                 self.last_active = trio.current_time()
+                if self.throttled_until:
+                    await held.flush(self.io)
+                    await self._mute()
         except InvalidFrame:
             # The bytes after the good requests are garbage; their answers still go out.
-            await held.flush(self.sock)
+            await held.flush(self.io)
             raise
-        await held.flush(self.sock)
+        await held.flush(self.io)
 
     async def serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         """Entry point for the processor: run, turning frame errors into a closed connection."""

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import trio
 
@@ -48,9 +49,13 @@ class Processor:
         pool: MemoryPool,
         quotas: ConnectionQuotas,
         bad_frames: LogLimiter,
+        factories: Mapping[str, Any] | None = None,
     ) -> None:
         self.index = index
         self.draining = False  # shutting down: connections close once their request is done
+        # Listener name -> what makes its connections, for listeners that are not
+        # PLAINTEXT (security/listener.py); Connection for the others.
+        self._factories = factories or {}
         self._requests = requests
         self._config = config
         self._supported = supported
@@ -101,7 +106,7 @@ class Processor:
             async with self._new_connections:
                 async for stream, listener, host in self._new_connections:
                     try:
-                        connection = Connection(
+                        connection = self._factories.get(listener, Connection)(
                             stream,
                             self,
                             listener=listener,
@@ -160,10 +165,16 @@ class SocketServer:
         config: BrokerConfig,
         requests: trio.MemorySendChannel[Request],
         supported: Mapping[int, tuple[int, int]],
+        *,
+        security: Callable[[], Any] | None = None,
     ) -> None:
         self.config = config
         self._requests = requests
         self._supported = supported
+        # The broker's SecurityState, made on demand: only a listener that is not PLAINTEXT
+        # asks for it (and imports trio_broker.security).
+        self._security = security
+        self._factories: dict[str, Any] = {}
         self.processors: list[Processor] = []
         self.bound: list[BoundListener] = []
         self._accept_scope = trio.CancelScope()
@@ -192,9 +203,20 @@ class SocketServer:
             host = listener.host or None
             sockets = await trio.open_tcp_listeners(listener.port, host=host)
             bound = BoundListener(listener, sockets)
+            self._secure(listener.name)
             self.bound.append(bound)
             logger.info("listening on %s://%s:%d", listener.name, bound.host, bound.port)
         return self.bound
+
+    def _secure(self, name: str) -> None:
+        protocol = self.config.security_protocol(name)
+        if protocol != "PLAINTEXT" and name not in self._factories:
+            from trio_broker.security.listener import ListenerSecurity
+
+            if self._security is None:
+                raise RuntimeError(f"listener {name} is {protocol}: no broker security state")
+            security = ListenerSecurity.build(self.config, name, protocol, self._security())
+            self._factories[name] = security.connection_factory()
 
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()
@@ -217,6 +239,7 @@ class SocketServer:
                     pool=self.pool,
                     quotas=self.quotas,
                     bad_frames=self.bad_frames,
+                    factories=self._factories,
                 )
                 self.processors.append(processor)
                 await nursery.start(processor.run)

@@ -1,0 +1,117 @@
+"""What a listener's security protocol asks of its connections: TLS, SASL, or both.
+
+Built once per listener at bind time from the broker's configuration, where every key
+may be overridden for one listener as `listener.name.<listener>.<key>` (Kafka's rule),
+and a SASL key also as `listener.name.<listener>.<mechanism>.<key>`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from trio_broker.config import BrokerConfig, ConfigError
+
+if TYPE_CHECKING:
+    import ssl
+
+    from trio_broker.security.credentials import SecurityState
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ListenerSecurity", "listener_value"]
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def listener_value(
+    config: BrokerConfig, listener: str, key: str, *, mechanism: str | None = None
+) -> Any:
+    """`key` for `listener`: its listener.name.* override if set, else the broker's value."""
+    prefix = f"listener.name.{listener.lower()}."
+    if mechanism is not None:
+        text = config.unknown.get(f"{prefix}{mechanism.lower()}.{key}")
+        if text is not None:
+            return _parse(key, text)
+    text = config.unknown.get(prefix + key)
+    if text is not None:
+        return _parse(key, text)
+    return config.value(key)
+
+
+def _parse(key: str, text: str) -> Any:
+    from trio_broker.config import BROKER_CONFIGS
+
+    for spec in BROKER_CONFIGS:
+        if spec.name == key:
+            try:
+                value = spec.parse(text)
+                if spec.validate is not None:
+                    spec.validate(value)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"invalid value {text!r} for configuration {key}: {exc}"
+                ) from None
+            return value
+    return text
+
+
+@attrs.frozen(kw_only=True)
+class ListenerSecurity:
+    listener: str
+    protocol: str  # SSL, SASL_PLAINTEXT or SASL_SSL
+    ssl_context: ssl.SSLContext | None
+    mechanisms: tuple[str, ...]  # SASL mechanisms offered; empty without SASL
+    plain_users: dict[str, str]  # PLAIN's users and passwords, from the JAAS config
+    reauth_ms: int
+    state: SecurityState  # the broker's credential store and authorizer
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @classmethod
+    def build(
+        cls, config: BrokerConfig, listener: str, protocol: str, state: SecurityState
+    ) -> ListenerSecurity:
+        context = None
+        if protocol in ("SSL", "SASL_SSL"):
+            from trio_broker.security.tls import server_context
+
+            context = server_context(config, listener)
+        mechanisms: tuple[str, ...] = ()
+        users: dict[str, str] = {}
+        if protocol.startswith("SASL_"):
+            enabled = listener_value(config, listener, "sasl.enabled.mechanisms")
+            mechanisms = tuple(m.upper() for m in enabled if m.upper() in SASL_MECHANISMS)
+            for m in enabled:
+                if m.upper() not in SASL_MECHANISMS:
+                    logger.warning("SASL mechanism %s is not supported (listener %s)", m, listener)
+            if not mechanisms:
+                raise ConfigError(
+                    f"listener {listener} is {protocol} but sasl.enabled.mechanisms has none "
+                    f"of {', '.join(SASL_MECHANISMS)}"
+                )
+            if "PLAIN" in mechanisms:
+                from trio_broker.security.sasl import parse_jaas_users
+
+                jaas = listener_value(config, listener, "sasl.jaas.config", mechanism="PLAIN")
+                users = parse_jaas_users(jaas or "")
+        return cls(
+            listener=listener,
+            protocol=protocol,
+            ssl_context=context,
+            mechanisms=mechanisms,
+            plain_users=users,
+            reauth_ms=listener_value(config, listener, "connections.max.reauth.ms"),
+            state=state,
+        )
+
+    def connection_factory(self) -> Any:
+        """What the processor calls instead of Connection(...) for this listener."""
+        from trio_broker.security.connection import SecureConnection
+
+        return functools.partial(SecureConnection, security=self)

@@ -1,0 +1,130 @@
+"""A cluster's SCRAM credentials in ZooKeeper, where Kafka keeps them.
+
+    /config/users/<user>      {"version":1,"config":{"SCRAM-SHA-256":"salt=...,stored_key=...,
+                               server_key=...,iterations=4096", ...other user configs}}
+    /config/changes/config_change_<seq>   {"version":2,"entity_path":"users/<user>"}
+
+Every broker loads the users at start and then follows the change notifications (Kafka's
+ZkNodeChangeNotificationListener), so credentials made through any broker authenticate on
+all of them. Writes keep the user's other configs (quotas) as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import trio
+
+from trio_broker.security.credentials import security_state
+from trio_broker.security.sasl import SCRAM_HASHES, ScramCredential
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ZkScram"]
+
+USERS = "/config/users"
+CHANGES = "/config/changes"
+CHANGE_PREFIX = "config_change_"
+
+
+def _seq(name: str) -> int:
+    try:
+        return int(name[len(CHANGE_PREFIX) :])
+    except ValueError:
+        return -1
+
+
+class ZkScram:
+    """A broker service: keeps `security_state(broker).scram` equal to ZooKeeper's."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+        self.zk = broker.zk
+        self.store = security_state(broker).scram
+        self.store.zk = self  # the credential APIs write through it
+        self._last_change = -1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        for path in (USERS, CHANGES):
+            await self.zk.create_if_missing(path)
+        changes = await self.zk.get_children(CHANGES)
+        self._last_change = max((_seq(c) for c in changes), default=-1)
+        for user in await self.zk.get_children(USERS):
+            await self._load(user)
+        task_status.started()
+        send, receive = trio.open_memory_channel[list[str]](1)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.zk.watch_children, CHANGES, send)
+            async with receive:
+                async for children in receive:
+                    for child in sorted(children, key=_seq):
+                        seq = _seq(child)
+                        if seq <= self._last_change:
+                            continue
+                        self._last_change = seq
+                        await self._on_change(child)
+
+    async def _on_change(self, child: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = await self.zk.get(f"{CHANGES}/{child}")
+            entity = json.loads(data)["entity_path"]
+        except (NoNodeError, ValueError, KeyError):
+            return
+        kind, _, name = entity.partition("/")
+        if kind == "users" and "/" not in name:
+            await self._load(name)
+
+    async def _load(self, user: str) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        try:
+            data, _ = await self.zk.get(f"{USERS}/{user}")
+            config = json.loads(data).get("config", {})
+        except NoNodeError:
+            config = {}
+        except ValueError:
+            logger.warning("ignoring unreadable %s/%s", USERS, user)
+            return
+        credentials = {}
+        for mechanism in SCRAM_HASHES:
+            if mechanism in config:
+                try:
+                    credentials[mechanism] = ScramCredential.from_text(config[mechanism])
+                except (ValueError, KeyError):
+                    logger.warning("ignoring an unreadable %s credential of %s", mechanism, user)
+        if credentials:
+            self.store.users[user] = credentials
+        else:
+            self.store.users.pop(user, None)
+
+    async def write(self, users: set[str]) -> None:
+        """Write these users' credentials as the store holds them, then notify the brokers."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+        for user in users:
+            path = f"{USERS}/{user}"
+            while True:  # conditional on the version read: quotas share this znode
+                try:
+                    data, stat = await self.zk.get(path)
+                    doc = json.loads(data)
+                    version = stat.version
+                except NoNodeError:
+                    doc, version = {"version": 1, "config": {}}, None
+                config = {k: v for k, v in doc.get("config", {}).items() if k not in SCRAM_HASHES}
+                for mechanism, credential in self.store.users.get(user, {}).items():
+                    config[mechanism] = credential.to_text()
+                payload = json.dumps({"version": 1, "config": config}).encode()
+                try:
+                    if version is None:
+                        await self.zk.create(path, payload, makepath=True)
+                    else:
+                        await self.zk.set(path, payload, version=version)
+                except (BadVersionError, NodeExistsError, NoNodeError):
+                    continue
+                break
+            notice = json.dumps({"version": 2, "entity_path": f"users/{user}"}).encode()
+            await self.zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True)
