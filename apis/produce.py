@@ -132,6 +132,8 @@ def append_partition(
     # One broker: the ISR is the leader, so what is appended is committed.
     log.high_watermark = log.log_end_offset
     broker.fetch_purgatory.wake(((topic, partition),))
+    if broker.metrics is not None:
+        broker.metrics.produced(topic, result.record_count, len(records))
     answer.base_offset = result.first_offset
     answer.log_append_time_ms = result.log_append_time_ms
     answer.log_start_offset = result.log_start_offset

@@ -61,6 +61,8 @@ class Broker:
         self.supported = supported_versions()
         self._dispatch = dispatch
         self.listeners: list[BoundListener] = []
+        # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
+        self.metrics: Any = None
         self.advertised: list[Listener] = []
         self._setup()
 
@@ -140,7 +142,10 @@ class Broker:
         async for log in self._flush_receive:
             if not log.closed:
                 try:
+                    started = time.perf_counter()
                     await trio.to_thread.run_sync(log.flush)
+                    if self.metrics is not None:
+                        self.metrics.flush_times.observe((time.perf_counter() - started) * 1000)
                 except OSError as exc:
                     # A full disk must not stop the broker; the log manager flushes again.
                     logger.error("flush of %s failed: %s", log.name, exc)
@@ -219,6 +224,10 @@ async def _serve(
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported)
+    if config.metrics_listener:
+        from trio_broker.metrics import BrokerMetrics
+
+        broker.metrics = server.metrics = BrokerMetrics(broker)
     bound = await server.bind()
     broker.advertise(bound)
 
@@ -242,6 +251,10 @@ async def _serve(
                     await nursery.start(broker.log_manager.run)
                     for service in broker.services:
                         await nursery.start(service.run)
+                    if broker.metrics is not None:
+                        from trio_broker.metrics_http import serve_metrics
+
+                        await nursery.start(serve_metrics, broker, server)
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",

@@ -608,6 +608,26 @@ BROKER_CONFIGS += (
     ),
 )
 
+
+def _metrics_listener(v: str) -> None:
+    m = re.fullmatch(r"http://(\[[^\]]*\]|[^:/]*):(\d+)/?", v)
+    if v and (not m or int(m.group(2)) > 65535):
+        raise ValueError(f"expected http://host:port, got {v!r}")
+
+
+# operations (issue 17): the Prometheus endpoint, off unless set.
+BROKER_CONFIGS += (
+    ConfigKey(
+        "metrics.listener",
+        "STRING",
+        "",
+        _str,
+        _metrics_listener,
+        "Where the broker serves Prometheus metrics, http://host:port (path /metrics); "
+        "empty for none.",
+    ),
+)
+
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.
 _ALIASES = {"broker.id": "node.id"}

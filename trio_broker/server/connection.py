@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,7 @@ class Connection:
         self.in_flight = False
         self.last_active = trio.current_time()
         self._closing = False
+        self.metrics = processor.metrics  # None unless metrics.listener is set
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -190,6 +192,7 @@ class Connection:
         # always before this task waits for the socket or for a request that may wait.
         held = _Held()
         reader = self.reader
+        metrics = self.metrics
         try:
             while not self._closing:
                 frame = reader.next_frame()
@@ -209,6 +212,8 @@ class Connection:
                 self.client_id = parsed.client_id
                 self.in_flight = True
                 request = Request(parsed, self)
+                if metrics is not None:
+                    request.timing = metrics.new_timing()
                 try:
                     requests.send_nowait(request)
                 except trio.WouldBlock:
@@ -219,6 +224,8 @@ class Connection:
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
                 response = await self._response_receive.receive()
+                if metrics is not None:
+                    request.timing.response_dequeue = time.perf_counter()
                 # The handler is done with the request: its frame's memory goes back to the
                 # pool (a produce's records were copied into the log, nothing keeps them).
                 reader.frame_done()
@@ -228,6 +235,8 @@ class Connection:
                         await send_response(self.sock, response.buf, response.regions)
                     else:
                         await held.add(self.sock, response.buf)
+                if metrics is not None:
+                    metrics.request_done(parsed.api_key, parsed.api_version, request.timing)
                 self.in_flight = False
                 self.last_active = trio.current_time()
         except InvalidFrame:

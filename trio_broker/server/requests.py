@@ -13,6 +13,7 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,8 @@ class Request:
     parsed: ParsedRequest
     connection: Connection
     _done: bool = False
+    # A metrics.RequestTiming when metrics are on (the connection sets it), else None.
+    timing: Any = None
 
     @property
     def api_key(self) -> int:
@@ -66,6 +69,8 @@ class Request:
         if self._done:
             raise RuntimeError(f"request {self.parsed.correlation_id} answered twice")
         self._done = True
+        if self.timing is not None:
+            self.timing.response = time.perf_counter()
         if response is None:
             frame = NO_RESPONSE
         else:
@@ -102,6 +107,9 @@ async def run_handler(
     """One of the `num.io.threads` handler tasks (Kafka's KafkaRequestHandler)."""
     async with requests:
         async for request in requests:
+            timing = request.timing
+            if timing is not None:
+                timing.dequeue = time.perf_counter()
             try:
                 response = await dispatch(request)
             except Exception:
@@ -117,5 +125,7 @@ async def run_handler(
                 )
                 request.connection.close()
                 continue
+            if timing is not None:
+                timing.local = time.perf_counter()
             if response is not DELAYED:
                 await request.respond(response)

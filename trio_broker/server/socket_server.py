@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 import trio
 
@@ -37,6 +38,9 @@ _LOG_INTERVAL_S = 60.0
 
 class Processor:
     """Kafka's Processor: owns a set of connections and their response channel."""
+
+    # The broker's metrics.BrokerMetrics when metrics are on; its connections time requests.
+    metrics: Any = None
 
     def __init__(
         self,
@@ -147,6 +151,8 @@ class BoundListener:
 
 
 class SocketServer:
+    metrics: Any = None  # handed to each processor (see Processor.metrics)
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -210,6 +216,7 @@ class SocketServer:
                     quotas=self.quotas,
                     bad_frames=self.bad_frames,
                 )
+                processor.metrics = self.metrics
                 self.processors.append(processor)
                 await nursery.start(processor.run)
             task_status.started()
