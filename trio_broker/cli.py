@@ -1,6 +1,7 @@
 """The `trio-broker` command (also `python -m trio_broker`).
 
     trio-broker serve [--config server.properties] [--override key=value ...]
+    trio-broker topics|groups|configs|cluster|produce|consume ...   (admin_cli/)
 
 Subcommands import what they need when they run, so `serve` starts fast.
 """
@@ -45,10 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Their modules import nothing heavy at the top; pyspark and confluent-kafka are
     # imported only when those subcommands run.
-    from trio_broker import perf, report_cli
+    from trio_broker import admin_cli, perf, report_cli
 
     report_cli.add_parser(sub)
     perf.add_parser(sub)
+    admin_cli.add_parsers(sub)
     return parser
 
 
@@ -126,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trio_broker import perf
 
         return perf.run(args)
+    from trio_broker import admin_cli
+
+    if args.command in admin_cli.COMMANDS:
+        return admin_cli.run(args)
     raise AssertionError(args.command)
 
 
