@@ -29,7 +29,8 @@ from typing import Any
 import trio
 
 from trio_broker.config import BrokerConfig, Listener
-from trio_broker.server.requests import Request, run_handler
+from trio_broker.server.handler_pool import HandlerPool
+from trio_broker.server.requests import Request
 from trio_broker.server.socket_server import BoundListener, SocketServer
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,9 @@ class Broker:
         self.listeners: list[BoundListener] = []
         # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
         self.metrics: Any = None
+        self._dynamic_config: Any = None
+        self.socket_server: Any = None  # set by _serve; dynamic configs reach the quotas
+        self.handler_pool: Any = None
         self.advertised: list[Listener] = []
         self._setup()
 
@@ -77,6 +81,10 @@ class Broker:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         first = self.log_dirs[0]
         first.mkdir(parents=True, exist_ok=True)
+        # Dynamic broker configs (cluster/dynamic_broker_config.py, its FILE_NAME), applied
+        # before anything reads the config; the module is imported only when there are any.
+        if (first / "dynamic-broker-configs.json").exists():
+            self.dynamic_config.load()
         cluster_id = (
             self._cluster_id or config.cluster_id or _read_cluster_id(first) or new_cluster_id()
         )
@@ -128,6 +136,16 @@ class Broker:
         self.services.append(self.fetch_purgatory)
         self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
         self.services.append(self)
+
+    @property
+    def dynamic_config(self) -> Any:
+        """The broker's DynamicBrokerConfig (AlterConfigs on BROKER resources)."""
+        if self._dynamic_config is None:
+            from trio_broker.cluster.dynamic_broker_config import DynamicBrokerConfig
+
+            self._dynamic_config = DynamicBrokerConfig(self.config, Path(self.config.log_dirs[0]))
+            self._dynamic_config.broker = self
+        return self._dynamic_config
 
     def schedule_flush(self, log: Any) -> None:
         """flush.messages reached on `log`: fsync it in a worker thread, off the event loop."""
@@ -224,6 +242,7 @@ async def _serve(
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported)
+    broker.socket_server = server
     if config.metrics_listener:
         from trio_broker.metrics import BrokerMetrics
 
@@ -242,11 +261,9 @@ async def _serve(
             # graceful shutdown (by deadline) rather than an abrupt one.
             with trio.CancelScope(shield=True) as broker_scope:
                 async with trio.open_nursery() as nursery:
-                    async with request_receive:
-                        for index in range(config.num_io_threads):
-                            nursery.start_soon(
-                                run_handler, index, request_receive.clone(), broker.dispatch
-                            )
+                    # num.io.threads handler tasks; resized by a dynamic config change.
+                    broker.handler_pool = HandlerPool(request_receive, broker.dispatch)
+                    await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)
                     await nursery.start(broker.log_manager.run)
                     for service in broker.services:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_RESPONSE", "Request", "Response", "run_handler"]
+__all__ = ["NO_RESPONSE", "Request", "Response", "handle_one", "run_handler"]
 
 
 @attrs.frozen
@@ -107,25 +107,30 @@ async def run_handler(
     """One of the `num.io.threads` handler tasks (Kafka's KafkaRequestHandler)."""
     async with requests:
         async for request in requests:
-            timing = request.timing
-            if timing is not None:
-                timing.dequeue = time.perf_counter()
-            try:
-                response = await dispatch(request)
-            except Exception:
-                # A bug, not a client error (those are error codes). Kafka answers what it
-                # can; the one safe thing for any API is to close that connection.
-                logger.exception(
-                    "[conn %s] handler %d failed on api %d v%d from client %r; closing",
-                    request.connection.id,
-                    index,
-                    request.api_key,
-                    request.api_version,
-                    request.parsed.client_id,
-                )
-                request.connection.close()
-                continue
-            if timing is not None:
-                timing.local = time.perf_counter()
-            if response is not DELAYED:
-                await request.respond(response)
+            await handle_one(index, request, dispatch)
+
+
+async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
+    """Run one request's handler and send its answer (unless the purgatory will)."""
+    timing = request.timing
+    if timing is not None:
+        timing.dequeue = time.perf_counter()
+    try:
+        response = await dispatch(request)
+    except Exception:
+        # A bug, not a client error (those are error codes). Kafka answers what it
+        # can; the one safe thing for any API is to close that connection.
+        logger.exception(
+            "[conn %s] handler %d failed on api %d v%d from client %r; closing",
+            request.connection.id,
+            index,
+            request.api_key,
+            request.api_version,
+            request.parsed.client_id,
+        )
+        request.connection.close()
+        return
+    if timing is not None:
+        timing.local = time.perf_counter()
+    if response is not DELAYED:
+        await request.respond(response)
