@@ -247,6 +247,10 @@ async def _serve(
         from trio_broker.metrics import BrokerMetrics
 
         broker.metrics = server.metrics = BrokerMetrics(broker)
+    if config.request_log_enable:
+        from trio_broker.request_log import RequestLog
+
+        server.metrics = RequestLog(broker.metrics)
     bound = await server.bind()
     broker.advertise(bound)
 

@@ -626,6 +626,15 @@ BROKER_CONFIGS += (
         "Where the broker serves Prometheus metrics, http://host:port (path /metrics); "
         "empty for none.",
     ),
+    ConfigKey(
+        "request.log.enable",
+        "BOOLEAN",
+        False,
+        _bool,
+        None,
+        "Log every completed request (API, client, sizes, the times of its life) to the "
+        "logger kafka.request.logger, as Kafka's request logger does.",
+    ),
 )
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}

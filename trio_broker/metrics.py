@@ -179,12 +179,17 @@ class BrokerMetrics:
     def fetched(self, topic: str, nbytes: int) -> None:
         self.bytes_out[topic] += nbytes
 
-    def request_done(self, api_key: int, api_version: int, timing: RequestTiming) -> None:
+    def request_done(self, request: Any, response: Any, request_bytes: int) -> None:
+        """The connection has written `request`'s answer (or has none to write)."""
+        parsed = request.parsed
+        self.observe(parsed.api_key, parsed.api_version, request.timing.spans_ms(clock()))
+
+    def observe(self, api_key: int, api_version: int, spans: tuple[float, ...]) -> None:
         self.requests[(api_key, api_version)] += 1
         hists = self.times.get(api_key)
         if hists is None:
             hists = self.times[api_key] = tuple(Histogram() for _ in TIME_METRICS)
-        for hist, value in zip(hists, timing.spans_ms(clock()), strict=True):
+        for hist, value in zip(hists, spans, strict=True):
             hist.observe(value if value > 0 else 0.0)
 
     # -- derived at scrape time ------------------------------------------------------------

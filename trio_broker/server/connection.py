@@ -103,7 +103,8 @@ class Connection:
         self.in_flight = False
         self.last_active = trio.current_time()
         self._closing = False
-        self.metrics = processor.metrics  # None unless metrics.listener is set
+        # The request observer (metrics, request log) when either is on, else None.
+        self.metrics = processor.metrics
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -236,7 +237,7 @@ class Connection:
                     else:
                         await held.add(self.sock, response.buf)
                 if metrics is not None:
-                    metrics.request_done(parsed.api_key, parsed.api_version, request.timing)
+                    metrics.request_done(request, response, len(frame))
                 self.in_flight = False
                 self.last_active = trio.current_time()
         except InvalidFrame:
