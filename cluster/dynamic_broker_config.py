@@ -109,8 +109,14 @@ class DynamicBrokerConfig:
     def __init__(self, config: BrokerConfig, log_dir: Path) -> None:
         self.config = config
         self.path = Path(log_dir) / FILE_NAME
-        # The static values, before any dynamic value replaces them in `config`.
-        self.static: dict[str, Any] = {spec.name: value for spec, value in config.describe()}
+        # The static values, before any dynamic value replaces them in `config` (a config
+        # object served before, e.g. by a restarted broker, still knows its own).
+        prior = config.dynamic
+        self.static: dict[str, Any] = (
+            dict(prior.static)
+            if prior is not None
+            else {spec.name: value for spec, value in config.describe()}
+        )
         self.per_broker: dict[str, str] = {}
         self.default: dict[str, str] = {}
         self.broker: Broker | None = None

@@ -266,7 +266,9 @@ async def _serve(
             with trio.CancelScope(shield=True) as broker_scope:
                 async with trio.open_nursery() as nursery:
                     # num.io.threads handler tasks; resized by a dynamic config change.
-                    broker.handler_pool = HandlerPool(request_receive, broker.dispatch)
+                    broker.handler_pool = HandlerPool(
+                        request_receive, broker.dispatch, new_sender=request_send.clone
+                    )
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)
                     await nursery.start(broker.log_manager.run)

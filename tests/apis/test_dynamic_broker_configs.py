@@ -41,7 +41,7 @@ from trio_broker.protocol._generated.incremental_alter_configs_request import (
 TIMEOUT = 30
 
 
-def set_default(broker, **entries: str) -> int:
+def set_default(broker, op: int = 0, **entries: str | None) -> int:
     """IncrementalAlterConfigs SET on the cluster default (confluent-kafka cannot name "")."""
     response = raw(
         broker, 44, 1,
@@ -49,7 +49,7 @@ def set_default(broker, **entries: str) -> int:
             IncAlterConfigsResource(
                 resource_type=4, resource_name="",
                 configs=[
-                    IncAlterableConfig(name=k.replace("_", "."), config_operation=0, value=v)
+                    IncAlterableConfig(name=k.replace("_", "."), config_operation=op, value=v)
                     for k, v in entries.items()
                 ],
             )
@@ -207,6 +207,9 @@ def test_dynamic_log_retention_applies_without_restart_and_survives_one(kafka_br
     # DELETE goes back to the next level.
     alter(client, "1", log_retention_ms=None).result(TIMEOUT)
     assert describe(client, ResourceType.BROKER, "1")["log.retention.ms"].value == "600000"
+    assert set_default(broker, op=1, log_retention_ms=None) == ErrorCode.NONE  # DELETE
+    entry = describe(client, ResourceType.BROKER, "1")["log.retention.ms"]
+    assert (entry.value, entry.source) == ("604800000", ConfigSource.DEFAULT_CONFIG.value)
 
 
 def _watermarks(broker):
