@@ -16,7 +16,8 @@ Applying a change updates the broker's `BrokerConfig` object in place (the one p
 does), so every component holding it reads the new value at its next use; the keys whose
 value lives elsewhere are pushed there: the logs' LogConfigs (log.*, message.max.bytes,
 min.insync.replicas, producer.id.expiration.ms), the handler pool (num.io.threads), the
-connection quotas (max.connections*) and the log cleaner (log.cleaner.backoff.ms).
+connection quotas (max.connections*), the processors (num.network.threads) and the log
+cleaner (log.cleaner.backoff.ms).
 """
 
 from __future__ import annotations
@@ -80,9 +81,8 @@ PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners"})
 # What DescribeConfigs reports with read_only=false: exactly Kafka's dynamic keys.
 KAFKA_DYNAMIC_KEYS = CLUSTER_WIDE_KEYS | PER_BROKER_KEYS
 # What this broker can change while running; the rest of Kafka's dynamic keys are
-# refused with a message saying so (changing listeners or the processor count live is
-# not built yet).
-APPLIED_LIVE = CLUSTER_WIDE_KEYS - {"num.network.threads"}
+# refused with a message saying so (changing listeners live is not built yet).
+APPLIED_LIVE = CLUSTER_WIDE_KEYS
 
 _LOG_KEYS = frozenset(
     {k for k in CLUSTER_WIDE_KEYS if k.startswith("log.")}
@@ -248,6 +248,8 @@ class DynamicBrokerConfig:
                 state = broker.metadata.topics.get(topic)
                 overrides = state.configs if state is not None else {}
                 log.update_config(resolve_log_config(overrides, config))
+        if "num.network.threads" in changed and broker.socket_server is not None:
+            broker.socket_server.resize_processors(config.num_network_threads)
         if "num.io.threads" in changed:
             pool = getattr(broker, "handler_pool", None)
             if pool is not None:

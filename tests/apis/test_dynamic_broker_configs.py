@@ -230,7 +230,7 @@ def test_bad_dynamic_changes_are_refused_per_resource(kafka_broker):
         ("1", {"num_partitions": "3"}, "Cannot update these configs dynamically"),
         ("1", {"log_retention_ms": "soon"}, "Invalid value"),
         ("1", {"num_io_threads": "0"}, "at least 1"),
-        ("1", {"num_network_threads": "4"}, "cannot change these configs while running"),
+        ("1", {"advertised_listeners": "PLAINTEXT://h:1"}, "cannot change these configs while"),
         ("1", {"no_such_key": "1"}, "Unknown broker config"),
     ]
     for name, entries, message in cases:
@@ -277,18 +277,42 @@ def test_kafka_python_alter_and_legacy_alter_configs_replaces_the_level(kafka_br
     assert seen["log.retention.ms"]["value"] == "1000000"
 
 
-def _handler_tasks() -> int:
+def _tasks(suffix: str) -> int:
     def walk(task):
         yield task
         for nursery in task.child_nurseries:
             for child in nursery.child_tasks:
                 yield from walk(child)
 
-    return sum(
-        1
-        for t in walk(trio.lowlevel.current_root_task())
-        if t.name.endswith("HandlerPool._handler")
-    )
+    return sum(1 for t in walk(trio.lowlevel.current_root_task()) if t.name.endswith(suffix))
+
+
+def _handler_tasks() -> int:
+    return _tasks("HandlerPool._handler")
+
+
+async def test_num_network_threads_starts_and_retires_processors(tmp_path):
+    config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    resource = TrioResource(ConfigResourceType.BROKER, "1")
+    async with trio.open_nursery() as nursery:
+        host, port = (await nursery.start(serve, config))[0][:2]
+        assert _tasks("Processor.run") == 3
+        async with Admin(f"{host}:{port}") as client:
+            await client.incremental_alter_configs({resource: {"num.network.threads": "5"}})
+        assert _tasks("Processor.run") == 5
+        # New connections are spread over all five, and answered.
+        for _ in range(5):
+            async with Admin(f"{host}:{port}") as client:
+                assert await client.list_topics() == []
+        async with Admin(f"{host}:{port}") as client:
+            await client.incremental_alter_configs({resource: {"num.network.threads": "1"}})
+        with trio.fail_after(TIMEOUT):
+            while _tasks("Processor.run") != 1:
+                await trio.sleep(0.01)
+        async with Admin(f"{host}:{port}") as client:
+            configs = (await client.describe_configs([resource]))[resource]
+            assert configs["num.network.threads"].value == "1"
+        nursery.cancel_scope.cancel()
 
 
 async def test_num_io_threads_grows_and_shrinks_the_handler_tasks(tmp_path):
