@@ -24,7 +24,9 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, admin: bool = True) -> argparse.ArgumentParser:
+    """The command line; `admin=False` leaves out the admin commands (admin_cli/), which
+    `serve` does not need to import."""
     parser = argparse.ArgumentParser(
         prog="trio-broker", description="A Kafka-wire-compatible message broker on Trio."
     )
@@ -46,11 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     # Their modules import nothing heavy at the top; pyspark and confluent-kafka are
     # imported only when those subcommands run.
-    from trio_broker import admin_cli, perf, report_cli
+    from trio_broker import perf, report_cli
 
     report_cli.add_parser(sub)
     perf.add_parser(sub)
-    admin_cli.add_parsers(sub)
+    if admin:
+        from trio_broker import admin_cli
+
+        admin_cli.add_parsers(sub)
     return parser
 
 
@@ -116,7 +121,8 @@ def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(admin=argv[:1] != ["serve"]).parse_args(argv)
     _configure_logging(getattr(args, "log_level", "INFO"))
     if args.command == "serve":
         return _serve(args)

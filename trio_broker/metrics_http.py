@@ -48,14 +48,11 @@ async def serve_metrics(
     address = listeners[0].socket.getsockname()[:2]
     broker.metrics_address = address
     logger.info("metrics on http://%s:%d/metrics", address[0], address[1])
-    broker.metrics.install()
-    try:
-        async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(_accept, listener, broker, server)
-            task_status.started(address)
-    finally:
-        broker.metrics.uninstall()
+    broker.metrics.idle_percents()  # opens the first window at start
+    async with trio.open_nursery() as nursery:
+        for listener in listeners:
+            nursery.start_soon(_accept, listener, broker, server)
+        task_status.started(address)
 
 
 async def _accept(listener: trio.SocketListener, broker: Broker, server: Any) -> None:

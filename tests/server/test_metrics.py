@@ -224,3 +224,13 @@ def test_bad_metrics_listener_is_refused():
 
     with pytest.raises(ConfigError, match="metrics.listener"):
         BrokerConfig.from_properties({"metrics.listener": "tcp://x:1"})
+
+
+def test_idle_percents_of_a_quiet_broker(broker_with_metrics):
+    _broker, url = broker_with_metrics
+    scrape(url)
+    time.sleep(1.2)  # one window of more than a second with nothing to do
+    samples = scrape(url)
+    # The Trio thread slept through almost all of it, and no handler worked.
+    assert value(samples, "kafka_network_socketserver_networkprocessoravgidlepercent") > 0.5
+    assert value(samples, "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent") > 0.9
