@@ -254,3 +254,28 @@ def test_reset_offsets_over_many_partitions_shows_progress(kafka_broker, partiti
     assert f"committed {partitions}/{partitions} partitions" in out.stderr
     rows = as_json(kafka_broker, "groups", "describe", "sweepers")
     assert len(rows) == partitions and all(r["current_offset"] == 0 for r in rows)
+
+
+def test_configs_of_brokers(kafka_broker):
+    cli(kafka_broker, "configs", "set", "broker", "1", "log.retention.ms=3600000")
+    cli(kafka_broker, "configs", "set", "broker", "message.max.bytes=2000000")  # the default ""
+    rows = {r["name"]: r for r in as_json(kafka_broker, "configs", "describe", "broker", "1")}
+    assert rows["log.retention.ms"]["value"] == "3600000"
+    assert rows["log.retention.ms"]["source"] == "DYNAMIC_BROKER_CONFIG"
+    assert rows["message.max.bytes"]["source"] == "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    assert rows["log.dirs"]["source"] == "STATIC_BROKER_CONFIG"
+    assert rows["log.dirs"]["read_only"] is True
+    assert "num.partitions" not in rows  # a default: shown with --all only
+    every = {
+        r["name"]: r for r in as_json(kafka_broker, "configs", "describe", "broker", "1", "--all")
+    }
+    assert every["num.partitions"]["source"] == "DEFAULT_CONFIG"
+    assert every["broker.id"]["value"] == "1"
+    defaults = as_json(kafka_broker, "configs", "describe", "broker")
+    assert [(r["name"], r["value"]) for r in defaults] == [("message.max.bytes", "2000000")]
+    cli(kafka_broker, "configs", "delete", "broker", "1", "log.retention.ms")
+    rows = {r["name"]: r for r in as_json(kafka_broker, "configs", "describe", "broker", "1")}
+    assert "log.retention.ms" not in rows
+    static = cli(kafka_broker, "configs", "set", "broker", "1", "log.dirs=/elsewhere", check=False)
+    assert static.returncode == 1
+    assert "Cannot update these configs dynamically" in one_error_line(static)
