@@ -247,6 +247,7 @@ async def _serve(
         from trio_broker.metrics import BrokerMetrics
 
         broker.metrics = server.metrics = BrokerMetrics(broker)
+        broker.log_manager.flush_observer = broker.metrics.flush_times.observe
     if config.request_log_enable:
         from trio_broker.request_log import RequestLog
 

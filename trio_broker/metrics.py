@@ -298,7 +298,7 @@ class BrokerCollector:
         yield purgatory
         flush = HistogramMetricFamily(
             "kafka_log_logflushstats_logflushrateandtimems",
-            "Time of log flushes asked for by flush.messages (ms)",
+            "Time of log flushes, by flush.messages and flush.ms (ms)",
         )
         flush.add_metric([], m.flush_times.cumulative(), m.flush_times.sum)
         yield flush

@@ -234,3 +234,21 @@ def test_idle_percents_of_a_quiet_broker(broker_with_metrics):
     # The Trio thread slept through almost all of it, and no handler worked.
     assert value(samples, "kafka_network_socketserver_networkprocessoravgidlepercent") > 0.5
     assert value(samples, "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent") > 0.9
+
+
+def test_log_flushes_are_timed(kafka_broker_factory):
+    port = free_port()
+    broker = kafka_broker_factory(
+        {"metrics.listener": f"http://127.0.0.1:{port}", "log.flush.interval.messages": "1"}
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(3):
+        producer.produce("flushed", value=b"%d" % i)
+        producer.flush(TIMEOUT)
+    name = "kafka_log_logflushstats_logflushrateandtimems_count"
+    deadline = time.monotonic() + TIMEOUT
+    while value(samples := scrape(url), name) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert value(samples, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0
