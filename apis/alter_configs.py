@@ -1,9 +1,10 @@
 """AlterConfigs (key 33): replace a topic's (or a group's) whole set of overrides.
 
 The legacy API: the configs in the request become the resource's overrides, and every key
-not named goes back to its default. Broker configs cannot be changed: this broker has no
-dynamic broker configs, so each key is refused the way Kafka refuses a static one
-(INVALID_REQUEST, "Cannot update these configs dynamically").
+not named goes back to its default. For a BROKER resource the overrides are the dynamic
+broker configs of that level (cluster/dynamic_broker_config.py); a key Kafka cannot change
+at runtime is refused as Kafka refuses it (INVALID_REQUEST, "Cannot update these configs
+dynamically").
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ def alter_one(broker: Broker, resource: object, validate_only: bool) -> None:
         existing_topic(broker, name)
         apply_topic_configs(broker, name, configs, validate_only)
     elif kind == ResourceType.BROKER:
-        refuse_broker_change(broker, name, configs)
+        # The whole dynamic level (this broker's, or the cluster default "") becomes configs.
+        check_broker_resource(broker, name)
+        broker.dynamic_config.replace(name, configs, validate_only)
     elif kind == ResourceType.GROUP:
         apply_group_configs(broker, name, configs, validate_only)
     else:

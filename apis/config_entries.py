@@ -27,6 +27,7 @@ __all__ = [
     "ConfigEntry",
     "ConfigSource",
     "ResourceType",
+    "broker_default_entries",
     "broker_entries",
     "check_broker_resource",
     "check_group_resource",
@@ -99,20 +100,24 @@ def format_broker_value(value: Any) -> str | None:
 
 
 def _broker_source(config: BrokerConfig, name: str) -> ConfigSource:
-    return (
-        ConfigSource.DEFAULT_CONFIG
-        if config.is_default(name)
-        else ConfigSource.STATIC_BROKER_CONFIG
-    )
+    return _broker_synonyms(config, name)[0][2]
 
 
 def _broker_synonyms(config: BrokerConfig, name: str) -> list[tuple[str, str | None, ConfigSource]]:
+    """Every level with a value for broker key `name`, most specific first: this broker's
+    dynamic value, the cluster-wide dynamic default, the static value, the default."""
     spec = _BROKER_BY_NAME[name]
     out: list[tuple[str, str | None, ConfigSource]] = []
-    if not config.is_default(name):
-        out.append(
-            (name, format_broker_value(config.value(name)), ConfigSource.STATIC_BROKER_CONFIG)
-        )
+    dynamic = config.dynamic
+    static_value = config.value(name)
+    if dynamic is not None:
+        if name in dynamic.per_broker:
+            out.append((name, dynamic.per_broker[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+        if name in dynamic.default:
+            out.append((name, dynamic.default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        static_value = dynamic.static[name]
+    if name in config.static_keys or static_value != spec.default:
+        out.append((name, format_broker_value(static_value), ConfigSource.STATIC_BROKER_CONFIG))
     out.append((name, format_broker_value(spec.default), ConfigSource.DEFAULT_CONFIG))
     return out
 
@@ -149,25 +154,52 @@ def topic_entries(
         )
 
 
-def broker_entries(
-    broker_config: BrokerConfig, keys: set[str] | None = None
-) -> Iterator[ConfigEntry]:
-    """Every broker key. All are read-only: this broker has no dynamic broker configs."""
-    for spec, value in broker_config.describe():
-        if keys is not None and spec.name not in keys:
+def broker_entries(broker: Broker, keys: set[str] | None = None) -> Iterator[ConfigEntry]:
+    """Every broker key with its effective value and source; read-only exactly where Kafka
+    cannot change the key at runtime. `broker.id` is reported too (Kafka's name of
+    node.id), and `advertised.listeners` with the addresses clients are given."""
+    from trio_broker.cluster.dynamic_broker_config import KAFKA_DYNAMIC_KEYS
+
+    config = broker.config
+    described = [(spec.name, spec, value) for spec, value in config.describe()]
+    described.append(("broker.id", _BROKER_BY_NAME["node.id"], config.node_id))
+    for name, spec, value in sorted(described, key=lambda d: d[0]):
+        if keys is not None and name not in keys:
             continue
+        synonyms = _broker_synonyms(config, spec.name)
+        if name == "broker.id":
+            synonyms = [(name, v, s) for _, v, s in synonyms]
+        text = format_broker_value(value)
+        if name == "advertised.listeners" and not value and broker.advertised:
+            text = format_broker_value(tuple(broker.advertised))
         yield ConfigEntry(
-            name=spec.name,
-            value=None if spec.sensitive else format_broker_value(value),
-            source=_broker_source(broker_config, spec.name),
-            read_only=True,
+            name=name,
+            value=None if spec.sensitive else text,
+            source=synonyms[0][2],
+            read_only=name not in KAFKA_DYNAMIC_KEYS,
             sensitive=spec.sensitive,
             type=spec.type,
             documentation=spec.doc or None,
-            synonyms=tuple(
-                (n, None if spec.sensitive else v, s)
-                for n, v, s in _broker_synonyms(broker_config, spec.name)
-            ),
+            synonyms=tuple((n, None if spec.sensitive else v, s) for n, v, s in synonyms),
+        )
+
+
+def broker_default_entries(broker: Broker, keys: set[str] | None = None) -> Iterator[ConfigEntry]:
+    """The cluster-wide dynamic defaults (resource name ""): only the keys set there."""
+    dynamic = broker.config.dynamic
+    for name, text in sorted((dynamic.default if dynamic is not None else {}).items()):
+        if keys is not None and name not in keys:
+            continue
+        spec = _BROKER_BY_NAME[name]
+        yield ConfigEntry(
+            name=name,
+            value=None if spec.sensitive else text,
+            source=ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+            read_only=False,
+            sensitive=spec.sensitive,
+            type=spec.type,
+            documentation=spec.doc or None,
+            synonyms=((name, text, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),),
         )
 
 

@@ -12,6 +12,7 @@ from trio_broker.apis.config_entries import (
     ConfigEntry,
     ConfigSource,
     ResourceType,
+    broker_default_entries,
     broker_entries,
     check_broker_resource,
     check_group_resource,
@@ -65,9 +66,8 @@ def _entries(
     if resource_type == ResourceType.BROKER:
         check_broker_resource(broker, name)
         if name == "":
-            # The cluster-wide dynamic defaults: this broker has none.
-            return []
-        return list(broker_entries(broker.config, keys))
+            return list(broker_default_entries(broker, keys))
+        return list(broker_entries(broker, keys))
     if resource_type == ResourceType.GROUP:
         # Any group id has configs (its defaults until altered), existing group or not.
         check_group_resource(name)

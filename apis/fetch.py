@@ -153,7 +153,16 @@ class _Fetch:
 
     async def answer(self) -> None:
         self.build()
+        if self.broker.metrics is not None:
+            _count_bytes_out(self.broker.metrics, self.response)
         await self.request.respond(self.response)
+
+
+def _count_bytes_out(metrics: Any, response: FetchResponse) -> None:
+    for t in response.responses:
+        for p in t.partitions:
+            if p.records:
+                metrics.fetched(t.topic, getattr(p.records, "size", None) or len(p.records))
 
 
 def _changed(p: CachedPartition, data: PartitionData) -> bool:
@@ -325,6 +334,8 @@ async def handle(broker: Broker, request: Request) -> Any:
     if fetch.build() or body.max_wait_ms <= 0 or not partitions:
         if replicas is not None:
             _add_node_endpoints(broker, version, fetch.response)
+        if broker.metrics is not None:
+            _count_bytes_out(broker.metrics, fetch.response)
         return fetch.response
     broker.fetch_purgatory.park(
         DelayedOperation(

@@ -1,5 +1,5 @@
-"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT single topic and
-group keys.
+"""IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT single topic,
+group and dynamic broker keys.
 
 Unlike AlterConfigs, keys the request does not name keep their overrides. APPEND and
 SUBTRACT work on every LIST key only (INVALID_CONFIG on any other), starting from the
@@ -18,11 +18,12 @@ from trio_broker.apis.alter_configs import (
     apply_group_configs,
     apply_topic_configs,
     existing_topic,
-    refuse_broker_change,
 )
 from trio_broker.apis.config_entries import (
     ResourceType,
+    check_broker_resource,
     check_group_resource,
+    format_broker_value,
     unsupported_resource,
 )
 from trio_broker.cluster import group_config, topic_config
@@ -103,6 +104,15 @@ def _topic_key_type(name: str) -> str:
     return spec.type
 
 
+def _broker_key_type(name: str) -> str:
+    from trio_broker.config import BROKER_CONFIGS
+
+    for spec in BROKER_CONFIGS:
+        if spec.name == name:
+            return spec.type
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown broker config: {name}")
+
+
 def _group_key_type(name: str) -> str:
     spec = group_config.BY_NAME.get(name)
     if spec is None:
@@ -125,7 +135,16 @@ def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) 
         overrides = apply_ops(dict(topic.configs), resource.configs, _topic_key_type, topic_default)
         apply_topic_configs(broker, name, overrides, validate_only)
     elif kind == ResourceType.BROKER:
-        refuse_broker_change(broker, name, names)
+        check_broker_resource(broker, name)
+        dynamic = broker.dynamic_config
+
+        def broker_in_effect(key: str) -> str:
+            return format_broker_value(broker.config.value(key)) or ""
+
+        overrides = apply_ops(
+            dict(dynamic.level(name)), resource.configs, _broker_key_type, broker_in_effect
+        )
+        dynamic.replace(name, overrides, validate_only)
     elif kind == ResourceType.GROUP:
         check_group_resource(name)
 

@@ -153,6 +153,8 @@ def append_partition(
                 (topic, partition, result.last_offset + 1, leader.leader_generation, answer)
             )
     broker.fetch_purgatory.wake(((topic, partition),))
+    if broker.metrics is not None:
+        broker.metrics.produced(topic, result.record_count, len(records))
     answer.base_offset = result.first_offset
     answer.log_append_time_ms = result.log_append_time_ms
     answer.log_start_offset = result.log_start_offset

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -81,6 +82,8 @@ class LogManager:
         self.now_ms = now_ms
         self.retention_check_interval_ms = retention_check_interval_ms
         self.flush_check_interval_ms = flush_check_interval_ms
+        # Called with each scheduled flush's duration in ms (the broker's metrics), or None.
+        self.flush_observer: Callable[[float], None] | None = None
         self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms
         self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
@@ -465,7 +468,10 @@ class LogManager:
                 if target is not None:
                     log.last_flush_ms = now
                     try:
+                        started = time.perf_counter()
                         await self._run_sync(log.flush, target)
+                        if self.flush_observer is not None:
+                            self.flush_observer((time.perf_counter() - started) * 1000)
                     except OSError as exc:
                         # A full disk (the leader epoch checkpoint): the recovery point
                         # stays where it was; the next flush tries again. Others go on.

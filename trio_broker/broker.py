@@ -29,7 +29,8 @@ from typing import Any
 import trio
 
 from trio_broker.config import BrokerConfig, Listener
-from trio_broker.server.requests import Request, run_handler
+from trio_broker.server.handler_pool import HandlerPool
+from trio_broker.server.requests import Request
 from trio_broker.server.socket_server import BoundListener, SocketServer
 
 logger = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ class Broker:
         self.supported = supported_versions()
         self._dispatch = dispatch
         self.listeners: list[BoundListener] = []
+        # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
+        self.metrics: Any = None
+        self._dynamic_config: Any = None
+        self.socket_server: Any = None  # set by _serve; dynamic configs reach the quotas
+        self.handler_pool: Any = None
         self.advertised: list[Listener] = []
         # ACLs: None unless authorizer.class.name is set (then security/authorizer.py
         # installs one and routes requests through its checks).
@@ -88,6 +94,10 @@ class Broker:
         self.log_dirs = [Path(d) for d in config.log_dirs]
         first = self.log_dirs[0]
         first.mkdir(parents=True, exist_ok=True)
+        # Dynamic broker configs (cluster/dynamic_broker_config.py, its FILE_NAME), applied
+        # before anything reads the config; the module is imported only when there are any.
+        if (first / "dynamic-broker-configs.json").exists():
+            self.dynamic_config.load()
         cluster_id = (
             self._cluster_id or config.cluster_id or _read_cluster_id(first) or new_cluster_id()
         )
@@ -160,6 +170,16 @@ class Broker:
         self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
         self.services.append(self)
 
+    @property
+    def dynamic_config(self) -> Any:
+        """The broker's DynamicBrokerConfig (AlterConfigs on BROKER resources)."""
+        if self._dynamic_config is None:
+            from trio_broker.cluster.dynamic_broker_config import DynamicBrokerConfig
+
+            self._dynamic_config = DynamicBrokerConfig(self.config, Path(self.config.log_dirs[0]))
+            self._dynamic_config.broker = self
+        return self._dynamic_config
+
     def schedule_flush(self, log: Any) -> None:
         """flush.messages reached on `log`: fsync it in a worker thread, off the event loop."""
         try:
@@ -173,7 +193,10 @@ class Broker:
         async for log in self._flush_receive:
             if not log.closed:
                 try:
+                    started = time.perf_counter()
                     await trio.to_thread.run_sync(log.flush)
+                    if self.metrics is not None:
+                        self.metrics.flush_times.observe((time.perf_counter() - started) * 1000)
                 except OSError as exc:
                     # A full disk must not stop the broker; the log manager flushes again.
                     logger.error("flush of %s failed: %s", log.name, exc)
@@ -258,6 +281,16 @@ async def _serve(
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
+    broker.socket_server = server
+    if config.metrics_listener:
+        from trio_broker.metrics import BrokerMetrics
+
+        broker.metrics = server.metrics = BrokerMetrics(broker)
+        broker.log_manager.flush_observer = broker.metrics.flush_times.observe
+    if config.request_log_enable:
+        from trio_broker.request_log import RequestLog
+
+        server.metrics = RequestLog(broker.metrics)
     bound = await server.bind()
     broker.advertise(bound)
 
@@ -272,15 +305,19 @@ async def _serve(
             # graceful shutdown (by deadline) rather than an abrupt one.
             with trio.CancelScope(shield=True) as broker_scope:
                 async with trio.open_nursery() as nursery:
-                    async with request_receive:
-                        for index in range(config.num_io_threads):
-                            nursery.start_soon(
-                                run_handler, index, request_receive.clone(), broker.dispatch
-                            )
+                    # num.io.threads handler tasks; resized by a dynamic config change.
+                    broker.handler_pool = HandlerPool(
+                        request_receive, broker.dispatch, new_sender=request_send.clone
+                    )
+                    await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)
                     await nursery.start(broker.log_manager.run)
                     for service in broker.services:
                         await nursery.start(service.run)
+                    if broker.metrics is not None:
+                        from trio_broker.metrics_http import serve_metrics
+
+                        await nursery.start(serve_metrics, broker, server)
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",

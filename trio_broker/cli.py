@@ -1,6 +1,7 @@
 """The `trio-broker` command (also `python -m trio_broker`).
 
     trio-broker serve [--config server.properties] [--override key=value ...]
+    trio-broker topics|groups|configs|cluster|produce|consume ...   (admin_cli/)
 
 Subcommands import what they need when they run, so `serve` starts fast.
 """
@@ -23,7 +24,9 @@ def _parse_override(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, admin: bool = True) -> argparse.ArgumentParser:
+    """The command line; `admin=False` leaves out the admin commands (admin_cli/), which
+    `serve` does not need to import."""
     parser = argparse.ArgumentParser(
         prog="trio-broker", description="A Kafka-wire-compatible message broker on Trio."
     )
@@ -49,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     report_cli.add_parser(sub)
     perf.add_parser(sub)
+    if admin:
+        from trio_broker import admin_cli
+
+        admin_cli.add_parsers(sub)
     return parser
 
 
@@ -119,7 +126,8 @@ def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(admin=argv[:1] != ["serve"]).parse_args(argv)
     _configure_logging(getattr(args, "log_level", "INFO"))
     if args.command == "serve":
         return _serve(args)
@@ -131,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trio_broker import perf
 
         return perf.run(args)
+    from trio_broker import admin_cli
+
+    if args.command in admin_cli.COMMANDS:
+        return admin_cli.run(args)
     raise AssertionError(args.command)
 
 

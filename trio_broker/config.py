@@ -984,6 +984,34 @@ BROKER_CONFIGS += (
 )
 
 
+def _metrics_listener(v: str) -> None:
+    m = re.fullmatch(r"http://(\[[^\]]*\]|[^:/]*):(\d+)/?", v)
+    if v and (not m or int(m.group(2)) > 65535):
+        raise ValueError(f"expected http://host:port, got {v!r}")
+
+
+# operations (issue 17): the Prometheus endpoint, off unless set.
+BROKER_CONFIGS += (
+    ConfigKey(
+        "metrics.listener",
+        "STRING",
+        "",
+        _str,
+        _metrics_listener,
+        "Where the broker serves Prometheus metrics, http://host:port (path /metrics); "
+        "empty for none.",
+    ),
+    ConfigKey(
+        "request.log.enable",
+        "BOOLEAN",
+        False,
+        _bool,
+        None,
+        "Log every completed request (API, client, sizes, the times of its life) to the "
+        "logger kafka.request.logger, as Kafka's request logger does.",
+    ),
+)
+
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.
 _ALIASES = {"broker.id": "node.id"}
@@ -992,6 +1020,12 @@ _ALIASES = {"broker.id": "node.id"}
 def _make_config_class() -> type:
     these = {k.attr: attrs.field(default=k.default) for k in BROKER_CONFIGS}
     these["unknown"] = attrs.field(factory=dict)
+    # The keys the properties named (server.properties, --override): Kafka's
+    # STATIC_BROKER_CONFIG source, even when set to the default value.
+    these["static_keys"] = attrs.field(factory=frozenset)
+    # The broker's cluster.dynamic_broker_config.DynamicBrokerConfig once it has dynamic
+    # configs: their values replace the static ones in this object (see that module).
+    these["dynamic"] = attrs.field(default=None, eq=False, repr=False)
     return attrs.make_class("_BrokerConfigBase", these, frozen=True, kw_only=True)
 
 
@@ -1028,7 +1062,8 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
                     f"invalid value {text!r} for configuration {key}: {exc}"
                 ) from None
             values[spec.attr] = value
-        return cls(unknown=unknown, **values)
+        static = frozenset(_BY_NAME[_ALIASES.get(k, k)].name for k in props if k not in unknown)
+        return cls(unknown=unknown, static_keys=static, **values)
 
     def value(self, name: str) -> Any:
         """A value by Kafka key name, e.g. `config.value("log.retention.ms")`."""
@@ -1036,7 +1071,7 @@ class BrokerConfig(_make_config_class()):  # type: ignore[misc]
 
     def is_default(self, name: str) -> bool:
         spec = _BY_NAME[_ALIASES.get(name, name)]
-        return getattr(self, spec.attr) == spec.default
+        return spec.name not in self.static_keys and getattr(self, spec.attr) == spec.default
 
     def security_protocol(self, listener: str) -> str:
         """The security protocol of a listener name (listener.security.protocol.map)."""

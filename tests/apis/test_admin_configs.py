@@ -303,13 +303,14 @@ def test_kafka_python_alter_topic_config(kafka_broker):
     assert configs["retention.ms"].value == "12345"
 
 
-def test_broker_config_changes_are_refused(kafka_broker):
+def test_static_broker_config_changes_are_refused(kafka_broker):
+    # num.partitions is read-only in Kafka (dynamic keys: tests/apis/test_dynamic_broker_configs.py).
     client = admin(kafka_broker)
     resource = ConfigResource(
         ResourceType.BROKER,
         "1",
         incremental_configs=[
-            ConfigEntry("log.retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+            ConfigEntry("num.partitions", "7", incremental_operation=AlterConfigOpType.SET)
         ],
     )
     (future,) = client.incremental_alter_configs([resource]).values()

@@ -580,6 +580,41 @@ class Admin:
         _check("DeleteRecords", errors, result)
         return result
 
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Commit `offsets` for a group with no active members (Kafka's
+        alterConsumerGroupOffsets: an OffsetCommit outside any generation, which the
+        coordinator refuses with UNKNOWN_MEMBER_ID while the group has members)."""
+        from trio_broker.protocol._generated.offset_commit_request import (
+            OffsetCommitRequest,
+            OffsetCommitRequestPartition,
+            OffsetCommitRequestTopic,
+        )
+
+        by_topic: dict[str, list[OffsetCommitRequestPartition]] = {}
+        for tp, offset in offsets.items():
+            tp = TopicPartition(*tp)
+            by_topic.setdefault(tp.topic, []).append(
+                OffsetCommitRequestPartition(partition_index=tp.partition, committed_offset=offset)
+            )
+        request = OffsetCommitRequest(
+            group_id=group_id,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in by_topic.items()],
+        )
+        response = await self.client.send(await self._coordinator(group_id), request)
+        errors = {
+            TopicPartition(t.name, p.partition_index): error_for(
+                p.error_code, f"{t.name}-{p.partition_index}"
+            )
+            for t in response.topics
+            for p in t.partitions
+            if p.error_code
+        }
+        _check("OffsetCommit", errors)
+
     async def delete_groups(self, group_ids: Iterable[str]) -> None:
         errors = {}
         for group_id in group_ids:

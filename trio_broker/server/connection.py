@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +115,8 @@ class Connection:
         self.in_flight = False
         self.last_active = trio.current_time()
         self._closing = False
+        # The request observer (metrics, request log) when either is on, else None.
+        self.metrics = processor.metrics
         self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
         try:
             host, port = stream.socket.getpeername()[:2]
@@ -210,6 +213,7 @@ class Connection:
         # always before this task waits for the socket or for a request that may wait.
         held = _Held(self._send_bytes)
         reader = self.reader
+        metrics = self.metrics
         try:
             while not self._closing:
                 frame = reader.next_frame()
@@ -229,6 +233,8 @@ class Connection:
                 self.client_id = parsed.client_id
                 self.in_flight = True
                 request = Request(parsed, self)
+                if metrics is not None:
+                    request.timing = metrics.new_timing()
                 try:
                     requests.send_nowait(request)
                 except trio.WouldBlock:
@@ -239,6 +245,8 @@ class Connection:
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
                 response = await self._response_receive.receive()
+                if metrics is not None:
+                    request.timing.response_dequeue = time.perf_counter()
                 # The handler is done with the request: its frame's memory goes back to the
                 # pool (a produce's records were copied into the log, nothing keeps them).
                 reader.frame_done()
@@ -248,6 +256,8 @@ class Connection:
                         await self._send_response(self.io, response.buf, response.regions)
                     else:
                         await held.add(self.io, response.buf)
+                if metrics is not None:
+                    metrics.request_done(request, response, len(frame))
                 self.in_flight = False
                 self.last_active = trio.current_time()
                 if self.throttled_until:

@@ -13,6 +13,7 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_RESPONSE", "Request", "Response", "run_handler"]
+__all__ = ["NO_RESPONSE", "Request", "Response", "handle_one", "run_handler"]
 
 
 @attrs.frozen
@@ -47,6 +48,8 @@ class Request:
     parsed: ParsedRequest
     connection: Connection
     _done: bool = False
+    # A metrics.RequestTiming when metrics are on (the connection sets it), else None.
+    timing: Any = None
 
     @property
     def api_key(self) -> int:
@@ -66,6 +69,8 @@ class Request:
         if self._done:
             raise RuntimeError(f"request {self.parsed.correlation_id} answered twice")
         self._done = True
+        if self.timing is not None:
+            self.timing.response = time.perf_counter()
         if response is None:
             frame = NO_RESPONSE
         else:
@@ -102,20 +107,30 @@ async def run_handler(
     """One of the `num.io.threads` handler tasks (Kafka's KafkaRequestHandler)."""
     async with requests:
         async for request in requests:
-            try:
-                response = await dispatch(request)
-            except Exception:
-                # A bug, not a client error (those are error codes). Kafka answers what it
-                # can; the one safe thing for any API is to close that connection.
-                logger.exception(
-                    "[conn %s] handler %d failed on api %d v%d from client %r; closing",
-                    request.connection.id,
-                    index,
-                    request.api_key,
-                    request.api_version,
-                    request.parsed.client_id,
-                )
-                request.connection.close()
-                continue
-            if response is not DELAYED:
-                await request.respond(response)
+            await handle_one(index, request, dispatch)
+
+
+async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
+    """Run one request's handler and send its answer (unless the purgatory will)."""
+    timing = request.timing
+    if timing is not None:
+        timing.dequeue = time.perf_counter()
+    try:
+        response = await dispatch(request)
+    except Exception:
+        # A bug, not a client error (those are error codes). Kafka answers what it
+        # can; the one safe thing for any API is to close that connection.
+        logger.exception(
+            "[conn %s] handler %d failed on api %d v%d from client %r; closing",
+            request.connection.id,
+            index,
+            request.api_key,
+            request.api_version,
+            request.parsed.client_id,
+        )
+        request.connection.close()
+        return
+    if timing is not None:
+        timing.local = time.perf_counter()
+    if response is not DELAYED:
+        await request.respond(response)

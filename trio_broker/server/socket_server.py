@@ -39,6 +39,9 @@ _LOG_INTERVAL_S = 60.0
 class Processor:
     """Kafka's Processor: owns a set of connections and their response channel."""
 
+    # The broker's metrics.BrokerMetrics when metrics are on; its connections time requests.
+    metrics: Any = None
+
     def __init__(
         self,
         index: int,
@@ -160,6 +163,8 @@ class BoundListener:
 
 
 class SocketServer:
+    metrics: Any = None  # handed to each processor (see Processor.metrics)
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -176,6 +181,8 @@ class SocketServer:
         self._security = security
         self._factories: dict[str, Any] = {}
         self.processors: list[Processor] = []
+        self._processor_count = 0
+        self._nursery: trio.Nursery | None = None
         self.bound: list[BoundListener] = []
         self._accept_scope = trio.CancelScope()
         self.finished = trio.Event()
@@ -228,21 +235,39 @@ class SocketServer:
         finally:
             self.finished.set()
 
+    def _new_processor(self) -> Processor:
+        processor = Processor(
+            self._processor_count,
+            self._requests.clone(),
+            config=self.config,
+            supported=self._supported,
+            pool=self.pool,
+            quotas=self.quotas,
+            bad_frames=self.bad_frames,
+            factories=self._factories,
+        )
+        self._processor_count += 1
+        processor.metrics = self.metrics
+        self.processors.append(processor)
+        return processor
+
+    def resize_processors(self, count: int) -> None:
+        """num.network.threads changed at runtime: start processors, or retire the newest.
+        A retired processor takes no new connections and closes its own as each goes idle
+        (as Kafka's do, the clients reconnect to the others)."""
+        nursery = self._nursery
+        if nursery is None or self._accept_scope.cancel_called:
+            return
+        while len(self.processors) < count:
+            nursery.start_soon(self._new_processor().run)
+        while len(self.processors) > max(count, 1):
+            self.processors.pop().new_connections_send.close()
+
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         async with trio.open_nursery() as nursery, self._requests:
-            for index in range(self.config.num_network_threads):
-                processor = Processor(
-                    index,
-                    self._requests.clone(),
-                    config=self.config,
-                    supported=self._supported,
-                    pool=self.pool,
-                    quotas=self.quotas,
-                    bad_frames=self.bad_frames,
-                    factories=self._factories,
-                )
-                self.processors.append(processor)
-                await nursery.start(processor.run)
+            for _ in range(self.config.num_network_threads):
+                await nursery.start(self._new_processor().run)
+            self._nursery = nursery
             task_status.started()
             with self._accept_scope:
                 async with trio.open_nursery() as acceptors:
@@ -256,7 +281,6 @@ class SocketServer:
                 await processor.new_connections_send.aclose()
 
     async def _accept_loop(self, sock: trio.SocketListener, listener: str) -> None:
-        senders = [p.new_connections_send for p in self.processors]
         turn = 0
         while True:
             try:
@@ -278,12 +302,26 @@ class SocketServer:
                 await self._refuse(stream, host, listener, refused)
                 continue
             try:
-                await senders[turn % len(senders)].send((stream, listener, host))
+                turn = await self._hand_over(stream, listener, host, turn)
             except BaseException:
                 self.quotas.release(host)
                 await trio.aclose_forcefully(stream)
                 raise
             turn += 1
+
+    async def _hand_over(
+        self, stream: trio.SocketStream, listener: str, host: str, turn: int
+    ) -> int:
+        """Give a new connection to the processors in turn; returns the turn taken."""
+        while True:
+            processor = self.processors[turn % len(self.processors)]
+            try:
+                await processor.new_connections_send.send((stream, listener, host))
+                return turn
+            except trio.ClosedResourceError:
+                if processor in self.processors:
+                    raise  # closed by the server's shutdown
+                turn += 1  # retired by resize_processors: the next one takes it
 
     async def _refuse(self, stream: trio.SocketStream, host: str, listener: str, why: str) -> None:
         # Closed at once: the client sees the connection end instead of hanging unread.

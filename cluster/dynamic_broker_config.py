@@ -1,0 +1,278 @@
+"""Dynamic broker configs (Kafka's DynamicBrokerConfig): AlterConfigs and
+IncrementalAlterConfigs on BROKER resources, applied without a restart.
+
+Two levels over the static configuration, most specific first, as Kafka resolves them:
+
+    DYNAMIC_BROKER_CONFIG          this broker (resource name "<node.id>")
+    DYNAMIC_DEFAULT_BROKER_CONFIG  the cluster-wide default (resource name "")
+    STATIC_BROKER_CONFIG           server.properties / --override
+    DEFAULT_CONFIG                 the key's default
+
+Both levels are kept in `<first log dir>/dynamic-broker-configs.json` (a lone broker's
+stand-in for ZooKeeper's /config/brokers/<id> and /config/brokers/<default>) and applied
+at start before anything reads the configuration.
+
+Applying a change updates the broker's `BrokerConfig` object in place (the one place that
+does), so every component holding it reads the new value at its next use; the keys whose
+value lives elsewhere are pushed there: the logs' LogConfigs (log.*, message.max.bytes,
+min.insync.replicas, producer.id.expiration.ms), the handler pool (num.io.threads), the
+connection quotas (max.connections*), the processors (num.network.threads) and the log
+cleaner (log.cleaner.backoff.ms).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from trio_broker.config import BROKER_CONFIGS, BrokerConfig
+from trio_broker.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "APPLIED_LIVE",
+    "DynamicBrokerConfig",
+    "KAFKA_DYNAMIC_KEYS",
+    "PER_BROKER_KEYS",
+]
+
+FILE_NAME = "dynamic-broker-configs.json"
+_BY_NAME = {k.name: k for k in BROKER_CONFIGS}
+
+# Kafka's cluster-wide dynamic keys (its docs' "Update Mode: cluster-wide") that this
+# broker has: the log defaults, the thread pools, the connection quotas, the cleaner.
+CLUSTER_WIDE_KEYS = frozenset(
+    {
+        "log.cleaner.backoff.ms",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleanup.policy",
+        "log.flush.interval.messages",
+        "log.flush.interval.ms",
+        "log.index.interval.bytes",
+        "log.index.size.max.bytes",
+        "log.message.timestamp.type",
+        "log.retention.bytes",
+        "log.retention.ms",
+        "log.roll.ms",
+        "log.segment.bytes",
+        "message.max.bytes",
+        "min.insync.replicas",
+        "num.io.threads",
+        "num.network.threads",
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+        "producer.id.expiration.ms",
+    }
+)
+# Kafka's per-broker-only dynamic keys (not at the cluster default).
+PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners"})
+# What DescribeConfigs reports with read_only=false: exactly Kafka's dynamic keys.
+KAFKA_DYNAMIC_KEYS = CLUSTER_WIDE_KEYS | PER_BROKER_KEYS
+# What this broker can change while running; the rest of Kafka's dynamic keys are
+# refused with a message saying so (changing listeners live is not built yet).
+APPLIED_LIVE = CLUSTER_WIDE_KEYS
+
+_LOG_KEYS = frozenset(
+    {k for k in CLUSTER_WIDE_KEYS if k.startswith("log.")}
+    | {"message.max.bytes", "min.insync.replicas", "producer.id.expiration.ms"}
+)
+_QUOTA_KEYS = frozenset(
+    {
+        "max.connections",
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connection.creation.rate",
+    }
+)
+
+
+def _invalid(message: str) -> KafkaError:
+    # Kafka answers a bad broker config change with INVALID_REQUEST (InvalidRequestException).
+    return KafkaError(ErrorCode.INVALID_REQUEST, message)
+
+
+class DynamicBrokerConfig:
+    """The dynamic levels of one broker's configuration; see the module docstring."""
+
+    def __init__(self, config: BrokerConfig, log_dir: Path) -> None:
+        self.config = config
+        self.path = Path(log_dir) / FILE_NAME
+        # The static values, before any dynamic value replaces them in `config` (a config
+        # object served before, e.g. by a restarted broker, still knows its own).
+        prior = config.dynamic
+        self.static: dict[str, Any] = (
+            dict(prior.static)
+            if prior is not None
+            else {spec.name: value for spec, value in config.describe()}
+        )
+        self.per_broker: dict[str, str] = {}
+        self.default: dict[str, str] = {}
+        self.broker: Broker | None = None
+        # The config carries its layers, so DescribeConfigs can name each value's source.
+        object.__setattr__(config, "dynamic", self)
+
+    # -- persistence ------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the stored levels and apply them (at start, before anything runs)."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            logger.error("cannot read %s (%s); dynamic broker configs ignored", self.path, exc)
+            return
+        for level, target in (("broker", self.per_broker), ("default", self.default)):
+            for key, text in dict(data.get(level, {})).items():
+                try:
+                    self._check_value(key, text)
+                except KafkaError as exc:
+                    logger.error("dynamic broker config %s ignored: %s", key, exc.message)
+                    continue
+                target[key] = text
+        self.apply(initial=True)
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        text = json.dumps({"broker": self.per_broker, "default": self.default}, indent=1)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def level(self, resource_name: str) -> dict[str, str]:
+        return self.default if resource_name == "" else self.per_broker
+
+    def effective_text(self, key: str) -> str | None:
+        if key in self.per_broker:
+            return self.per_broker[key]
+        return self.default.get(key)
+
+    # -- changing ---------------------------------------------------------------------
+
+    def _check_value(self, key: str, text: str | None) -> Any:
+        spec = _BY_NAME.get(key)
+        if spec is None:
+            raise _invalid(f"Unknown broker config: {key}")
+        if text is None:
+            return None
+        try:
+            value = spec.parse(text)
+            if spec.validate is not None:
+                spec.validate(value)
+        except ValueError as exc:
+            raise _invalid(f"Invalid value {text} for configuration {key}: {exc}") from None
+        return value
+
+    def check(self, resource_name: str, overrides: Mapping[str, str | None]) -> None:
+        """Kafka's validation of a whole new level: every key dynamic, allowed at this
+        level, and valid."""
+        unknown = sorted(k for k in overrides if k not in _BY_NAME)
+        if unknown:
+            raise _invalid(f"Unknown broker configs: {', '.join(unknown)}")
+        static = sorted(k for k in overrides if k not in KAFKA_DYNAMIC_KEYS)
+        if static:
+            raise _invalid(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+        if resource_name == "":
+            per_broker = sorted(k for k in overrides if k in PER_BROKER_KEYS)
+            if per_broker:
+                raise _invalid(
+                    "Cannot update these configs at default cluster level, broker id must be "
+                    f"specified: Set({', '.join(per_broker)})"
+                )
+        not_live = sorted(k for k in overrides if k not in APPLIED_LIVE)
+        if not_live:
+            raise _invalid(
+                "This broker cannot change these configs while running yet (set them in "
+                f"server.properties and restart): Set({', '.join(not_live)})"
+            )
+        for key, text in overrides.items():
+            self._check_value(key, text)
+
+    def replace(
+        self, resource_name: str, overrides: Mapping[str, str | None], validate_only: bool
+    ) -> None:
+        """Make `overrides` the whole dynamic level `resource_name` ("" or this broker's
+        id), persist it and apply it."""
+        self.check(resource_name, overrides)
+        if validate_only:
+            return
+        level = self.level(resource_name)
+        level.clear()
+        level.update({k: v for k, v in overrides.items() if v is not None})
+        self.save()
+        self.apply()
+
+    def apply(self, *, initial: bool = False) -> None:
+        """Set every dynamic key's effective value in the config; push the changed ones."""
+        changed = set()
+        for key in CLUSTER_WIDE_KEYS | PER_BROKER_KEYS:
+            text = self.effective_text(key)
+            spec = _BY_NAME.get(key)
+            if spec is None:
+                continue
+            value = self.static[key] if text is None else spec.parse(text)
+            if getattr(self.config, spec.attr) != value:
+                object.__setattr__(self.config, spec.attr, value)
+                changed.add(key)
+        if changed and not initial:
+            logger.info("dynamic broker configs changed: %s", ", ".join(sorted(changed)))
+            self._push(changed)
+
+    def _push(self, changed: set[str]) -> None:
+        broker = self.broker
+        if broker is None:
+            return
+        config = self.config
+        if changed & _LOG_KEYS:
+            from trio_broker.cluster.topic_config import resolve_log_config
+
+            manager = broker.log_manager
+            manager.default_config = resolve_log_config({}, config)
+            for (topic, _partition), log in list(manager.logs.items()):
+                state = broker.metadata.topics.get(topic)
+                overrides = state.configs if state is not None else {}
+                log.update_config(resolve_log_config(overrides, config))
+        if "num.network.threads" in changed and broker.socket_server is not None:
+            broker.socket_server.resize_processors(config.num_network_threads)
+        if "num.io.threads" in changed:
+            pool = getattr(broker, "handler_pool", None)
+            if pool is not None:
+                pool.resize(config.num_io_threads)
+        if changed & _QUOTA_KEYS:
+            server = getattr(broker, "socket_server", None)
+            if server is not None:
+                from trio_broker.server.connection_quotas import ConnectionQuotas
+
+                fresh = ConnectionQuotas(
+                    max_connections=config.max_connections,
+                    max_connections_per_ip=config.max_connections_per_ip,
+                    overrides=config.max_connections_per_ip_overrides,
+                    max_connection_creation_rate=config.max_connection_creation_rate,
+                )
+                quotas = server.quotas
+                quotas.max_connections = fresh.max_connections
+                quotas.max_connections_per_ip = fresh.max_connections_per_ip
+                quotas.overrides = fresh.overrides
+                if quotas.rate != fresh.rate:
+                    quotas.rate = fresh.rate
+                    quotas._tokens = float(fresh.rate)
+        if "log.cleaner.backoff.ms" in changed:
+            for service in broker.services:
+                if type(service).__name__ == "LogCleaner":
+                    service.backoff_ms = config.log_cleaner_backoff_ms

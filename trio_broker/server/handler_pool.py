@@ -1,0 +1,101 @@
+"""The request handler tasks (Kafka's KafkaRequestHandlerPool), resizable while serving.
+
+`num.io.threads` is one of Kafka's dynamic broker configs: `resize(n)` starts more handler
+tasks in the pool's nursery, or stops some. A stop is a sentinel sent through the request
+channel itself: the task that receives it ends if the pool is still above its size (and
+ignores it otherwise), so no request is ever taken and dropped, a task handling a request
+finishes it first, and the per-request path costs one identity test (a cancel scope
+around each receive would cost microseconds per request). Stops queue behind the requests
+already waiting. Each task receives from its own clone of the request channel.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from trio_broker.server.requests import Dispatch, Request, handle_one
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["HandlerPool"]
+
+# What resize() sends a handler task to stop it (never a Request).
+_STOP: Any = object()
+
+
+class HandlerPool:
+    def __init__(
+        self,
+        requests: trio.MemoryReceiveChannel[Request],
+        dispatch: Dispatch,
+        new_sender: Callable[[], trio.MemorySendChannel[Request]] | None = None,
+    ) -> None:
+        self._requests = requests
+        self._dispatch = dispatch
+        # A fresh clone of the request channel's send side (to send stops), or None.
+        self._new_sender = new_sender
+        self._nursery: trio.Nursery | None = None
+        self._running: set[int] = set()
+        self._indexes = itertools.count()
+        self.size = 0
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def run(
+        self, size: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve with `size` tasks until the request channel closes."""
+        async with self._requests, trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.resize(size)
+            task_status.started()
+        self._nursery = None
+
+    def resize(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"at least one handler task is needed, not {size}")
+        old = self.size
+        self.size = size
+        if self._nursery is None:  # not started yet, or stopped
+            return
+        while len(self._running) < size:
+            index = next(self._indexes)
+            self._running.add(index)
+            self._nursery.start_soon(self._handler, index, self._requests.clone())
+        excess = len(self._running) - size
+        if excess > 0 and self._new_sender is not None:
+            self._nursery.start_soon(self._send_stops, excess)
+        if old != size:
+            logger.info("request handler tasks: %d -> %d", old, size)
+
+    async def _send_stops(self, count: int) -> None:
+        try:
+            send = self._new_sender()  # type: ignore[misc]
+        except trio.ClosedResourceError:
+            return  # the broker is stopping: the tasks end with the channel
+        async with send:
+            for _ in range(count):
+                try:
+                    await send.send(_STOP)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    return
+
+    async def _handler(self, index: int, requests: trio.MemoryReceiveChannel[Request]) -> None:
+        try:
+            async with requests:
+                async for request in requests:
+                    if request is _STOP:
+                        if len(self._running) > self.size:
+                            self._running.discard(index)
+                            return
+                        continue
+                    await handle_one(index, request, self._dispatch)
+        finally:
+            self._running.discard(index)
