@@ -62,8 +62,9 @@ def zookeeper() -> Iterator:
 def kafka_cluster(zookeeper, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """Three brokers (node ids 1, 2, 3) joined through a fresh ZooKeeper (`zookeeper`),
     running on background threads: `.bootstrap` (all three), `.brokers[node_id]`,
-    `.add_broker(node_id)`. Topics are assigned and led as the cluster's controller
-    decides; the replicas' side (logs made and copied on LeaderAndIsr) is not built yet."""
+    `.add_broker(node_id)`. Topics are replicated, led and moved as the cluster's
+    controller decides. For kill -9 and SIGSTOP, use `trio_broker.testing.KafkaCluster`
+    with `processes=True` (brokers as child processes)."""
     from trio_broker.testing import KafkaCluster
 
     with KafkaCluster(zookeeper, base_dir=tmp_path_factory.mktemp("kafka-cluster")) as cluster:
