@@ -68,6 +68,8 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(6, "UpdateMetadata", 0, 8, "update_metadata"),
     ApiSpec(7, "ControlledShutdown", 0, 3, "controlled_shutdown"),
     ApiSpec(43, "ElectLeaders", 0, 2, "elect_leaders"),
+    ApiSpec(45, "AlterPartitionReassignments", 0, 0, "alter_partition_reassignments"),
+    ApiSpec(46, "ListPartitionReassignments", 0, 0, "list_partition_reassignments"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

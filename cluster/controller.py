@@ -188,6 +188,16 @@ class Controller:
             await self._on_isr_change(event[1])
         elif kind == "delete":
             await actions.on_delete_topics(self, event[1])
+        elif kind == "reassign":
+            from trio_broker.cluster.controller_reassignment import alter_reassignments
+
+            reply = event[2]
+            try:
+                result = await alter_reassignments(self, event[1])
+            except BaseException:
+                _answer(reply, None)
+                raise
+            _answer(reply, result)
         elif kind == "rebalance":
             await actions.check_imbalance(self)
         elif kind == "shutdown":
@@ -259,6 +269,9 @@ class Controller:
             len(ctx.assignments),
             len(ctx.states),
         )
+        from trio_broker.cluster.controller_reassignment import maybe_complete
+
+        await maybe_complete(self, ctx.partitions())  # ongoing reassignments, if done
         if ctx.topics_being_deleted:
             from trio_broker.cluster.controller_actions import delete_topics
 
@@ -331,6 +344,8 @@ class Controller:
             else zk_data.TopicAssignment(
                 topic_id=known.topic_id,
                 partitions={**assignment.partitions, **known.partitions},
+                adding_replicas=known.adding_replicas,
+                removing_replicas=known.removing_replicas,
             )
         )
         ctx.topic_ids[topic] = ctx.assignments[topic].topic_id
@@ -452,7 +467,10 @@ class Controller:
         if not added:
             return
         ctx.assignments[topic] = zk_data.TopicAssignment(
-            topic_id=known.topic_id, partitions={**known.partitions, **added}
+            topic_id=known.topic_id,
+            partitions={**known.partitions, **added},
+            adding_replicas=known.adding_replicas,
+            removing_replicas=known.removing_replicas,
         )
         await self._on_new_partitions([(topic, p) for p in sorted(added)])
 
@@ -509,6 +527,9 @@ class Controller:
         batch = self.batch()
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
+        from trio_broker.cluster.controller_reassignment import maybe_complete
+
+        await maybe_complete(self, sorted(partitions))
 
     # --- requests from handlers (run on the event loop: cluster/controller_actions.py) -----
 
@@ -522,6 +543,12 @@ class Controller:
     ) -> dict[tuple[str, int], int] | None:
         """Called by the ElectLeaders handler: an error code per partition."""
         return await self.call(("elect", partitions, unclean))
+
+    async def reassign(
+        self, wanted: dict[tuple[str, int], list[int] | None]
+    ) -> dict[tuple[str, int], tuple[int, str | None]] | None:
+        """Called by the AlterPartitionReassignments handler (cluster/controller_reassignment.py)."""
+        return await self.call(("reassign", wanted))
 
 
 def _answer(reply: trio.MemorySendChannel[Any], value: Any) -> None:

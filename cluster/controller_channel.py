@@ -195,6 +195,7 @@ class RequestBatch:
         if state is None:
             return
         replicas = ctx.replicas(topic, partition)
+        assignment = ctx.assignments[topic]
         entry = LeaderAndIsrPartitionState(
             topic_name=topic,
             partition_index=partition,
@@ -204,6 +205,8 @@ class RequestBatch:
             isr=list(state.isr),
             partition_epoch=state.zk_version,
             replicas=list(replicas),
+            adding_replicas=list(assignment.adding_replicas.get(partition, ())),
+            removing_replicas=list(assignment.removing_replicas.get(partition, ())),
             is_new=is_new,
         )
         for broker_id in brokers:
