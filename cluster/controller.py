@@ -23,8 +23,9 @@ KafkaController, ZooKeeper era).
                                  replicas, UpdateMetadata to all
               ISR changed        notifications read and deleted, states re-read,
                                  UpdateMetadata to all
-              controlled shutdown  leaderships moved off the broker, it leaves ISRs
-              topic deletion     StopReplica(delete) to replicas, znodes removed
+              controlled shutdown, ElectLeaders, leader rebalance, topic deletion
+                                 (cluster/controller_actions.py)
+              reassignments      (cluster/controller_reassignment.py)
 
 The epoch fences a deposed controller: it grows by one per election, every controller
 request carries it (brokers refuse an older one), and every state znode write checks
