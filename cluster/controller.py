@@ -82,7 +82,9 @@ class Controller:
 
         logger.info("broker %d is the controller, epoch %d", self.broker.node_id, self.epoch)
         self.channel = ControllerChannel(
-            self.broker.node_id, request_timeout_ms=self.broker.config.controller_socket_timeout_ms
+            self.broker.node_id,
+            request_timeout_ms=self.broker.config.controller_socket_timeout_ms,
+            on_response=self._on_response,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -156,6 +158,40 @@ class Controller:
         if scope is not None:
             scope.cancel()
 
+    def _on_response(self, broker_id: int, request: Any, response: Any) -> None:
+        """A broker's answer to a controller request (None: it does not serve that API).
+        StopReplica(delete) answers move topic deletion on, on the event loop."""
+        from trio_broker.errors import ErrorCode
+        from trio_broker.protocol._generated.stop_replica_request import StopReplicaRequest
+
+        if not isinstance(request, StopReplicaRequest) or not request.delete_partitions:
+            return
+        asked = [
+            (t.topic_name, p.partition_index)
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition
+        ]
+        if response is None:
+            # A broker without StopReplica holds no replica logs in a cluster (it never
+            # made any: LeaderAndIsr is not served either); nothing to wait for.
+            deleted = asked
+        elif response.error_code != ErrorCode.NONE:
+            logger.warning(
+                "broker %d refused StopReplica: %s", broker_id, ErrorCode(response.error_code).name
+            )
+            return
+        else:
+            failed = {
+                (e.topic_name, e.partition_index)
+                for e in response.partition_errors
+                if e.error_code != ErrorCode.NONE
+            }
+            if failed:
+                logger.warning("broker %d could not delete %s", broker_id, sorted(failed))
+            deleted = [tp for tp in asked if tp not in failed]
+        self._events_send.send_nowait(("deleted", broker_id, deleted))
+
     async def _rebalance_timer(self) -> None:
         interval = self.broker.config.leader_imbalance_check_interval_seconds
         while True:
@@ -189,6 +225,8 @@ class Controller:
             await self._on_isr_change(event[1])
         elif kind == "delete":
             await actions.on_delete_topics(self, event[1])
+        elif kind == "deleted":
+            await actions.replicas_deleted(self, event[1], event[2])
         elif kind == "reassign":
             from trio_broker.cluster.controller_reassignment import alter_reassignments
 
@@ -258,7 +296,8 @@ class Controller:
         await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean)
         batch = self.batch()
         for tp in ctx.partitions():
-            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
+            if tp[0] not in ctx.topics_being_deleted:
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
         logger.info(
@@ -394,7 +433,8 @@ class Controller:
         batch.send(self.channel)
         for broker_id in broker_ids:
             for tp in ctx.partitions_on(broker_id):
-                batch.add_leader_and_isr([broker_id], *tp)
+                if tp[0] not in ctx.topics_being_deleted:
+                    batch.add_leader_and_isr([broker_id], *tp)
         # Partitions that never got a state (no replica was alive) and offline ones.
         new = [tp for tp in ctx.partitions() if tp not in ctx.states]
         created = await psm.initialize(ctx, self.zk, new)
@@ -410,6 +450,9 @@ class Controller:
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
+        from trio_broker.cluster.controller_actions import resume_deletions
+
+        resume_deletions(self, broker_ids)
 
     async def on_broker_failure(self, broker_ids: frozenset[int]) -> None:
         """Kafka's onBrokerFailure: partitions they led get a leader from the live ISR,
