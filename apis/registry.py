@@ -82,6 +82,8 @@ API_SPECS: tuple[ApiSpec, ...] = (
     # security (issue 16): client quotas
     ApiSpec(48, "DescribeClientQuotas", 0, 1, "describe_client_quotas"),
     ApiSpec(49, "AlterClientQuotas", 0, 1, "alter_client_quotas"),
+    ApiSpec(45, "AlterPartitionReassignments", 0, 0, "alter_partition_reassignments"),
+    ApiSpec(46, "ListPartitionReassignments", 0, 0, "list_partition_reassignments"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -23,8 +23,9 @@ KafkaController, ZooKeeper era).
                                  replicas, UpdateMetadata to all
               ISR changed        notifications read and deleted, states re-read,
                                  UpdateMetadata to all
-              controlled shutdown  leaderships moved off the broker, it leaves ISRs
-              topic deletion     StopReplica(delete) to replicas, znodes removed
+              controlled shutdown, ElectLeaders, leader rebalance, topic deletion
+                                 (cluster/controller_actions.py)
+              reassignments      (cluster/controller_reassignment.py)
 
 The epoch fences a deposed controller: it grows by one per election, every controller
 request carries it (brokers refuse an older one), and every state znode write checks
@@ -81,7 +82,9 @@ class Controller:
 
         logger.info("broker %d is the controller, epoch %d", self.broker.node_id, self.epoch)
         self.channel = ControllerChannel(
-            self.broker.node_id, request_timeout_ms=self.broker.config.controller_socket_timeout_ms
+            self.broker.node_id,
+            request_timeout_ms=self.broker.config.controller_socket_timeout_ms,
+            on_response=self._on_response,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -155,6 +158,40 @@ class Controller:
         if scope is not None:
             scope.cancel()
 
+    def _on_response(self, broker_id: int, request: Any, response: Any) -> None:
+        """A broker's answer to a controller request (None: it does not serve that API).
+        StopReplica(delete) answers move topic deletion on, on the event loop."""
+        from trio_broker.errors import ErrorCode
+        from trio_broker.protocol._generated.stop_replica_request import StopReplicaRequest
+
+        if not isinstance(request, StopReplicaRequest) or not request.delete_partitions:
+            return
+        asked = [
+            (t.topic_name, p.partition_index)
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition
+        ]
+        if response is None:
+            # A broker without StopReplica holds no replica logs in a cluster (it never
+            # made any: LeaderAndIsr is not served either); nothing to wait for.
+            deleted = asked
+        elif response.error_code != ErrorCode.NONE:
+            logger.warning(
+                "broker %d refused StopReplica: %s", broker_id, ErrorCode(response.error_code).name
+            )
+            return
+        else:
+            failed = {
+                (e.topic_name, e.partition_index)
+                for e in response.partition_errors
+                if e.error_code != ErrorCode.NONE
+            }
+            if failed:
+                logger.warning("broker %d could not delete %s", broker_id, sorted(failed))
+            deleted = [tp for tp in asked if tp not in failed]
+        self._events_send.send_nowait(("deleted", broker_id, deleted))
+
     async def _rebalance_timer(self) -> None:
         interval = self.broker.config.leader_imbalance_check_interval_seconds
         while True:
@@ -188,6 +225,18 @@ class Controller:
             await self._on_isr_change(event[1])
         elif kind == "delete":
             await actions.on_delete_topics(self, event[1])
+        elif kind == "deleted":
+            await actions.replicas_deleted(self, event[1], event[2])
+        elif kind == "reassign":
+            from trio_broker.cluster.controller_reassignment import alter_reassignments
+
+            reply = event[2]
+            try:
+                result = await alter_reassignments(self, event[1])
+            except BaseException:
+                _answer(reply, None)
+                raise
+            _answer(reply, result)
         elif kind == "rebalance":
             await actions.check_imbalance(self)
         elif kind == "shutdown":
@@ -247,7 +296,8 @@ class Controller:
         await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean)
         batch = self.batch()
         for tp in ctx.partitions():
-            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
+            if tp[0] not in ctx.topics_being_deleted:
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
         logger.info(
@@ -259,6 +309,9 @@ class Controller:
             len(ctx.assignments),
             len(ctx.states),
         )
+        from trio_broker.cluster.controller_reassignment import maybe_complete
+
+        await maybe_complete(self, ctx.partitions())  # ongoing reassignments, if done
         if ctx.topics_being_deleted:
             from trio_broker.cluster.controller_actions import delete_topics
 
@@ -331,6 +384,8 @@ class Controller:
             else zk_data.TopicAssignment(
                 topic_id=known.topic_id,
                 partitions={**assignment.partitions, **known.partitions},
+                adding_replicas=known.adding_replicas,
+                removing_replicas=known.removing_replicas,
             )
         )
         ctx.topic_ids[topic] = ctx.assignments[topic].topic_id
@@ -378,7 +433,8 @@ class Controller:
         batch.send(self.channel)
         for broker_id in broker_ids:
             for tp in ctx.partitions_on(broker_id):
-                batch.add_leader_and_isr([broker_id], *tp)
+                if tp[0] not in ctx.topics_being_deleted:
+                    batch.add_leader_and_isr([broker_id], *tp)
         # Partitions that never got a state (no replica was alive) and offline ones.
         new = [tp for tp in ctx.partitions() if tp not in ctx.states]
         created = await psm.initialize(ctx, self.zk, new)
@@ -394,6 +450,9 @@ class Controller:
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
+        from trio_broker.cluster.controller_actions import resume_deletions
+
+        resume_deletions(self, broker_ids)
 
     async def on_broker_failure(self, broker_ids: frozenset[int]) -> None:
         """Kafka's onBrokerFailure: partitions they led get a leader from the live ISR,
@@ -452,7 +511,10 @@ class Controller:
         if not added:
             return
         ctx.assignments[topic] = zk_data.TopicAssignment(
-            topic_id=known.topic_id, partitions={**known.partitions, **added}
+            topic_id=known.topic_id,
+            partitions={**known.partitions, **added},
+            adding_replicas=known.adding_replicas,
+            removing_replicas=known.removing_replicas,
         )
         await self._on_new_partitions([(topic, p) for p in sorted(added)])
 
@@ -509,6 +571,9 @@ class Controller:
         batch = self.batch()
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
+        from trio_broker.cluster.controller_reassignment import maybe_complete
+
+        await maybe_complete(self, sorted(partitions))
 
     # --- requests from handlers (run on the event loop: cluster/controller_actions.py) -----
 
@@ -522,6 +587,12 @@ class Controller:
     ) -> dict[tuple[str, int], int] | None:
         """Called by the ElectLeaders handler: an error code per partition."""
         return await self.call(("elect", partitions, unclean))
+
+    async def reassign(
+        self, wanted: dict[tuple[str, int], list[int] | None]
+    ) -> dict[tuple[str, int], tuple[int, str | None]] | None:
+        """Called by the AlterPartitionReassignments handler (cluster/controller_reassignment.py)."""
+        return await self.call(("reassign", wanted))
 
 
 def _answer(reply: trio.MemorySendChannel[Any], value: Any) -> None:

@@ -21,6 +21,8 @@ __all__ = [
     "delete_topics",
     "elect_leaders",
     "on_delete_topics",
+    "replicas_deleted",
+    "resume_deletions",
 ]
 
 
@@ -154,29 +156,66 @@ async def on_delete_topics(ctrl: Controller, children: list[str]) -> None:
 
 
 async def delete_topics(ctrl: Controller, topics: list[str]) -> None:
-    """Kafka's TopicDeletionManager, simplified: UpdateMetadata with the partitions'
-    leader -2 (LeaderDuringDelete) to every broker, StopReplica(delete) to the live
-    replicas, then the topic's znodes go and a full UpdateMetadata without it follows.
-    A replica on a broker that is down keeps its log until that broker learns the topic
-    is gone (its log is not in any LeaderAndIsr)."""
-    from kazoo.exceptions import NoNodeError
-
-    from trio_broker.cluster.zk_admin import delete_recursive
-
+    """Kafka's TopicDeletionManager: UpdateMetadata with the partitions' leader -2
+    (LeaderDuringDelete) to every broker, StopReplica(delete) to every live replica; the
+    topic's znodes go once every replica answered (`replicas_deleted`). A replica on a
+    broker that is down waits for it: its StopReplica goes when it starts again."""
     ctx = ctrl.ctx
     if not ctrl.broker.config.delete_topic_enable:
         for topic in topics:
             logger.warning("topic %s marked for deletion, but delete.topic.enable=false", topic)
         return
-    ctx.topics_being_deleted.update(topics)
     batch = ctrl.batch()
     for topic in topics:
+        if topic in ctx.deletion_pending:
+            continue  # already under way (the notification fired again)
+        ctx.topics_being_deleted.add(topic)
+        ctrl.unwatch_topic(topic)
+        pending = ctx.deletion_pending.setdefault(topic, set())
         for tp in ctx.partitions_of(topic):
+            pending.update((b, tp[1]) for b in ctx.replicas(*tp))
             batch.add_stop_replica(ctx.replicas(*tp), *tp, delete=True)
+        logger.info(
+            "controller epoch %d: deleting topic %s (replicas on %s)",
+            ctrl.epoch,
+            topic,
+            sorted({b for b, _ in pending}),
+        )
     batch.add_update_metadata(ctx.live_brokers)
     batch.send(ctrl.channel)
-    for topic in topics:
-        ctrl.unwatch_topic(topic)
+    await _finish_deletions(ctrl)
+
+
+def resume_deletions(ctrl: Controller, broker_ids: frozenset[int]) -> None:
+    """Brokers started: StopReplica(delete) for the replicas of topics being deleted."""
+    ctx = ctrl.ctx
+    batch = ctrl.batch()
+    for topic, pending in ctx.deletion_pending.items():
+        for broker_id, partition in pending:
+            if broker_id in broker_ids:
+                batch.add_stop_replica([broker_id], topic, partition, delete=True)
+    batch.send(ctrl.channel)
+
+
+async def replicas_deleted(ctrl: Controller, broker_id: int, deleted: list[tuple[str, int]]):
+    """A broker answered StopReplica(delete) for these partitions without error."""
+    for topic, partition in deleted:
+        pending = ctrl.ctx.deletion_pending.get(topic)
+        if pending is not None:
+            pending.discard((broker_id, partition))
+    await _finish_deletions(ctrl)
+
+
+async def _finish_deletions(ctrl: Controller) -> None:
+    """Topics whose every replica is deleted: their znodes go, then an UpdateMetadata
+    without them."""
+    from kazoo.exceptions import NoNodeError
+
+    from trio_broker.cluster.zk_admin import delete_recursive
+
+    ctx = ctrl.ctx
+    done = [t for t, pending in ctx.deletion_pending.items() if not pending]
+    for topic in done:
         for path in (
             zk_data.topic_path(topic),
             zk_data.topic_config_path(topic),
@@ -188,6 +227,7 @@ async def delete_topics(ctrl: Controller, topics: list[str]) -> None:
                 pass
         ctx.remove_topic(topic)
         logger.info("controller epoch %d: deleted topic %s", ctrl.epoch, topic)
-    batch = ctrl.batch()
-    batch.add_update_metadata(ctx.live_brokers)
-    batch.send(ctrl.channel)
+    if done:
+        batch = ctrl.batch()
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(ctrl.channel)

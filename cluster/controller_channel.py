@@ -71,7 +71,8 @@ class _Sender:
 
 class ControllerChannel:
     """See the module docstring. `on_response(broker_id, request, response)` is called
-    with every answer (the controller reads StopReplica and LeaderAndIsr errors)."""
+    with every answer, and with None for a request the broker does not serve (the
+    controller follows StopReplica answers for topic deletion)."""
 
     def __init__(
         self,
@@ -168,6 +169,8 @@ class ControllerChannel:
                                     broker_id,
                                     type(request).__name__,
                                 )
+                            if self.on_response is not None:
+                                self.on_response(broker_id, request, None)
                             break
                         if self.on_response is not None:
                             self.on_response(broker_id, request, response)
@@ -195,6 +198,7 @@ class RequestBatch:
         if state is None:
             return
         replicas = ctx.replicas(topic, partition)
+        assignment = ctx.assignments[topic]
         entry = LeaderAndIsrPartitionState(
             topic_name=topic,
             partition_index=partition,
@@ -204,6 +208,8 @@ class RequestBatch:
             isr=list(state.isr),
             partition_epoch=state.zk_version,
             replicas=list(replicas),
+            adding_replicas=list(assignment.adding_replicas.get(partition, ())),
+            removing_replicas=list(assignment.removing_replicas.get(partition, ())),
             is_new=is_new,
         )
         for broker_id in brokers:

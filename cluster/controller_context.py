@@ -67,6 +67,8 @@ class ControllerContext:
     states: dict[tuple[str, int], PartitionLeadership] = attrs.Factory(dict)
     shutting_down: set[int] = attrs.Factory(set)
     topics_being_deleted: set[str] = attrs.Factory(set)
+    # topic -> (broker, partition) replicas not yet deleted by StopReplica(delete)
+    deletion_pending: dict[str, set[tuple[int, int]]] = attrs.Factory(dict)
 
     def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)
@@ -94,3 +96,4 @@ class ControllerContext:
         self.assignments.pop(topic, None)
         self.topic_ids.pop(topic, None)
         self.topics_being_deleted.discard(topic)
+        self.deletion_pending.pop(topic, None)

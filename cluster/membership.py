@@ -6,9 +6,9 @@
                                   controller election (cluster/controller.py); on every
                                   broker: live brokers and the controller id into the metadata
 
-Until the controller sends UpdateMetadata (the next step of issue 14), every broker reads
-the live brokers and the controller straight from ZooKeeper, so that Metadata on any broker
-lists the whole cluster.
+Every broker also reads the live brokers and the controller straight from ZooKeeper, so
+that Metadata on any broker lists the whole cluster from its start; the controller's
+UpdateMetadata (apis/update_metadata.py) brings the same brokers and every partition.
 """
 
 from __future__ import annotations

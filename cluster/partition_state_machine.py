@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from trio_broker.cluster import zk_data
@@ -230,3 +230,60 @@ async def _unclean_allowed(zk: ZooKeeperSession, topic: str, default: bool) -> b
 
     value = (await read_topic_config(zk, topic)).get("unclean.leader.election.enable")
     return default if value is None else value.strip().lower() == "true"
+
+
+async def update(
+    ctx: ControllerContext,
+    zk: ZooKeeperSession,
+    topic: str,
+    partition: int,
+    change: Callable[[PartitionLeadership], tuple[int, tuple[int, ...]] | None],
+    why: str,
+) -> bool:
+    """A new leader and ISR from `change(fresh state)` (None: no change; the same pair:
+    only the leader epoch moves on, as Kafka's updateLeaderEpoch), written at the version
+    read, again on a conflict. True once written."""
+    from kazoo.exceptions import BadVersionError
+
+    path = zk_data.partition_state_path(topic, partition)
+    for _attempt in range(_WRITE_ATTEMPTS):
+        state = await read_state(zk, topic, partition)
+        if state is None:
+            return False
+        ctx.states[(topic, partition)] = state
+        choice = change(state)
+        if choice is None:
+            return False
+        leader, isr = choice
+        new = PartitionLeadership(
+            leader=leader,
+            leader_epoch=state.leader_epoch + 1,
+            isr=isr,
+            controller_epoch=ctx.epoch,
+            zk_version=state.zk_version + 1,
+        )
+        results = await zk.transaction(
+            [
+                _epoch_check(ctx),
+                ("set_data", (path, new.znode().encode()), {"version": state.zk_version}),
+            ]
+        )
+        _raise_if_moved(ctx, results)
+        if isinstance(results[1], BadVersionError):
+            continue
+        if isinstance(results[1], Exception):
+            logger.error("cannot write the state of %s-%d: %r", topic, partition, results[1])
+            return False
+        ctx.states[(topic, partition)] = new
+        logger.info(
+            "%s of %s-%d: leader %d -> %d, epoch %d, isr %s",
+            why,
+            topic,
+            partition,
+            state.leader,
+            leader,
+            new.leader_epoch,
+            list(isr),
+        )
+        return True
+    return False

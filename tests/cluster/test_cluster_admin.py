@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 from clustertest_helpers import all_see, eventually, metadata
@@ -218,3 +219,23 @@ def test_topic_configs_altered_on_one_broker_reach_every_broker(kafka_cluster, z
             budget_s=10,
             what=f"{b.bootstrap} describes the new configs",
         )
+
+
+def test_a_deletion_waits_for_a_replica_whose_broker_is_down(zookeeper, tmp_path, zk_view):
+    overrides = {**FAST_SESSION, "controlled.shutdown.enable": "false"}
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+        admin.create_topics([NewTopic("half", 1, replica_assignment=[[2, 3]])])["half"].result()
+        down = cluster.brokers[3]
+        down.stop()
+        all_see({1: cluster.brokers[1], 2: cluster.brokers[2]}, live=[1, 2])
+        admin.delete_topics(["half"], operation_timeout=15)["half"].result()
+        # Gone for clients at once; in ZooKeeper until broker 3 deleted its replica too.
+        assert "half" not in _topics(cluster.brokers[2].bootstrap)
+        time.sleep(1)  # ample for the controller to finish, were it not waiting
+        for path in ("/brokers/topics/half", "/admin/delete_topics/half"):
+            assert zk_view.exists(path) is not None, path
+        down.restart()
+        for path in ("/brokers/topics/half", "/config/topics/half", "/admin/delete_topics/half"):
+            eventually(lambda path=path: zk_view.exists(path) is None, budget_s=15, what=path)

@@ -1,0 +1,201 @@
+"""Partition reassignment online (AlterPartitionReassignments, ListPartitionReassignments),
+as kafka-reassign-partitions drives it: the target replicas are added, and once the
+leader reports them in the ISR the old ones are dropped."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from clustertest_helpers import all_see, eventually, metadata
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import TopicPartition as KpTopicPartition
+from kafka.admin import KafkaAdminClient
+from wire import request_of, roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.alter_partition_reassignments_request import (
+    ReassignablePartition,
+    ReassignableTopic,
+)
+from trio_broker.protocol._generated.list_partition_reassignments_request import (
+    ListPartitionReassignmentsTopics,
+)
+
+
+def _call(bootstrap: str, request, version: int = 0):
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return roundtrip(sock, request, version)
+
+
+def _reassign(bootstrap: str, topic: str, partition: int, replicas: list[int] | None):
+    request = request_of(
+        45,
+        topics=[
+            ReassignableTopic(
+                name=topic,
+                partitions=[ReassignablePartition(partition_index=partition, replicas=replicas)],
+            )
+        ],
+    )
+    answer = _call(bootstrap, request)
+    assert answer.error_code == 0, answer
+    ((result,),) = [t.partitions for t in answer.responses]
+    return result.error_code
+
+
+def _ongoing(bootstrap: str, topics=None) -> dict:
+    answer = _call(bootstrap, request_of(46, topics=topics))
+    assert answer.error_code == 0
+    return {
+        (t.name, p.partition_index): (p.replicas, p.adding_replicas, p.removing_replicas)
+        for t in answer.topics
+        for p in t.partitions
+    }
+
+
+def _join_isr(zk_view, topic: str, partition: int, broker_id: int) -> None:
+    """What the leader writes once a new replica caught up (the replicas' half)."""
+    path = f"{zk_view.root}/brokers/topics/{topic}/partitions/{partition}/state"
+    data, stat = zk_view.client.get(path)
+    state = json.loads(data)
+    state["isr"].append(broker_id)
+    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+    change = {"version": 1, "partitions": [{"topic": topic, "partition": partition}]}
+    zk_view.client.create(
+        f"{zk_view.root}/isr_change_notification/isr_change_",
+        json.dumps(change).encode(),
+        sequence=True,
+    )
+
+
+def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
+    brokers = kafka_cluster.brokers
+    all_see(brokers)
+    admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
+    admin.create_topics([NewTopic("moving", 2, replica_assignment=[[1, 2], [2, 1]])])[
+        "moving"
+    ].result()
+    controller = brokers[zk_view.controller()]
+    other = next(b for n, b in brokers.items() if n != zk_view.controller())
+
+    # Only the controller serves it; bad targets get Kafka's errors.
+    answer = _call(other.bootstrap, request_of(45, topics=[]))
+    assert answer.error_code == ErrorCode.NOT_CONTROLLER
+    assert (
+        _reassign(controller.bootstrap, "moving", 0, [1, 9]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    )
+    assert (
+        _reassign(controller.bootstrap, "moving", 7, [1, 2]) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    )
+    assert (
+        _reassign(controller.bootstrap, "moving", 0, None) == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+    )
+
+    # Partition 0 from [1, 2] to [3, 2]: 3 is added, 1 is to go once 3 is in the ISR.
+    assert _reassign(controller.bootstrap, "moving", 0, [3, 2]) == ErrorCode.NONE
+    topic = zk_view.json("/brokers/topics/moving")
+    assert topic["partitions"]["0"] == [3, 2, 1]
+    assert (topic["adding_replicas"], topic["removing_replicas"]) == ({"0": [3]}, {"0": [1]})
+    state = zk_view.json("/brokers/topics/moving/partitions/0/state")
+    assert (state["leader"], state["leader_epoch"], state["isr"]) == (1, 1, [1, 2])
+    assert _ongoing(controller.bootstrap) == {("moving", 0): ([3, 2, 1], [3], [1])}
+    wanted = [ListPartitionReassignmentsTopics(name="moving", partition_indexes=[1])]
+    assert _ongoing(controller.bootstrap, wanted) == {}
+    for b in brokers.values():
+        eventually(
+            lambda b=b: [
+                p.replica_nodes for t in metadata(b.bootstrap).topics for p in t.partitions
+                if (t.name, p.partition_index) == ("moving", 0)
+            ] == [[3, 2, 1]],
+            budget_s=10,
+            what=f"{b.bootstrap} describes the replicas being added",
+        )  # fmt: skip
+
+    # The leader reports 3 caught up: the reassignment completes. 1 (the leader) is not in
+    # the target, so 3, the first target replica in the ISR, leads; 1 leaves the ISR.
+    _join_isr(zk_view, "moving", 0, 3)
+    state = eventually(
+        lambda: (
+            (s := zk_view.json("/brokers/topics/moving/partitions/0/state"))["leader"] == 3 and s
+        ),
+        budget_s=10,
+        what="the reassignment completed",
+    )
+    assert (state["leader_epoch"], sorted(state["isr"])) == (2, [2, 3])
+    topic = zk_view.json("/brokers/topics/moving")
+    assert topic["partitions"] == {"0": [3, 2], "1": [2, 1]}
+    assert (topic["adding_replicas"], topic["removing_replicas"]) == ({}, {})
+    assert _ongoing(controller.bootstrap) == {}
+    for b in brokers.values():
+        eventually(
+            lambda b=b: [
+                (p.leader_id, p.replica_nodes) for t in metadata(b.bootstrap).topics
+                for p in t.partitions if (t.name, p.partition_index) == ("moving", 0)
+            ] == [(3, [3, 2])],
+            budget_s=10,
+            what=f"{b.bootstrap} describes the new replicas",
+        )  # fmt: skip
+
+    # With kafka-python's admin client (it finds the controller itself): a reassignment
+    # cancelled before it completes goes back to the original replicas.
+    kp = KafkaAdminClient(bootstrap_servers=other.bootstrap, request_timeout_ms=15000)
+    try:
+        tp = KpTopicPartition("moving", 1)
+        assert kp.alter_partition_reassignments({tp: [3, 1]}) == {tp: None}
+        assert kp.list_partition_reassignments() == {
+            tp: {"replicas": [3, 1, 2], "adding_replicas": [3], "removing_replicas": [2]}
+        }
+        assert kp.alter_partition_reassignments({tp: None}) == {tp: None}
+        assert kp.list_partition_reassignments() == {}
+    finally:
+        kp.close()
+    topic = zk_view.json("/brokers/topics/moving")
+    # The original replicas as Kafka derives them (replicas minus adding), so in RS order.
+    assert topic["partitions"]["1"] == [1, 2]
+    assert (topic["adding_replicas"], topic["removing_replicas"]) == ({}, {})
+    assert _ongoing(controller.bootstrap) == {}
+    assert zk_view.json("/brokers/topics/moving/partitions/1/state")["leader"] == 2
+
+
+def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path, zk_view):
+    from conftest import FAST_SESSION
+
+    from trio_broker.testing import KafkaCluster
+
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=FAST_SESSION) as cluster:
+        all_see(cluster.brokers)
+        first = zk_view.controller()
+        keep = [n for n in cluster.brokers if n != first]
+        admin = AdminClient({"bootstrap.servers": cluster.brokers[keep[0]].bootstrap})
+        admin.create_topics([NewTopic("resumed", 1, replica_assignment=[[keep[0]]])])[
+            "resumed"
+        ].result()
+        assert _reassign(cluster.brokers[first].bootstrap, "resumed", 0, keep) == 0
+        cluster.brokers.pop(first).stop()
+        second = eventually(
+            lambda: zk_view.controller() not in (None, first) and zk_view.controller(),
+            budget_s=15,
+            what="a new controller",
+        )
+        # The new controller read the ongoing reassignment from the topic znode (asked once
+        # it serves as controller: it is elected a moment before it starts).
+        new_controller = cluster.brokers[second].bootstrap
+        ongoing = eventually(
+            lambda: (
+                _call(new_controller, request_of(46, topics=None)).error_code == 0
+                and _ongoing(new_controller)
+            ),
+            budget_s=10,
+            what="the new controller's answer",
+        )
+        assert ongoing == {("resumed", 0): (keep, [keep[1]], [])}
+        _join_isr(zk_view, "resumed", 0, keep[1])
+        eventually(
+            lambda: zk_view.json("/brokers/topics/resumed")["adding_replicas"] == {},
+            budget_s=10,
+            what="the reassignment completed by the new controller",
+        )
+        assert zk_view.json("/brokers/topics/resumed")["partitions"] == {"0": keep}
+        assert _ongoing(cluster.brokers[second].bootstrap) == {}
