@@ -21,6 +21,7 @@ import trio
 
 from trio_broker.config import BrokerConfig, ConfigError
 from trio_broker.security.listener import listener_value
+from trio_broker.security.principal_rules import PrincipalRules
 
 __all__ = [
     "principal_of",
@@ -142,9 +143,10 @@ def _load_keystore(ctx: ssl.SSLContext, listener: str, get: Any) -> None:
         raise ConfigError(f"listener {listener}: cannot load the key store: {exc}") from None
 
 
-def principal_of(stream: trio.SSLStream[Any]) -> str | None:
-    """`User:<subject DN>` of the client's verified certificate (Kafka's DEFAULT rule, the
-    DN in RFC 2253 order), or None when the client sent none."""
+def principal_of(stream: trio.SSLStream[Any], rules: PrincipalRules | None = None) -> str | None:
+    """`User:<name>` of the client's verified certificate: its subject DN in RFC 2253
+    order, through ssl.principal.mapping.rules; None when the client sent none. Raises
+    NoMatchingRule when no rule maps the DN."""
     try:
         cert = stream.getpeercert()
     except (ValueError, AttributeError):
@@ -155,7 +157,8 @@ def principal_of(stream: trio.SSLStream[Any]) -> str | None:
         "+".join(f"{_DN_NAMES.get(k, k)}={_dn_escape(v)}" for k, v in rdn)
         for rdn in cert.get("subject", ())
     ]
-    return "User:" + ",".join(reversed(rdns))
+    dn = ",".join(reversed(rdns))
+    return "User:" + (rules.name(dn) if rules is not None else dn)
 
 
 _DN_NAMES = {
