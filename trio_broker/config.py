@@ -571,43 +571,6 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ),
 )
 
-# cluster: ZooKeeper. Without zookeeper.connect the broker is a cluster of one, its own
-# controller, and nothing about ZooKeeper is imported.
-BROKER_CONFIGS += (
-    ConfigKey(
-        "zookeeper.connect",
-        "STRING",
-        "",
-        _str,
-        None,
-        "ZooKeeper servers as host:port[,host:port...][/chroot]; empty for a lone broker.",
-    ),
-    ConfigKey(
-        "zookeeper.session.timeout.ms",
-        "INT",
-        18000,
-        _int,
-        _at_least(1),
-        "ZooKeeper session timeout: a broker silent this long is gone from the cluster.",
-    ),
-    ConfigKey(
-        "zookeeper.connection.timeout.ms",
-        "INT",
-        None,
-        _int,
-        _at_least(1),
-        "How long to wait for a connection to ZooKeeper; unset means the session timeout.",
-    ),
-    ConfigKey(
-        "broker.rack",
-        "STRING",
-        None,
-        _str,
-        None,
-        "The broker's rack, registered in ZooKeeper and reported in Metadata.",
-    ),
-)
-
 # security (issue 16): listeners' security protocols, TLS, SASL, ACLs. Only read when a
 # listener is not PLAINTEXT or an authorizer is set; the code is in trio_broker/security/.
 # Any of these may be given per listener as listener.name.<listener>.<key>.
@@ -827,6 +790,43 @@ BROKER_CONFIGS += (
         _bool,
         None,
         "Whether a resource without ACLs is open to everyone.",
+    ),
+)
+
+# cluster: ZooKeeper. Without zookeeper.connect the broker is a cluster of one, its own
+# controller, and nothing about ZooKeeper is imported.
+BROKER_CONFIGS += (
+    ConfigKey(
+        "zookeeper.connect",
+        "STRING",
+        "",
+        _str,
+        None,
+        "ZooKeeper servers as host:port[,host:port...][/chroot]; empty for a lone broker.",
+    ),
+    ConfigKey(
+        "zookeeper.session.timeout.ms",
+        "INT",
+        18000,
+        _int,
+        _at_least(1),
+        "ZooKeeper session timeout: a broker silent this long is gone from the cluster.",
+    ),
+    ConfigKey(
+        "zookeeper.connection.timeout.ms",
+        "INT",
+        None,
+        _int,
+        _at_least(1),
+        "How long to wait for a connection to ZooKeeper; unset means the session timeout.",
+    ),
+    ConfigKey(
+        "broker.rack",
+        "STRING",
+        None,
+        _str,
+        None,
+        "The broker's rack, registered in ZooKeeper and reported in Metadata.",
     ),
 )
 
