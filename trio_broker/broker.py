@@ -68,6 +68,12 @@ class Broker:
         # Client quotas: None until one exists (security/client_quotas.py, then loaded).
         self.client_quotas: Any = None
         self._setup()
+        if self.zk is not None:
+            # A cluster's SCRAM credentials and client quotas are in ZooKeeper's /config.
+            from trio_broker.security.zk_quotas import ZkQuotas
+            from trio_broker.security.zk_store import ZkScram
+
+            self.services[:0] = [ZkScram(self), ZkQuotas(self)]
         if config.authorizer_class_name:
             from trio_broker.security.authorizer import install
 
@@ -125,12 +131,6 @@ class Broker:
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
-            # SCRAM credentials and client quotas live in ZooKeeper's /config in a cluster.
-            from trio_broker.security.zk_quotas import ZkQuotas
-            from trio_broker.security.zk_store import ZkScram
-
-            self.services.append(ZkScram(self))
-            self.services.append(ZkQuotas(self))
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 

@@ -830,7 +830,6 @@ BROKER_CONFIGS += (
     ),
 )
 
-
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.
 _ALIASES = {"broker.id": "node.id"}
