@@ -260,10 +260,10 @@ def test_bad_tls_configs_name_the_problem(tmp_path):
         {"listeners": "WEIRD://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
     with pytest.raises(ConfigError, match="WEIRD"):
-        SocketServer(config, None, {}, security=lambda: None)._secure("WEIRD")
+        SocketServer(config, None, {}, security=lambda: None)._secure(config.listeners[0])
     config = BrokerConfig.from_properties({"listeners": "SSL://127.0.0.1:0"})
     with pytest.raises(ConfigError, match="ssl.keystore.location"):
-        SocketServer(config, None, {}, security=lambda: None)._secure("SSL")
+        SocketServer(config, None, {}, security=lambda: None)._secure(config.listeners[0])
 
 
 def test_plaintext_broker_imports_no_security_module(tmp_path):
