@@ -243,9 +243,10 @@ async def _serve(
         cluster_id = await join_cluster(zk, config)
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
-    server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
+    server = SocketServer(config, request_send, broker.supported)
     bound = await server.bind()
     broker.advertise(bound)
+    server.security = broker.security_state  # for listeners that are not PLAINTEXT
 
     def begin_shutdown() -> None:
         logger.info("broker %d shutting down", broker.node_id)

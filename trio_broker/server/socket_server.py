@@ -155,8 +155,6 @@ class SocketServer:
         config: BrokerConfig,
         requests: trio.MemorySendChannel[Request],
         supported: Mapping[int, tuple[int, int]],
-        *,
-        security: Any = None,
     ) -> None:
         self.config = config
         self._requests = requests
@@ -183,15 +181,15 @@ class SocketServer:
         )
         self.bad_frames = LogLimiter(_LOG_INTERVAL_S)
         self._refusals = LogLimiter(_LOG_INTERVAL_S)
-        # () -> the broker's SecurityState, made on demand: only a listener that is not
-        # PLAINTEXT asks for it (and imports trio_broker.security).
-        self._security = security
+        # () -> the broker's SecurityState (set by the broker), made on demand: only a
+        # listener that is not PLAINTEXT asks for it (and imports trio_broker.security).
+        self.security: Any = None
 
     async def bind(self) -> list[BoundListener]:
         for listener in self.config.listeners:
             host = listener.host or None
             sockets = await trio.open_tcp_listeners(listener.port, host=host)
-            bound = BoundListener(self._secure(listener), sockets)
+            bound = BoundListener(listener, sockets)
             self.bound.append(bound)
             logger.info("listening on %s://%s:%d", listener.name, bound.host, bound.port)
         return self.bound
@@ -203,9 +201,9 @@ class SocketServer:
             return listener
         from trio_broker.security.listener import ListenerSecurity
 
-        if self._security is None:
+        if self.security is None:
             raise RuntimeError(f"listener {listener.name} is {protocol}: no security state")
-        security = ListenerSecurity.build(self.config, listener.name, protocol, self._security())
+        security = ListenerSecurity.build(self.config, listener.name, protocol, self.security())
         return attrs.evolve(listener, name=SecuredName(listener.name, security))
 
     def stop_accepting(self) -> None:
@@ -219,6 +217,16 @@ class SocketServer:
             self.finished.set()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
+        # Each listener's TLS and SASL, checked (a missing key is a ConfigError) before
+        # anything is served.
+        try:
+            for bound in self.bound:
+                bound.listener = self._secure(bound.listener)
+        except BaseException:
+            for bound in self.bound:
+                for sock in bound.sockets:
+                    await trio.aclose_forcefully(sock)
+            raise
         async with trio.open_nursery() as nursery, self._requests:
             for index in range(self.config.num_network_threads):
                 processor = Processor(
