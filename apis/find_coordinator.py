@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 GROUP, TRANSACTION = 0, 1
 
 
-def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
+def _find(broker: Broker, key: str, key_type: int, listener: str) -> Coordinator:
     node = broker.metadata.brokers.get(broker.node_id)
+    if node is not None:
+        node = node_on_listener(broker, node, listener)
     error = ErrorCode.NONE
     if key_type == GROUP:
         coordinator = broker.group_coordinator
@@ -69,15 +71,14 @@ def _find(broker: Broker, key: str, key_type: int) -> Coordinator:
 
 async def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
     body = request.body
+    listener = request.connection.listener
     if request.api_version >= 4:
         return FindCoordinatorResponse(
             coordinators=[
-                _on_listener(broker, _find(broker, key, body.key_type), request)
-                for key in body.coordinator_keys
+                _find(broker, key, body.key_type, listener) for key in body.coordinator_keys
             ]
         )
-    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP)
-    _on_listener(broker, found, request)
+    found = _find(broker, body.key, body.key_type if request.api_version >= 1 else GROUP, listener)
     return FindCoordinatorResponse(
         error_code=found.error_code,
         error_message=None,
@@ -85,12 +86,3 @@ async def handle(broker: Broker, request: Request) -> FindCoordinatorResponse:
         host=found.host,
         port=found.port,
     )
-
-
-def _on_listener(broker: Broker, found: Coordinator, request: Request) -> Coordinator:
-    """The coordinator's address on the listener the client came in on."""
-    node = broker.metadata.brokers.get(found.node_id) if found.node_id >= 0 else None
-    if node is not None:
-        node = node_on_listener(broker, node, request.connection.listener)
-        found.host, found.port = node.host, node.port
-    return found

@@ -29,16 +29,6 @@ class ApiSpec:
 
 API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(18, "ApiVersions", 0, 4, "api_versions"),
-    # security (issue 16): SASL, SCRAM credentials, ACLs, client quotas
-    ApiSpec(17, "SaslHandshake", 0, 1, "sasl_handshake"),
-    ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
-    ApiSpec(50, "DescribeUserScramCredentials", 0, 0, "describe_user_scram_credentials"),
-    ApiSpec(51, "AlterUserScramCredentials", 0, 0, "alter_user_scram_credentials"),
-    ApiSpec(29, "DescribeAcls", 0, 3, "describe_acls"),
-    ApiSpec(30, "CreateAcls", 0, 3, "create_acls"),
-    ApiSpec(31, "DeleteAcls", 0, 3, "delete_acls"),
-    ApiSpec(48, "DescribeClientQuotas", 0, 1, "describe_client_quotas"),
-    ApiSpec(49, "AlterClientQuotas", 0, 1, "alter_client_quotas"),
     ApiSpec(3, "Metadata", 0, 12, "metadata"),
     ApiSpec(2, "ListOffsets", 1, 9, "list_offsets"),
     ApiSpec(19, "CreateTopics", 2, 7, "create_topics"),
@@ -73,6 +63,18 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(65, "DescribeTransactions", 0, 0, "describe_transactions"),
     ApiSpec(66, "ListTransactions", 0, 1, "list_transactions"),
     ApiSpec(61, "DescribeProducers", 0, 0, "describe_producers"),
+    # security (issue 16): SASL, SCRAM credentials
+    ApiSpec(17, "SaslHandshake", 0, 1, "sasl_handshake"),
+    ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
+    ApiSpec(50, "DescribeUserScramCredentials", 0, 0, "describe_user_scram_credentials"),
+    ApiSpec(51, "AlterUserScramCredentials", 0, 0, "alter_user_scram_credentials"),
+    # security (issue 16): ACLs
+    ApiSpec(29, "DescribeAcls", 0, 3, "describe_acls"),
+    ApiSpec(30, "CreateAcls", 0, 3, "create_acls"),
+    ApiSpec(31, "DeleteAcls", 0, 3, "delete_acls"),
+    # security (issue 16): client quotas
+    ApiSpec(48, "DescribeClientQuotas", 0, 1, "describe_client_quotas"),
+    ApiSpec(49, "AlterClientQuotas", 0, 1, "alter_client_quotas"),
 )
 
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}

@@ -68,12 +68,6 @@ class Broker:
         # Client quotas: None until one exists (security/client_quotas.py, then loaded).
         self.client_quotas: Any = None
         self._setup()
-        if self.zk is not None:
-            # A cluster's SCRAM credentials and client quotas are in ZooKeeper's /config.
-            from trio_broker.security.zk_quotas import ZkQuotas
-            from trio_broker.security.zk_store import ZkScram
-
-            self.services[:0] = [ZkScram(self), ZkQuotas(self)]
         if config.authorizer_class_name:
             from trio_broker.security.authorizer import install
 
@@ -131,6 +125,12 @@ class Broker:
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
             self.services.append(self.membership)
+            # SCRAM credentials and client quotas live in ZooKeeper's /config in a cluster.
+            from trio_broker.security.zk_quotas import ZkQuotas
+            from trio_broker.security.zk_store import ZkScram
+
+            self.services.append(ZkScram(self))
+            self.services.append(ZkQuotas(self))
         from trio_broker.cluster.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
@@ -243,10 +243,9 @@ async def _serve(
         cluster_id = await join_cluster(zk, config)
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
-    server = SocketServer(config, request_send, broker.supported)
+    server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
     bound = await server.bind()
     broker.advertise(bound)
-    server.security = broker.security_state  # for listeners that are not PLAINTEXT
 
     def begin_shutdown() -> None:
         logger.info("broker %d shutting down", broker.node_id)

@@ -571,6 +571,43 @@ BROKER_CONFIGS: tuple[ConfigKey, ...] = (
     ),
 )
 
+# cluster: ZooKeeper. Without zookeeper.connect the broker is a cluster of one, its own
+# controller, and nothing about ZooKeeper is imported.
+BROKER_CONFIGS += (
+    ConfigKey(
+        "zookeeper.connect",
+        "STRING",
+        "",
+        _str,
+        None,
+        "ZooKeeper servers as host:port[,host:port...][/chroot]; empty for a lone broker.",
+    ),
+    ConfigKey(
+        "zookeeper.session.timeout.ms",
+        "INT",
+        18000,
+        _int,
+        _at_least(1),
+        "ZooKeeper session timeout: a broker silent this long is gone from the cluster.",
+    ),
+    ConfigKey(
+        "zookeeper.connection.timeout.ms",
+        "INT",
+        None,
+        _int,
+        _at_least(1),
+        "How long to wait for a connection to ZooKeeper; unset means the session timeout.",
+    ),
+    ConfigKey(
+        "broker.rack",
+        "STRING",
+        None,
+        _str,
+        None,
+        "The broker's rack, registered in ZooKeeper and reported in Metadata.",
+    ),
+)
+
 # security (issue 16): listeners' security protocols, TLS, SASL, ACLs. Only read when a
 # listener is not PLAINTEXT or an authorizer is set; the code is in trio_broker/security/.
 # Any of these may be given per listener as listener.name.<listener>.<key>.
@@ -793,42 +830,6 @@ BROKER_CONFIGS += (
     ),
 )
 
-# cluster: ZooKeeper. Without zookeeper.connect the broker is a cluster of one, its own
-# controller, and nothing about ZooKeeper is imported.
-BROKER_CONFIGS += (
-    ConfigKey(
-        "zookeeper.connect",
-        "STRING",
-        "",
-        _str,
-        None,
-        "ZooKeeper servers as host:port[,host:port...][/chroot]; empty for a lone broker.",
-    ),
-    ConfigKey(
-        "zookeeper.session.timeout.ms",
-        "INT",
-        18000,
-        _int,
-        _at_least(1),
-        "ZooKeeper session timeout: a broker silent this long is gone from the cluster.",
-    ),
-    ConfigKey(
-        "zookeeper.connection.timeout.ms",
-        "INT",
-        None,
-        _int,
-        _at_least(1),
-        "How long to wait for a connection to ZooKeeper; unset means the session timeout.",
-    ),
-    ConfigKey(
-        "broker.rack",
-        "STRING",
-        None,
-        _str,
-        None,
-        "The broker's rack, registered in ZooKeeper and reported in Metadata.",
-    ),
-)
 
 _BY_NAME: dict[str, ConfigKey] = {k.name: k for k in BROKER_CONFIGS}
 # Kafka's old name for node.id.

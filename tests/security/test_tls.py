@@ -251,15 +251,8 @@ def test_listener_names_map_to_protocols(kafka_broker_factory, pki):
     assert len(consume(secure, "named", len(RECORDS), **conf)) == len(RECORDS)
 
 
-def _server(config):
-    from trio_broker.server.socket_server import SocketServer
-
-    server = SocketServer(config, None, {})
-    server.security = lambda: None
-    return server
-
-
 def test_bad_tls_configs_name_the_problem(tmp_path):
+    from trio_broker.server.socket_server import SocketServer
 
     with pytest.raises(ConfigError, match="listener.security.protocol.map"):
         BrokerConfig.from_properties({"listener.security.protocol.map": "A:NOPE"})
@@ -267,10 +260,10 @@ def test_bad_tls_configs_name_the_problem(tmp_path):
         {"listeners": "WEIRD://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
     with pytest.raises(ConfigError, match="WEIRD"):
-        _server(config)._secure(config.listeners[0])
+        SocketServer(config, None, {}, security=lambda: None)._secure("WEIRD")
     config = BrokerConfig.from_properties({"listeners": "SSL://127.0.0.1:0"})
     with pytest.raises(ConfigError, match="ssl.keystore.location"):
-        _server(config)._secure(config.listeners[0])
+        SocketServer(config, None, {}, security=lambda: None)._secure("SSL")
 
 
 def test_plaintext_broker_imports_no_security_module(tmp_path):

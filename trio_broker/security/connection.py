@@ -24,7 +24,6 @@ from trio_broker.security import tls
 from trio_broker.security.principal_rules import NoMatchingRule
 from trio_broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
 from trio_broker.server.connection import Connection
-from trio_broker.server.sendfile import queued_bytes
 
 if TYPE_CHECKING:
     from trio_broker.security.listener import ListenerSecurity
@@ -131,21 +130,17 @@ class SecureConnection(Connection):
         self, stream: trio.SocketStream, *args: Any, security: ListenerSecurity, **kw: Any
     ):
         super().__init__(stream, *args, **kw)
-        self.raw_socket = stream.socket
         self.security = security
         self.principal = "User:ANONYMOUS"
         self.sasl: SaslSession | None = SaslSession(security, self) if security.sasl else None
         if security.ssl_context is not None:
             self.stream = trio.SSLStream(stream, security.ssl_context, server_side=True)
-            self.sock = self.stream  # what the connection's I/O functions write to
+            self.io = self.stream
             self._receive_into = tls.receive_into  # type: ignore[method-assign,assignment]
             self._send_bytes = tls.send_bytes  # type: ignore[method-assign,assignment]
             self._send_response = tls.send_response  # type: ignore[method-assign,assignment]
-
-    def _queued(self) -> int:
-        # The raw socket's ciphertext is a fair estimate of the frame bytes to come, which
-        # is all the frame reader uses it for.
-        return queued_bytes(self.raw_socket)
+            # (_queued still asks the raw socket: its ciphertext is a fair estimate of the
+            # frame bytes to come, which is all the frame reader uses it for.)
 
     def authenticated_as(self, principal: str) -> None:
         self.principal = principal
@@ -219,7 +214,7 @@ class SecureConnection(Connection):
                     except AuthenticationFailed as exc:
                         self.log_failed(str(exc))
                         return False
-                    await self._send_bytes(self.sock, _SIZE.pack(len(challenge)) + challenge)
+                    await self._send_bytes(self.io, _SIZE.pack(len(challenge)) + challenge)
                     continue
                 try:
                     parsed = parse_request(frame, self.supported)
@@ -251,7 +246,7 @@ class SecureConnection(Connection):
                     return False
                 version = 0 if parsed.unsupported_version else parsed.api_version
                 buf, _ = encode_response(key, version, parsed.correlation_id, response)
-                await self._send_bytes(self.sock, buf)
+                await self._send_bytes(self.io, buf)
                 if close:
                     return False
             except InvalidFrame as exc:

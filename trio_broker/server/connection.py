@@ -78,7 +78,7 @@ def _may_hold(parsed: ParsedRequest) -> bool:
 
 
 class Connection:
-    # The socket I/O (server/sendfile.py) and its target, `self.sock`: the raw socket here; a
+    # The socket I/O (server/sendfile.py) and its target, `self.io`: the raw socket here; a
     # TLS connection (security/connection.py) swaps in its SSLStream and functions.
     _receive_into = staticmethod(receive_into)
     _send_bytes = staticmethod(send_bytes)
@@ -102,6 +102,7 @@ class Connection:
         self.id = next(_ids)
         self.stream = stream
         self.sock = stream.socket
+        self.io: Any = stream.socket
         self.processor = processor
         self.listener = listener
         self.supported = supported
@@ -162,7 +163,7 @@ class Connection:
             if buf is None:  # a large frame must grow, and the pool is spent
                 await self._wait_for_memory()
                 continue
-            n = await self._receive_into(self.sock, buf)
+            n = await self._receive_into(self.io, buf)
             if not n:
                 if reader.buffered:
                     logger.info(
@@ -213,7 +214,7 @@ class Connection:
             while not self._closing:
                 frame = reader.next_frame()
                 if frame is NEED_DATA or frame is NEED_MEMORY:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     frame = await self._next_frame()
                     if frame is None:
                         break
@@ -224,7 +225,7 @@ class Connection:
                     break
                 hold = _may_hold(parsed)
                 if not hold:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                 self.client_id = parsed.client_id
                 self.in_flight = True
                 request = Request(parsed, self)
@@ -233,7 +234,7 @@ class Connection:
                 except trio.WouldBlock:
                     # queued.max.requests reached: backpressure. Answers already made
                     # must not wait for other connections' requests.
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
@@ -243,20 +244,20 @@ class Connection:
                 reader.frame_done()
                 if response is not NO_RESPONSE:
                     if response.regions or not hold:
-                        await held.flush(self.sock)
-                        await self._send_response(self.sock, response.buf, response.regions)
+                        await held.flush(self.io)
+                        await self._send_response(self.io, response.buf, response.regions)
                     else:
-                        await held.add(self.sock, response.buf)
+                        await held.add(self.io, response.buf)
                 self.in_flight = False
                 self.last_active = trio.current_time()
                 if self.throttled_until:
-                    await held.flush(self.sock)
+                    await held.flush(self.io)
                     await self._mute()
         except InvalidFrame:
             # The bytes after the good requests are garbage; their answers still go out.
-            await held.flush(self.sock)
+            await held.flush(self.io)
             raise
-        await held.flush(self.sock)
+        await held.flush(self.io)
 
     async def serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         """Entry point for the processor: run, turning frame errors into a closed connection."""

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
 import trio
 
 from trio_broker.config import BrokerConfig, Listener
@@ -50,8 +49,12 @@ class Processor:
         pool: MemoryPool,
         quotas: ConnectionQuotas,
         bad_frames: LogLimiter,
+        factories: Mapping[str, Any] | None = None,
     ) -> None:
         self.index = index
+        # Listener name -> what makes its connections, for listeners that are not
+        # PLAINTEXT (security/listener.py); Connection for the others.
+        self._factories = factories or {}
         self._requests = requests
         self._config = config
         self._supported = supported
@@ -102,8 +105,7 @@ class Processor:
             async with self._new_connections:
                 async for stream, listener, host in self._new_connections:
                     try:
-                        # A listener that is not PLAINTEXT names its own kind of connection.
-                        connection = getattr(listener, "connection_factory", Connection)(
+                        connection = self._factories.get(listener, Connection)(
                             stream,
                             self,
                             listener=listener,
@@ -155,10 +157,16 @@ class SocketServer:
         config: BrokerConfig,
         requests: trio.MemorySendChannel[Request],
         supported: Mapping[int, tuple[int, int]],
+        *,
+        security: Callable[[], Any] | None = None,
     ) -> None:
         self.config = config
         self._requests = requests
         self._supported = supported
+        # The broker's SecurityState, made on demand: only a listener that is not PLAINTEXT
+        # asks for it (and imports trio_broker.security).
+        self._security = security
+        self._factories: dict[str, Any] = {}
         self.processors: list[Processor] = []
         self.bound: list[BoundListener] = []
         self._accept_scope = trio.CancelScope()
@@ -181,30 +189,26 @@ class SocketServer:
         )
         self.bad_frames = LogLimiter(_LOG_INTERVAL_S)
         self._refusals = LogLimiter(_LOG_INTERVAL_S)
-        # () -> the broker's SecurityState (set by the broker), made on demand: only a
-        # listener that is not PLAINTEXT asks for it (and imports trio_broker.security).
-        self.security: Any = None
 
     async def bind(self) -> list[BoundListener]:
         for listener in self.config.listeners:
             host = listener.host or None
             sockets = await trio.open_tcp_listeners(listener.port, host=host)
             bound = BoundListener(listener, sockets)
+            self._secure(listener.name)
             self.bound.append(bound)
             logger.info("listening on %s://%s:%d", listener.name, bound.host, bound.port)
         return self.bound
 
-    def _secure(self, listener: Listener) -> Listener:
-        """The listener, its name carrying its connection factory when it is not PLAINTEXT."""
-        protocol = self.config.security_protocol(listener.name)
-        if protocol == "PLAINTEXT":
-            return listener
-        from trio_broker.security.listener import ListenerSecurity
+    def _secure(self, name: str) -> None:
+        protocol = self.config.security_protocol(name)
+        if protocol != "PLAINTEXT" and name not in self._factories:
+            from trio_broker.security.listener import ListenerSecurity
 
-        if self.security is None:
-            raise RuntimeError(f"listener {listener.name} is {protocol}: no security state")
-        security = ListenerSecurity.build(self.config, listener.name, protocol, self.security())
-        return attrs.evolve(listener, name=SecuredName(listener.name, security))
+            if self._security is None:
+                raise RuntimeError(f"listener {name} is {protocol}: no broker security state")
+            security = ListenerSecurity.build(self.config, name, protocol, self._security())
+            self._factories[name] = security.connection_factory()
 
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()
@@ -217,16 +221,6 @@ class SocketServer:
             self.finished.set()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
-        # Each listener's TLS and SASL, checked (a missing key is a ConfigError) before
-        # anything is served.
-        try:
-            for bound in self.bound:
-                bound.listener = self._secure(bound.listener)
-        except BaseException:
-            for bound in self.bound:
-                for sock in bound.sockets:
-                    await trio.aclose_forcefully(sock)
-            raise
         async with trio.open_nursery() as nursery, self._requests:
             for index in range(self.config.num_network_threads):
                 processor = Processor(
@@ -237,6 +231,7 @@ class SocketServer:
                     pool=self.pool,
                     quotas=self.quotas,
                     bad_frames=self.bad_frames,
+                    factories=self._factories,
                 )
                 self.processors.append(processor)
                 await nursery.start(processor.run)
@@ -294,16 +289,6 @@ class SocketServer:
                 why,
                 f" ({skipped} more refused since the last such line)" if skipped else "",
             )
-
-
-class SecuredName(str):
-    """A listener's name that also says how its connections are made (TLS, SASL): the
-    acceptor hands it to the processor with each stream, as it does any listener name."""
-
-    def __new__(cls, name: str, security: Any) -> SecuredName:
-        self = super().__new__(cls, name)
-        self.connection_factory = security.connection_factory()
-        return self
 
 
 def _peer_host(stream: trio.SocketStream) -> str:
