@@ -13,6 +13,9 @@ key made for the run with trustme) and SASL_PLAINTEXT (PLAIN and SCRAM users). F
               goes by os.sendfile; TLS reads the segment and encrypts it)
     handshake connections per second that open, authenticate and close, one at a time,
               with a Python SCRAM client (its PBKDF2 done once, as a real client caches it)
+    CPU s/GB  the broker process's CPU seconds per GB moved, for produce and consume: the
+              client (a Python loop over librdkafka) may be what limits MB/s, and this
+              says what TLS costs the broker itself
 
 Each throughput figure is the median of --repeats runs on fresh topics. Progress goes to
 stderr, one table to stdout.
@@ -24,6 +27,7 @@ import argparse
 import base64
 import hashlib
 import hmac
+import os
 import secrets
 import socket
 import statistics
@@ -41,6 +45,13 @@ from wire import read_response, request_of, roundtrip  # noqa: E402
 from trio_broker.testing import BrokerProcess, free_port  # noqa: E402
 
 PASSWORD = "bench-secret"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds process `pid` has used so far (user + system), from /proc."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def progress(text: str) -> None:
@@ -200,12 +211,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for run in range(args.repeats):
                 for label, conf in (("plaintext", plain), ("TLS", tls)):
                     topic = f"bench-{label.lower()}-{run}"
+                    gb = n * args.record_size / 1e9
+                    cpu = cpu_seconds(broker.proc.pid)
                     mbps = produce(conf, topic, n, args.record_size)
                     results.setdefault(f"produce {label}", []).append(mbps)
-                    progress(f"run {run + 1}: produce over {label}: {mbps:.1f} MB/s")
+                    cpu_gb = (cpu_seconds(broker.proc.pid) - cpu) / gb
+                    results.setdefault(f"produce {label} cpu", []).append(cpu_gb)
+                    progress(
+                        f"run {run + 1}: produce over {label}: {mbps:.1f} MB/s, {cpu_gb:.1f} CPU s/GB"
+                    )
+                    cpu = cpu_seconds(broker.proc.pid)
                     mbps = consume(conf, topic, n)
                     results.setdefault(f"consume {label}", []).append(mbps)
-                    progress(f"run {run + 1}: consume over {label}: {mbps:.1f} MB/s")
+                    cpu_gb = (cpu_seconds(broker.proc.pid) - cpu) / gb
+                    results.setdefault(f"consume {label} cpu", []).append(cpu_gb)
+                    progress(
+                        f"run {run + 1}: consume over {label}: {mbps:.1f} MB/s, {cpu_gb:.1f} CPU s/GB"
+                    )
             admin = AdminClient(plain)
             upserts = [
                 UserScramCredentialUpsertion(
@@ -230,6 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{kind + ' plaintext (MB/s)':<34}{p:>12.1f}")
         print(f"{kind + ' TLS (MB/s)':<34}{t:>12.1f}")
         print(f"{kind + ' TLS / plaintext':<34}{t / p:>12.2f}")
+        pc, tc = med[f"{kind} plaintext cpu"], med[f"{kind} TLS cpu"]
+        print(f"{kind + ' plaintext (broker CPU s/GB)':<34}{pc:>12.2f}")
+        print(f"{kind + ' TLS (broker CPU s/GB)':<34}{tc:>12.2f}")
     for mechanism, rate in rates.items():
         print(f"{mechanism + ' handshakes/s':<34}{rate:>12.0f}")
     print(f"({n} records of {args.record_size} B per run, median of {args.repeats})")

@@ -905,7 +905,8 @@ BROKER_CONFIGS += (
         "DEFAULT",
         _str,
         None,
-        "Only DEFAULT: a TLS client's principal is User:<its certificate's subject DN>.",
+        "How a TLS client's certificate subject DN becomes its principal name: "
+        "RULE:pattern/replacement/[LU],...,DEFAULT (the DN itself).",
     ),
     ConfigKey(
         "sasl.enabled.mechanisms",

@@ -7,7 +7,7 @@ import socket
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from wire import request_of, roundtrip
+from wire import encode_request, read_response, request_of, roundtrip
 
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.alter_client_quotas_request import (
@@ -169,3 +169,30 @@ def test_consumer_is_held_to_its_byte_rate(kafka_broker_factory):
     assert elapsed >= 3.5, elapsed
     assert elapsed < 30, elapsed
     assert throttles and max(throttles) > 0
+
+
+def test_request_percentage_throttles_a_busy_client(kafka_broker_factory):
+    broker = kafka_broker_factory()
+    # 0.01% of a handler: a tenth of a millisecond per second.
+    assert alter(broker, [("client-id", "busy")], [("request_percentage", 0.01)]) == (0, None)
+    throttled = None
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        for i in range(50):
+            request = encode_request(request_of(3, topics=None), 9, i, client_id="busy")
+            sock.sendall(request)
+            _, answer = read_response(sock, 3, 9)
+            if answer.throttle_time_ms > 0:
+                throttled = answer.throttle_time_ms
+                break
+        assert throttled is not None
+        # The connection is muted for that long: the next answer waits.
+        start = time.monotonic()
+        sock.sendall(encode_request(request_of(3, topics=None), 9, 99, client_id="busy"))
+        read_response(sock, 3, 9)
+        assert time.monotonic() - start >= min(throttled, 2000) / 1000 * 0.8
+    # Another client id is not throttled.
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        for i in range(20):
+            sock.sendall(encode_request(request_of(3, topics=None), 9, i, client_id="idle"))
+            _, answer = read_response(sock, 3, 9)
+            assert answer.throttle_time_ms == 0

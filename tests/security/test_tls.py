@@ -324,3 +324,61 @@ def test_serve_refuses_a_tls_listener_without_keys(tmp_path):
     assert out.returncode == 2
     assert "ssl.keystore.location" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_principal_mapping_rules_name_the_client(kafka_broker_factory, pki):
+    props = {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.server),
+        "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^CN=([^,]*),.*$/$1/U,DEFAULT",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:ALICE",
+    }
+    broker = kafka_broker_factory(props)
+    conf = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client_cert),
+        "ssl.key.location": str(pki.client_key),
+    }
+    address = "{}:{}".format(*broker.addresses[0][:2])
+    produce(address, "mapped", **conf)  # User:ALICE, a super user
+    assert len(consume(address, "mapped", len(RECORDS), **conf)) == len(RECORDS)
+
+
+def test_client_auth_requested_takes_a_certificate_when_offered(kafka_broker_factory, pki):
+    props = {
+        "listeners": "SSL://127.0.0.1:0",
+        "ssl.keystore.location": str(pki.server),
+        "ssl.truststore.location": str(pki.ca),
+        "ssl.client.auth": "requested",
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:" + x509_subject(pki.client_cert),
+    }
+    broker = kafka_broker_factory(props)
+    address = "{}:{}".format(*broker.addresses[0][:2])
+    # Without a certificate the client is let in, as User:ANONYMOUS: it sees no topic.
+    anonymous = Producer(
+        {"bootstrap.servers": address, "security.protocol": "SSL", "ssl.ca.location": str(pki.ca)}
+    )
+    assert anonymous.list_topics(timeout=10).topics == {}
+    # With one, it is its subject: here a super user.
+    conf = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(pki.ca),
+        "ssl.certificate.location": str(pki.client_cert),
+        "ssl.key.location": str(pki.client_key),
+    }
+    produce(address, "requested", **conf)
+    assert (
+        "requested"
+        in Producer({"bootstrap.servers": address, **conf}).list_topics(timeout=10).topics
+    )
+
+
+def x509_subject(path):
+    from cryptography import x509
+
+    return x509.load_pem_x509_certificate(path.read_bytes()).subject.rfc4514_string()

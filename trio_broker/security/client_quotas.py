@@ -1,4 +1,5 @@
-"""Client quotas the Kafka way: produce and fetch byte rates per user and client id.
+"""Client quotas the Kafka way: produce and fetch byte rates and the share of handler
+time (request_percentage) per user and client id.
 
 Quotas live on entities, a user, a client id, or both, each named or the default (None),
 set with AlterClientQuotas and read with DescribeClientQuotas; they are kept in
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trio_broker.security.credentials import atomic_write
-from trio_broker.server.requests import Request
+from trio_broker.server.requests import DELAYED, Request
 
 if TYPE_CHECKING:
     from trio_broker.server.connection import Connection
@@ -41,6 +43,12 @@ __all__ = ["ClientQuotas", "install"]
 
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 PRODUCE_KEY, FETCH_KEY = "producer_byte_rate", "consumer_byte_rate"
+# request_percentage: the share of one handler's time a client may use, in percent; its
+# rate is handler milliseconds per second, so a percentage is a bound of 10x that in ms/s.
+REQUEST_KEY = "request_percentage"
+_SCALE = {REQUEST_KEY: 10.0}
+# Never throttled by request time (Kafka's exempt APIs): ApiVersions and SASL.
+_REQUEST_EXEMPT = frozenset({17, 18, 36})
 QUOTA_KEYS = {
     USER: {PRODUCE_KEY, FETCH_KEY, "request_percentage", "controller_mutation_rate"},
     CLIENT_ID: {PRODUCE_KEY, FETCH_KEY, "request_percentage", "controller_mutation_rate"},
@@ -84,6 +92,7 @@ class ClientQuotas:
         self.window_s = window_s
         self.entities: dict[Entity, dict[str, float]] = {}
         self._rates: dict[tuple[str, Entity], Rate] = {}
+        self.request_quotas = False  # whether any entity has a request_percentage
         if path is not None and path.exists():
             try:
                 for entry in json.loads(path.read_text())["quotas"]:
@@ -103,6 +112,7 @@ class ClientQuotas:
             self.entities.pop(entity, None)
         # A changed quota starts its rate afresh, as Kafka's sensors do.
         self._rates = {k: r for k, r in self._rates.items() if k[1] != entity}
+        self.request_quotas = any(REQUEST_KEY in v for v in self.entities.values())
 
     def save(self) -> None:
         if self.path is None:
@@ -141,6 +151,7 @@ class ClientQuotas:
         if found is None:
             return 0
         entity, bound = found
+        bound *= _SCALE.get(key, 1.0)
         rate = self._rates.get((key, entity))
         if rate is None:
             rate = self._rates[(key, entity)] = Rate(self.samples, self.window_s)
@@ -205,11 +216,23 @@ def install(broker: Any) -> ClientQuotas:
     inner = broker._dispatch
 
     async def dispatch(broker_: Any, request: Request) -> Any:
-        if request.api_key in (0, 1) and quotas.entities:
-            connection = request.connection
-            connection.client_quotas = quotas
+        if not quotas.entities:
+            return await inner(broker_, request)
+        connection = request.connection
+        connection.client_quotas = quotas
+        if request.api_key in (0, 1):
             request.__class__ = _MeteredRequest
-        return await inner(broker_, request)
+        if not quotas.request_quotas or request.api_key in _REQUEST_EXEMPT:
+            return await inner(broker_, request)
+        start = time.perf_counter()
+        response = await inner(broker_, request)
+        # A delayed request's wait in the purgatory is not handler time.
+        throttle = quotas.record(REQUEST_KEY, connection, (time.perf_counter() - start) * 1000)
+        if throttle > 0 and response is not None and response is not DELAYED:
+            if hasattr(response, "throttle_time_ms"):
+                response.throttle_time_ms = max(response.throttle_time_ms, throttle)
+            connection.throttle(throttle / 1000)
+        return response
 
     broker._dispatch = dispatch
     return quotas

@@ -21,6 +21,7 @@ from trio_broker.errors import ErrorCode
 from trio_broker.protocol.framing import InvalidFrame
 from trio_broker.protocol.quirks import InvalidRequest, encode_response, parse_request
 from trio_broker.security import tls
+from trio_broker.security.principal_rules import NoMatchingRule
 from trio_broker.security.sasl import AuthenticationFailed, PlainServer, ScramServer
 from trio_broker.server.connection import Connection
 
@@ -174,7 +175,11 @@ class SecureConnection(Connection):
             if timeout.cancelled_caught:
                 logger.info("[conn %s] TLS handshake with %s timed out", self.id, self.peer)
                 return
-            cert_principal = tls.principal_of(self.stream)
+            try:
+                cert_principal = tls.principal_of(self.stream, self.security.principal_rules)
+            except NoMatchingRule as exc:
+                logger.info("[conn %s] %s: %s; closing", self.id, self.peer, exc)
+                return
             if cert_principal is not None:
                 self.principal = cert_principal
         if self.sasl is not None and not await self._authenticate():

@@ -68,6 +68,7 @@ class ListenerSecurity:
     plain_users: dict[str, str]  # PLAIN's users and passwords, from the JAAS config
     reauth_ms: int
     state: SecurityState  # the broker's credential store and authorizer
+    principal_rules: Any = None  # ssl.principal.mapping.rules (PrincipalRules), with TLS
 
     @property
     def sasl(self) -> bool:
@@ -78,10 +79,17 @@ class ListenerSecurity:
         cls, config: BrokerConfig, listener: str, protocol: str, state: SecurityState
     ) -> ListenerSecurity:
         context = None
+        rules = None
         if protocol in ("SSL", "SASL_SSL"):
+            from trio_broker.security.principal_rules import PrincipalRules
             from trio_broker.security.tls import server_context
 
             context = server_context(config, listener)
+            text = listener_value(config, listener, "ssl.principal.mapping.rules")
+            try:
+                rules = PrincipalRules.parse(text)
+            except ValueError as exc:
+                raise ConfigError(f"ssl.principal.mapping.rules: {exc}") from None
         mechanisms: tuple[str, ...] = ()
         users: dict[str, str] = {}
         if protocol.startswith("SASL_"):
@@ -108,6 +116,7 @@ class ListenerSecurity:
             plain_users=users,
             reauth_ms=listener_value(config, listener, "connections.max.reauth.ms"),
             state=state,
+            principal_rules=rules,
         )
 
     def connection_factory(self) -> Any:
