@@ -14,6 +14,11 @@ from wire import request_of, roundtrip
 
 T = TypeVar("T")
 
+# Sessions short enough that a killed broker is gone within seconds (ZooKeeper's tick in
+# the test server is 500 ms, so sessions may be this short). Imported from here, not from
+# conftest: `from conftest import` finds whichever test folder's conftest came first.
+FAST_SESSION = {"zookeeper.session.timeout.ms": "4000"}
+
 
 def eventually(check: Callable[[], T], *, budget_s: float, what: str) -> T:
     """Poll `check` until it returns something truthy, within a budget (not a timing claim:

@@ -9,10 +9,9 @@ import socket
 import time
 
 import pytest
-from clustertest_helpers import all_see, eventually, metadata
+from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
 from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from conftest import FAST_SESSION
 from wire import request_of, roundtrip
 
 from trio_broker.errors import ErrorCode

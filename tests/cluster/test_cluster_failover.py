@@ -8,9 +8,8 @@ import json
 import logging
 import socket
 
-from clustertest_helpers import all_see, eventually, metadata
+from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import FAST_SESSION
 from wire import request_of, roundtrip
 
 from trio_broker.errors import ErrorCode

@@ -4,8 +4,7 @@ from /brokers/ids and SIGCONT brings it back; kill -9 and a start on the same po
 
 from __future__ import annotations
 
-from clustertest_helpers import eventually, view
-from conftest import FAST_SESSION
+from clustertest_helpers import FAST_SESSION, eventually, view
 
 from trio_broker.testing import KafkaCluster
 

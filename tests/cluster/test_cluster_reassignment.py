@@ -160,7 +160,7 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
 
 
 def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path, zk_view):
-    from conftest import FAST_SESSION
+    from clustertest_helpers import FAST_SESSION
 
     from trio_broker.testing import KafkaCluster
 

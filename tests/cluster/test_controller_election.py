@@ -8,8 +8,7 @@ import signal
 import subprocess
 import sys
 
-from clustertest_helpers import eventually, view
-from conftest import FAST_SESSION
+from clustertest_helpers import FAST_SESSION, eventually, view
 
 from trio_broker.testing import BrokerProcess, KafkaCluster
 
