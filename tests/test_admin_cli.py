@@ -155,7 +155,9 @@ def _read_all(consumer: Consumer, n: int) -> list:
     return got
 
 
-def test_groups_describe_lag_and_reset_offsets_honoured(kafka_broker):
+def test_groups_describe_lag_and_reset_offsets_honoured(kafka_broker_factory):
+    # No initial rebalance delay: the consumers below join at once.
+    kafka_broker = kafka_broker_factory({"group.initial.rebalance.delay.ms": "0"})
     bootstrap = kafka_broker.bootstrap
     cli(kafka_broker, "topics", "create", "ledger", "-p", "2")
     _produce(bootstrap, "ledger", {0: 6, 1: 4})

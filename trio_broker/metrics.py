@@ -126,6 +126,8 @@ class BrokerMetrics:
         self.messages_in: dict[str, int] = defaultdict(int)
         self.bytes_in: dict[str, int] = defaultdict(int)
         self.bytes_out: dict[str, int] = defaultdict(int)
+        # What deleted topics counted (kept in the totals), by metric name.
+        self.retired: dict[str, int] = defaultdict(int)
         self.requests: dict[tuple[int, int], int] = defaultdict(int)
         # api key -> one Histogram per TIME_METRICS name
         self.times: dict[int, tuple[Histogram, ...]] = {}
@@ -216,17 +218,23 @@ class BrokerCollector:
         from prometheus_client.core import CounterMetricFamily
 
         m = self.broker.metrics
+        topics = self.broker.metadata.topics
         for name, counts, doc in (
             ("messagesin", m.messages_in, "Records appended by producers"),
             ("bytesin", m.bytes_in, "Record batch bytes appended by producers"),
             ("bytesout", m.bytes_out, "Record batch bytes sent to consumers"),
         ):
+            # A deleted topic's series go, as Kafka removes its topic metrics; what it
+            # counted stays in the total.
+            for topic in [t for t in counts if t not in topics]:
+                m.retired[name] += counts.pop(topic)
             family = CounterMetricFamily(
                 f"kafka_server_brokertopicmetrics_{name}", doc, labels=["topic"]
             )
             # The total without a topic label, as Kafka's topic-less BrokerTopicMetrics.
+            total = sum(counts.values()) + m.retired[name]
             family.samples.append(
-                _sample(f"kafka_server_brokertopicmetrics_{name}_total", {}, sum(counts.values()))
+                _sample(f"kafka_server_brokertopicmetrics_{name}_total", {}, total)
             )
             for topic, value in sorted(counts.items()):
                 family.add_metric([topic], value)

@@ -252,3 +252,22 @@ def test_log_flushes_are_timed(kafka_broker_factory):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert value(samples, "kafka_log_logflushstats_logflushrateandtimems_sum") > 0
+
+
+def test_a_deleted_topic_leaves_its_series_but_not_the_total(broker_with_metrics):
+    broker, url = broker_with_metrics
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(5):
+        producer.produce("doomed", value=b"%d" % i)
+    assert producer.flush(TIMEOUT) == 0
+    before = scrape(url)
+    assert value(before, "kafka_server_brokertopicmetrics_messagesin_total", topic="doomed") == 5
+    total = value(before, "kafka_server_brokertopicmetrics_messagesin_total")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["doomed"])["doomed"].result(TIMEOUT)
+    after = scrape(url)
+    assert (
+        "kafka_server_brokertopicmetrics_messagesin_total",
+        (("topic", "doomed"),),
+    ) not in after
+    assert value(after, "kafka_server_brokertopicmetrics_messagesin_total") == total
