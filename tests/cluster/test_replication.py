@@ -241,3 +241,28 @@ def test_a_waiting_acks_all_produce_survives_a_new_epoch_of_the_same_leader(clus
         answer = waiting.result(timeout=15)
     assert (answer.error_code, answer.base_offset) == (0, 1)
     assert list_offset(cluster.brokers[1].bootstrap, "bump", 0).offset == 2
+
+
+def test_only_update_metadata_fills_the_metadata_cache(cluster, zk_view):
+    from clustertest_helpers import metadata
+
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("cache", {0: [1], 1: [2]})
+    # LeaderAndIsr for partition 0 alone, no UpdateMetadata yet: broker 1 leads it (its
+    # replica manager says so) but its metadata cache does not know the topic, so Metadata
+    # does not answer it with one partition of two.
+    ctl.send([("cache", 0)], update_metadata=False)
+    answer = metadata(cluster.brokers[1].bootstrap)
+    assert "cache" not in [t.name for t in answer.topics]
+    done = produce(cluster.brokers[1].bootstrap, "cache", 0, [b"early"])
+    assert (done.error_code, done.base_offset) == (0, 0)
+    assert list_offset(cluster.brokers[1].bootstrap, "cache", 0).offset == 1
+    refused = produce(cluster.brokers[2].bootstrap, "cache", 1, [b"x"])
+    assert refused.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # The controller's UpdateMetadata names the whole topic, on every broker.
+    ctl.send([("cache", 1)])
+    for node in (1, 2, 3):
+        topics = {t.name: t for t in metadata(cluster.brokers[node].bootstrap).topics}
+        partitions = sorted((p.partition_index, p.leader_id) for p in topics["cache"].partitions)
+        assert partitions == [(0, 1), (1, 2)], node
