@@ -130,6 +130,9 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
     if request.api_version >= 8 and body.type == _FULL:
         for name in [t for t in meta.topics if t not in by_topic]:
             del meta.topics[name]
+    if replicas is not None and replicas.shutting_down:
+        # A stopping broker hears of its leaderships moved (cluster/controlled_shutdown.py).
+        replicas.resign_moved_leaderships()
     for topic in new_topics:
         if topic.name in meta.topics and broker.zk is not None:
             await _load_configs(broker, topic)

@@ -55,6 +55,9 @@ class ReplicaManager:
         # and their configs (/config/topics/<t>). The metadata cache is UpdateMetadata's.
         self.topic_ids: dict[str, Any] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        # Set by the broker's controlled shutdown: leaderships the controller moved away
+        # are resigned (the controller sends this broker no LeaderAndIsr for them).
+        self.shutting_down = False
         self.produce_purgatory = Purgatory("produce")
         self.fetchers = ReplicaFetcherManager(self)
         self._nursery: trio.Nursery | None = None
@@ -129,7 +132,11 @@ class ReplicaManager:
         state = self.broker.metadata.topics.get(topic)
         pstate = state.partitions.get(partition) if state is not None else None
         part = self.partitions.get((topic, partition))
-        if part is not None and (pstate is None or part.leader_epoch > pstate.leader_epoch):
+        if part is not None and (
+            pstate is None
+            or part.leader_epoch > pstate.leader_epoch
+            or (pstate.leader == self.node_id and not part.is_leader)
+        ):
             return part.leader_id, part.leader_epoch
         if pstate is None:
             return -1, -1
@@ -338,6 +345,50 @@ class ReplicaManager:
             return
         cached.isr = list(part.isr)
         cached.zk_version = part.zk_version
+
+    # -- controlled shutdown ---------------------------------------------------------------
+
+    def resign_moved_leaderships(self, *, everything: bool = False) -> list[TopicPartition]:
+        """While this broker stops: give up the leaderships the controller moved elsewhere
+        (the metadata cache, fed by UpdateMetadata, names another leader in a newer epoch)
+        or, with `everything` (the controlled shutdown succeeded), every leadership of a
+        partition with other replicas. Waiting acks=all produces then answer
+        NOT_LEADER_OR_FOLLOWER at once and new ones are refused, so clients move to the
+        new leaders instead of waiting for this broker to stop. Returns what it resigned."""
+        metadata = self.broker.metadata
+        resigned = []
+        for key, part in list(self.partitions.items()):
+            if not part.is_leader:
+                continue
+            tstate = metadata.topics.get(key[0])
+            cached = tstate.partitions.get(key[1]) if tstate is not None else None
+            moved = (
+                cached is not None
+                and cached.leader != self.node_id
+                and cached.leader_epoch > part.leader_epoch
+            )
+            if not moved and not (everything and len(part.replicas) > 1):
+                continue
+            self.fetchers.remove_partition(key)
+            part.make_follower(
+                leader=cached.leader if moved else -1,
+                leader_epoch=cached.leader_epoch if moved else part.leader_epoch,
+                isr=list(cached.isr) if moved else list(part.isr),
+                replicas=list(part.replicas),
+                zk_version=cached.zk_version if moved else part.zk_version,
+                controller_epoch=part.controller_epoch,
+            )
+            for callback in self.on_resign:
+                callback(key[0], key[1], part.leader_epoch)
+            self._wake(key)
+            resigned.append(key)
+        if resigned:
+            logger.info(
+                "broker %s stopping: resigned the leadership of %s",
+                self.node_id,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
+        return resigned
 
     # -- StopReplica -----------------------------------------------------------------------
 
