@@ -62,6 +62,11 @@ def test_isr_shrinks_on_stopped_followers_then_min_isr_then_grows_back(
         assert ("isr", 0) in [tp for n in _isr_notifications(zk_view) for tp in n]
         md = metadata(leader).topics[0].partitions[0]
         assert sorted(md.isr_nodes) == [1, 2]
+        # An UpdateMetadata from before the shrink (older znode version, same leader epoch)
+        # does not take the leader's newer ISR away from its cache.
+        ctl.update_metadata()
+        md = metadata(leader).topics[0].partitions[0]
+        assert sorted(md.isr_nodes) == [1, 2]
 
         # Two of three stopped: the waiting produce fails after the append, the next one
         # before it; acks=1 still works.
