@@ -180,8 +180,13 @@ def _changed(p: CachedPartition, data: PartitionData) -> bool:
 def _check_epoch(broker: Broker, p: CachedPartition) -> int | None:
     if p.current_leader_epoch < 0:
         return None
-    topic = broker.metadata.topics.get(p.topic)
-    state = topic.partitions.get(p.partition) if topic else None
+    replicas = getattr(broker, "replica_manager", None)
+    if replicas is not None:
+        # In a cluster, the epoch of this broker's own replica (not the cache's).
+        state = replicas.partition(p.topic, p.partition)
+    else:
+        topic = broker.metadata.topics.get(p.topic)
+        state = topic.partitions.get(p.partition) if topic else None
     if state is None:
         return None
     if p.current_leader_epoch < state.leader_epoch:
@@ -202,6 +207,7 @@ def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition],
     """The request's partitions with their topic names resolved (by id from v13)."""
     body = request.body
     by_id = request.api_version >= 13
+    replicas = getattr(broker, "replica_manager", None)
     out: list[CachedPartition] = []
     errors: dict[tuple[str, int], int] = {}
     for t in body.topics:
@@ -212,6 +218,16 @@ def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition],
         else:
             state = broker.metadata.topics.get(name)
             topic_id = state.topic_id if state is not None else ZERO_UUID
+        if state is None and replicas is not None:
+            # A topic of this broker's replicas that UpdateMetadata has not named yet
+            # (it follows LeaderAndIsr): followers may fetch already.
+            if by_id:
+                known = replicas.topic_name(t.topic_id)
+                name = known or name
+            else:
+                known = name if name in replicas.topic_ids else None
+                topic_id = replicas.topic_ids.get(name, ZERO_UUID)
+            state = known
         for fp in t.partitions:
             cached = CachedPartition(
                 topic=name,

@@ -22,12 +22,22 @@ __all__ = ["leader_log"]
 def leader_log(
     broker: Broker, topic: str, partition: int, current_leader_epoch: int = -1
 ) -> tuple[PartitionState, PartitionLog]:
-    """The partition's state and log; raises KafkaError with the code Kafka answers."""
+    """The partition's state (its leader_epoch) and log; raises KafkaError with the code
+    Kafka answers. In a cluster, leadership is the replica manager's (the metadata cache
+    is UpdateMetadata's view, which may lag behind or run ahead of LeaderAndIsr)."""
     state = broker.metadata.topics.get(topic)
     part = state.partitions.get(partition) if state is not None else None
+    replicas = getattr(broker, "replica_manager", None)
+    if replicas is not None:
+        replica = replicas.partition(topic, partition)
+        if replica is None and part is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if replica is None or not replica.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        part = replica  # type: ignore[assignment]
     if part is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    if part.leader != broker.node_id:
+    if replicas is None and part.leader != broker.node_id:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     if current_leader_epoch >= 0:
         if current_leader_epoch < part.leader_epoch:

@@ -83,20 +83,35 @@ def append_partition(
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
     log = broker.topics.get_log(topic, partition)
     state = broker.metadata.topics.get(topic)
-    if log is None or state is None or partition not in state.partitions:
-        answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return answer
-    pstate = state.partitions[partition]
     replicas = getattr(broker, "replica_manager", None)
     leader = None
     if replicas is not None:
-        # A cluster: only the leader appends; the others name it (produce v10+).
+        # A cluster: only the leader appends (as its replica manager knows, not the
+        # metadata cache); the others name it (produce v10+).
         leader = replicas.leader_partition(topic, partition)
         if leader is None:
+            known = replicas.partition(topic, partition) is not None or (
+                state is not None and partition in state.partitions
+            )
+            if not known:
+                answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                return answer
             answer.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            answer.current_leader.leader_id = pstate.leader
-            answer.current_leader.leader_epoch = pstate.leader_epoch
+            leader_id, leader_epoch = replicas.leader_of(topic, partition)
+            answer.current_leader.leader_id = leader_id
+            answer.current_leader.leader_epoch = leader_epoch
             return answer
+        log = leader.log
+        # The cache's configs follow /config/changes; before UpdateMetadata named the
+        # topic, the ones LeaderAndIsr read.
+        configs = state.configs if state is not None else replicas.topic_configs.get(topic, {})
+        leader_epoch = leader.leader_epoch
+    elif log is None or state is None or partition not in state.partitions:
+        answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return answer
+    else:
+        configs = state.configs
+        leader_epoch = state.partitions[partition].leader_epoch
     if records is None or len(records) == 0:
         answer.error_code = ErrorCode.INVALID_RECORD
         answer.error_message = "Produce request has no records"
@@ -120,9 +135,9 @@ def append_partition(
                 answer.record_errors = errors
                 answer.error_message = "One or more records have been rejected"
                 return answer
-        min_isr = _min_isr(broker, state.configs)
+        min_isr = _min_isr(broker, configs)
         # A leader's own ISR is the newest (the metadata cache may lag behind it).
-        isr = pstate.isr if leader is None else leader.isr
+        isr = state.partitions[partition].isr if leader is None else leader.isr
         if acks == -1 and len(isr) < min_isr:
             raise KafkaError(
                 ErrorCode.NOT_ENOUGH_REPLICAS,
@@ -130,7 +145,7 @@ def append_partition(
                 f"the min.isr requirement of {min_isr}",
             )
         result = log.append_as_leader(
-            records, headers, leader_epoch=pstate.leader_epoch, log_append_time_ms=None
+            records, headers, leader_epoch=leader_epoch, log_append_time_ms=None
         )
     except InvalidRecords as exc:
         answer.error_code = exc.code

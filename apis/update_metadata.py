@@ -6,8 +6,9 @@ is STALE_CONTROLLER_EPOCH. Then the live brokers and the controller id are repla
 each partition's leader, leader epoch, ISR, replicas, offline replicas and state znode
 version. A partition with leader -2 (Kafka's LeaderDuringDelete) is dropped; a full
 update (v8 `type` FULL, what this project's controller sends) drops every topic it does
-not name. A partition whose cached state has the same leader epoch and a newer znode
-version (its leader changed the ISR since the controller read it) keeps the newer ISR.
+not name. A partition whose cached state, or this broker's own replica as its leader, has
+the same leader epoch and a newer znode version (its leader changed the ISR since the
+controller read it) keeps the newer ISR.
 
 Only the cache changes here: logs are made and dropped by LeaderAndIsr and StopReplica.
 """
@@ -78,6 +79,7 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
                 p.topic_name = t.topic_name
             by_topic.setdefault(t.topic_name, []).extend(t.partition_states)
 
+    replicas = getattr(broker, "replica_manager", None)
     new_topics = []
     for name, states in by_topic.items():
         topic = meta.topics.get(name)
@@ -94,26 +96,32 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
                 topic.partitions.pop(p.partition_index, None)
                 continue
             cached = topic.partitions.get(p.partition_index)
+            isr, zk_version = list(p.isr), p.zk_version
+            led = replicas.leader_partition(name, p.partition_index) if replicas else None
+            if (
+                led is not None
+                and led.leader_epoch == p.leader_epoch
+                and led.zk_version > zk_version
+            ):
+                # This broker leads it and changed the ISR after the controller read it.
+                isr, zk_version = list(led.isr), led.zk_version
             if (
                 cached is not None
                 and cached.leader_epoch == p.leader_epoch
-                and cached.zk_version > p.zk_version
+                and cached.zk_version > zk_version
             ):
                 # Its leader changed the ISR after the controller read the state.
-                cached.replicas = list(p.replicas)
-                cached.offline_replicas = list(p.offline_replicas)
-                continue
+                isr, zk_version = list(cached.isr), cached.zk_version
             if cached is None:
                 cached = topic.partitions[p.partition_index] = PartitionState(
                     topic=name, partition=p.partition_index, leader=p.leader
                 )
-            # In place: the replica manager may hold this PartitionState.
             cached.leader = p.leader
             cached.leader_epoch = p.leader_epoch
             cached.replicas = list(p.replicas)
-            cached.isr = list(p.isr)
+            cached.isr = isr
             cached.offline_replicas = list(p.offline_replicas)
-            cached.zk_version = p.zk_version
+            cached.zk_version = zk_version
             cached.controller_epoch = p.controller_epoch
         if topic.partitions:
             meta.topics[name] = topic
@@ -122,6 +130,9 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
     if request.api_version >= 8 and body.type == _FULL:
         for name in [t for t in meta.topics if t not in by_topic]:
             del meta.topics[name]
+    if replicas is not None and replicas.shutting_down:
+        # A stopping broker hears of its leaderships moved (cluster/controlled_shutdown.py).
+        replicas.resign_moved_leaderships()
     for topic in new_topics:
         if topic.name in meta.topics and broker.zk is not None:
             await _load_configs(broker, topic)

@@ -38,6 +38,10 @@ async def controlled_shutdown(broker: Broker) -> bool:
     config = broker.config
     node_id = broker.node_id
     started = time.monotonic()
+    replicas = getattr(broker, "replica_manager", None)
+    if replicas is not None:
+        # From now on an UpdateMetadata naming another leader takes the leadership away.
+        replicas.shutting_down = True
     client_config = ClientConfig.build(
         bootstrap_servers="127.0.0.1:9",  # unused: requests go to the controller's node id
         client_id=f"broker-{node_id}-controlled-shutdown",
@@ -67,6 +71,9 @@ async def controlled_shutdown(broker: Broker) -> bool:
                     ErrorCode(response.error_code).name,
                 )
                 continue
+            if replicas is not None:
+                # The controller moved these (its LeaderAndIsr goes to the others only).
+                replicas.resign_moved_leaderships(everything=not response.remaining_partitions)
             if not response.remaining_partitions:
                 logger.info(
                     "controlled shutdown of broker %d done in %.3f s",

@@ -85,7 +85,10 @@ def _not_leader(broker: Broker, w: _Waiting) -> None:
 
 def _min_isr(broker: Broker, topic: str) -> int:
     state = broker.metadata.topics.get(topic)
-    text = state.configs.get("min.insync.replicas") if state is not None else None
+    if state is not None:
+        text = state.configs.get("min.insync.replicas")
+    else:  # before UpdateMetadata named the topic: the configs LeaderAndIsr read
+        text = broker.replica_manager.topic_configs.get(topic, {}).get("min.insync.replicas")
     return int(text) if text is not None else broker.config.min_insync_replicas
 
 

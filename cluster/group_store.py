@@ -143,8 +143,14 @@ class GroupStore:
         )
         # We built the batch ourselves: its header is read back, not validated (no CRC pass).
         headers = [read_header(batch)]
-        state = self.broker.metadata.topics[OFFSETS_TOPIC].partitions.get(partition)
-        epoch = state.leader_epoch if state is not None else 0
+        replicas = getattr(self.broker, "replica_manager", None)
+        own = replicas.leader_partition(OFFSETS_TOPIC, partition) if replicas else None
+        if own is not None:
+            epoch = own.leader_epoch  # the leader's own epoch, not the cache's
+        else:
+            topic = self.broker.metadata.topics.get(OFFSETS_TOPIC)
+            state = topic.partitions.get(partition) if topic is not None else None
+            epoch = state.leader_epoch if state is not None else 0
         result = log.append_as_leader(
             batch,
             headers,

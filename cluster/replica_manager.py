@@ -51,6 +51,13 @@ class ReplicaManager:
         self.config = broker.config
         self.node_id = broker.node_id
         self.partitions: dict[TopicPartition, Partition] = {}
+        # What LeaderAndIsr said about the topics of this broker's replicas: their ids
+        # and their configs (/config/topics/<t>). The metadata cache is UpdateMetadata's.
+        self.topic_ids: dict[str, Any] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        # Set by the broker's controlled shutdown: leaderships the controller moved away
+        # are resigned (the controller sends this broker no LeaderAndIsr for them).
+        self.shutting_down = False
         self.produce_purgatory = Purgatory("produce")
         self.fetchers = ReplicaFetcherManager(self)
         self._nursery: trio.Nursery | None = None
@@ -120,12 +127,28 @@ class ReplicaManager:
         return part if part is not None and part.is_leader else None
 
     def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
-        """(leader id, leader epoch) as this broker knows them; (-1, -1) when unknown."""
+        """(leader id, leader epoch) as this broker knows them, the newer of the metadata
+        cache's and its own replica's; (-1, -1) when unknown."""
         state = self.broker.metadata.topics.get(topic)
         pstate = state.partitions.get(partition) if state is not None else None
+        part = self.partitions.get((topic, partition))
+        if part is not None and (
+            pstate is None
+            or part.leader_epoch > pstate.leader_epoch
+            or (pstate.leader == self.node_id and not part.is_leader)
+        ):
+            return part.leader_id, part.leader_epoch
         if pstate is None:
             return -1, -1
         return pstate.leader, pstate.leader_epoch
+
+    def topic_name(self, topic_id: Any) -> str | None:
+        """The name of a topic this broker holds replicas of, by id (the metadata cache may
+        not know it yet: UpdateMetadata follows LeaderAndIsr)."""
+        for name, known in self.topic_ids.items():
+            if known == topic_id:
+                return name
+        return None
 
     # -- LeaderAndIsr ----------------------------------------------------------------------
 
@@ -219,7 +242,6 @@ class ReplicaManager:
                     part.isr = list(state.isr)
                     part.replicas = list(state.replicas)
                     part.zk_version = state.partition_epoch
-                    self._update_metadata(part)
                 return ErrorCode.NONE
         log = await self._ensure_log(topic, index, topic_id)
         if part is None:
@@ -245,7 +267,6 @@ class ReplicaManager:
                 log.log_end_offset,
                 log.high_watermark,
             )
-            self._update_metadata(part)
             for callback in self.on_become_leader:
                 callback(topic, index, part.leader_epoch)
         else:
@@ -261,7 +282,6 @@ class ReplicaManager:
                 log.log_end_offset,
                 log.high_watermark,
             )
-            self._update_metadata(part)
             if state.leader >= 0:
                 self.fetchers.add_partition(part)
             if was_leader:
@@ -271,30 +291,20 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     async def _ensure_log(self, topic: str, index: int, topic_id: Any) -> Any:
-        from trio_broker.cluster.metadata import TopicState
         from trio_broker.cluster.topic_config import resolve_log_config
-        from trio_broker.cluster.topics import INTERNAL_TOPICS
         from trio_broker.protocol.primitives import ZERO_UUID
 
-        metadata = self.broker.metadata
-        tstate = metadata.topics.get(topic)
+        # Not the metadata cache: only UpdateMetadata puts topics there (a topic made here
+        # would be answered in Metadata with only this broker's partitions).
+        tstate = self.broker.metadata.topics.get(topic)
         configs = tstate.configs if tstate is not None else None
         if configs is None or (topic, index) not in self.partitions:
             configs = await self._topic_configs(topic)
+        self.topic_configs[topic] = dict(configs)
         if topic_id is not None and topic_id == ZERO_UUID:
             topic_id = None
-        if tstate is None:
-            import uuid
-
-            tstate = TopicState(
-                name=topic,
-                topic_id=topic_id or uuid.uuid4(),
-                configs=dict(configs),
-                internal=topic in INTERNAL_TOPICS,
-            )
-            metadata.topics[topic] = tstate
-        else:
-            tstate.configs = dict(configs)
+        if topic_id is not None:
+            self.topic_ids[topic] = topic_id
         log_config = resolve_log_config(configs, self.config)
         log = self.broker.log_manager.get_log(topic, index)
         if log is None:
@@ -321,23 +331,64 @@ class ReplicaManager:
         return zk_data.decode_topic_config(data)
 
     def _update_metadata(self, part: Partition) -> None:
-        from trio_broker.cluster.metadata import PartitionState
-
+        """A leader's own ISR change goes into the metadata cache (as Kafka's leader does),
+        for a partition the cache has in the same leader epoch; nothing else is written
+        there outside UpdateMetadata."""
         tstate = self.broker.metadata.topics.get(part.topic)
-        if tstate is None:
+        cached = tstate.partitions.get(part.partition) if tstate is not None else None
+        if (
+            cached is None
+            or cached.leader != self.node_id
+            or cached.leader_epoch != part.leader_epoch
+            or cached.zk_version >= part.zk_version
+        ):
             return
-        old = tstate.partitions.get(part.partition)
-        tstate.partitions[part.partition] = PartitionState(
-            topic=part.topic,
-            partition=part.partition,
-            leader=part.leader_id,
-            leader_epoch=part.leader_epoch,
-            replicas=list(part.replicas),
-            isr=list(part.isr),
-            offline_replicas=list(old.offline_replicas) if old is not None else [],
-            zk_version=part.zk_version,
-            controller_epoch=part.controller_epoch,
-        )
+        cached.isr = list(part.isr)
+        cached.zk_version = part.zk_version
+
+    # -- controlled shutdown ---------------------------------------------------------------
+
+    def resign_moved_leaderships(self, *, everything: bool = False) -> list[TopicPartition]:
+        """While this broker stops: give up the leaderships the controller moved elsewhere
+        (the metadata cache, fed by UpdateMetadata, names another leader in a newer epoch)
+        or, with `everything` (the controlled shutdown succeeded), every leadership of a
+        partition with other replicas. Waiting acks=all produces then answer
+        NOT_LEADER_OR_FOLLOWER at once and new ones are refused, so clients move to the
+        new leaders instead of waiting for this broker to stop. Returns what it resigned."""
+        metadata = self.broker.metadata
+        resigned = []
+        for key, part in list(self.partitions.items()):
+            if not part.is_leader:
+                continue
+            tstate = metadata.topics.get(key[0])
+            cached = tstate.partitions.get(key[1]) if tstate is not None else None
+            moved = (
+                cached is not None
+                and cached.leader != self.node_id
+                and cached.leader_epoch > part.leader_epoch
+            )
+            if not moved and not (everything and len(part.replicas) > 1):
+                continue
+            self.fetchers.remove_partition(key)
+            part.make_follower(
+                leader=cached.leader if moved else -1,
+                leader_epoch=cached.leader_epoch if moved else part.leader_epoch,
+                isr=list(cached.isr) if moved else list(part.isr),
+                replicas=list(part.replicas),
+                zk_version=cached.zk_version if moved else part.zk_version,
+                controller_epoch=part.controller_epoch,
+            )
+            for callback in self.on_resign:
+                callback(key[0], key[1], part.leader_epoch)
+            self._wake(key)
+            resigned.append(key)
+        if resigned:
+            logger.info(
+                "broker %s stopping: resigned the leadership of %s",
+                self.node_id,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
+        return resigned
 
     # -- StopReplica -----------------------------------------------------------------------
 
@@ -354,17 +405,9 @@ class ReplicaManager:
             was_leader = part is not None and part.is_leader
             if part is not None:
                 del self.partitions[key]
-            tstate = self.broker.metadata.topics.get(topic)
-            if delete:
-                if tstate is not None:
-                    tstate.partitions.pop(index, None)
-                    if not tstate.partitions:
-                        del self.broker.metadata.topics[topic]
-                if self.broker.log_manager.get_log(topic, index) is not None:
-                    self.broker.log_manager.delete_log(topic, index)
-            elif tstate is not None and index in tstate.partitions and was_leader:
-                # No longer led here: clients asking this broker go elsewhere.
-                tstate.partitions[index].leader = -1
+            # The metadata cache is left to UpdateMetadata (the controller sends it too).
+            if delete and self.broker.log_manager.get_log(topic, index) is not None:
+                self.broker.log_manager.delete_log(topic, index)
             if was_leader:
                 for callback in self.on_resign:
                     callback(topic, index, leader_epoch)

@@ -1,6 +1,9 @@
-"""The test acts as the controller: it writes a topic's znodes (Kafka's layout, with the
-cluster/zk_data codecs) and sends LeaderAndIsr to the replicas itself, the way the
-controller does, so that the replica side can be tested on its own."""
+"""The test acts as the controller, the Kafka way: before any broker starts, the test's own
+ZooKeeper session holds the ephemeral /controller znode (for a broker id that never
+registers) with a bumped /controller_epoch, so no broker wins the election; the test then
+writes a topic's znodes (Kafka's layout, with the cluster/zk_data codecs) and sends
+LeaderAndIsr and UpdateMetadata itself with that epoch, so that the replica side can be
+tested on its own."""
 
 from __future__ import annotations
 
@@ -22,12 +25,51 @@ from trio_broker.protocol._generated.leader_and_isr_request import (
     LeaderAndIsrRequest,
     LeaderAndIsrTopicState,
 )
+from trio_broker.protocol._generated.update_metadata_request import (
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+    UpdateMetadataTopicState,
+)
 from trio_broker.protocol.record_codec import build_batch, iter_records
 from trio_broker.protocol.records import iter_batches
 
+# The stub's controller id: a broker id no test broker registers.
+STUB_CONTROLLER_ID = 99
+
+# For clusters whose controller is the test: a stopping broker has no controller to ask.
+NO_CONTROLLED_SHUTDOWN = {"controlled.shutdown.enable": "false"}
+
+
+def take_controller(zk_view: Any, broker_id: int = STUB_CONTROLLER_ID) -> int:
+    """Win the controller election before any broker runs: the ephemeral /controller znode
+    on the test's session and /controller_epoch + 1 in one transaction, as a controller
+    does. Returns the epoch. Brokers then see a controller and never elect one."""
+    client = zk_view.client
+    epoch_path = zk_view.root + zk_data.CONTROLLER_EPOCH_PATH
+    client.ensure_path(zk_view.root)
+    if client.exists(epoch_path) is None:
+        client.create(epoch_path, zk_data.encode_controller_epoch(zk_data.INITIAL_CONTROLLER_EPOCH))
+    data, stat = client.get(epoch_path)
+    epoch = zk_data.decode_controller_epoch(data) + 1
+    tx = client.transaction()
+    tx.create(
+        zk_view.root + zk_data.CONTROLLER_PATH,
+        zk_data.encode_controller(broker_id),
+        ephemeral=True,
+    )
+    tx.set_data(epoch_path, zk_data.encode_controller_epoch(epoch), version=stat.version)
+    results = tx.commit()
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert not failed, f"the test could not become the controller: {failed!r}"
+    return epoch
+
 
 class ControllerStub:
-    """Writes znodes under the cluster's chroot and sends LeaderAndIsr like a controller."""
+    """Writes znodes under the cluster's chroot and sends LeaderAndIsr and UpdateMetadata
+    like a controller (the test must have called take_controller before the brokers
+    started)."""
 
     def __init__(self, cluster: Any, zk_view: Any) -> None:
         self.cluster = cluster
@@ -132,7 +174,7 @@ class ControllerStub:
             )
         brokers = self.cluster.brokers
         return LeaderAndIsrRequest(
-            controller_id=self.zk.controller() or 1,
+            controller_id=STUB_CONTROLLER_ID,
             controller_epoch=epoch,
             broker_epoch=-1,
             topic_states=[
@@ -148,28 +190,119 @@ class ControllerStub:
             ],
         )
 
+    def live_brokers(self) -> dict[int, zk_data.BrokerInfo]:
+        """The registered brokers, as the controller reads them from /brokers/ids."""
+        out = {}
+        for node in self.zk.broker_ids():
+            try:
+                data, _ = self.zk.get(zk_data.broker_path(node))
+            except Exception:  # gone meanwhile
+                continue
+            out[node] = zk_data.BrokerInfo.decode(node, data)
+        return out
+
+    def update_metadata_request(self, controller_epoch: int | None = None) -> Any:
+        """A full UpdateMetadata: every live broker and every partition the stub knows."""
+        epoch = self.epoch if controller_epoch is None else controller_epoch
+        live = self.live_brokers()
+        by_topic: dict[str, list[UpdateMetadataPartitionState]] = {}
+        for (topic, p), s in sorted(self.states.items()):
+            by_topic.setdefault(topic, []).append(
+                UpdateMetadataPartitionState(
+                    topic_name=topic,
+                    partition_index=p,
+                    controller_epoch=epoch,
+                    leader=s["leader"],
+                    leader_epoch=s["leader_epoch"],
+                    isr=list(s["isr"]),
+                    zk_version=s["zk_version"],
+                    replicas=list(s["replicas"]),
+                    offline_replicas=[r for r in s["replicas"] if r not in live],
+                )
+            )
+        return UpdateMetadataRequest(
+            controller_id=STUB_CONTROLLER_ID,
+            controller_epoch=epoch,
+            type=2,  # FULL: every topic is named
+            topic_states=[
+                UpdateMetadataTopicState(
+                    topic_name=t, topic_id=self.topic_ids[t], partition_states=states
+                )
+                for t, states in by_topic.items()
+            ],
+            live_brokers=[
+                UpdateMetadataBroker(
+                    id=node,
+                    endpoints=[
+                        UpdateMetadataEndpoint(
+                            port=e.port, host=e.host, listener=e.listener, security_protocol=0
+                        )
+                        for e in info.endpoints
+                    ],
+                    rack=info.rack,
+                )
+                for node, info in sorted(live.items())
+            ],
+        )
+
     def send(
         self,
         keys: list[tuple[str, int]],
         to: list[int] | None = None,
         controller_epoch: int | None = None,
+        *,
+        update_metadata: bool = True,
     ) -> dict[int, Any]:
-        """LeaderAndIsr for `keys` to `to` (default: every replica of them); the answers."""
+        """LeaderAndIsr for `keys` to `to` (default: every replica of them), then (as the
+        controller does) UpdateMetadata with every partition to every live broker; the
+        LeaderAndIsr answers."""
         if to is None:
             to = sorted({r for k in keys for r in self.states[k]["replicas"]})
         request = self.request(keys, controller_epoch)
-        brokers = self.cluster.brokers
         answers: dict[int, Any] = {}
 
         async def main() -> None:
             config = ClientConfig.build(bootstrap_servers=self.cluster.bootstrap)
             async with NetworkClient(config) as client:
-                client.set_nodes({n: (b.host, b.port) for n, b in brokers.items()})
+                live = self.live_brokers()
+                client.set_nodes(
+                    {n: (i.endpoints[0].host, i.endpoints[0].port) for n, i in live.items()}
+                    | {n: (b.host, b.port) for n, b in self.cluster.brokers.items() if n in to}
+                )
                 for node in to:
                     answers[node] = await client.send(node, request)
+                if update_metadata:
+                    await _update_all(client, live, self.update_metadata_request(controller_epoch))
 
         trio.run(main)
         return answers
+
+    def update_metadata(self) -> None:
+        """UpdateMetadata alone to every live broker (after a broker restarted)."""
+
+        async def main() -> None:
+            config = ClientConfig.build(bootstrap_servers=self.cluster.bootstrap)
+            async with NetworkClient(config) as client:
+                live = self.live_brokers()
+                client.set_nodes(
+                    {n: (i.endpoints[0].host, i.endpoints[0].port) for n, i in live.items()}
+                )
+                await _update_all(client, live, self.update_metadata_request())
+
+        trio.run(main)
+
+
+async def _update_all(client: Any, live: dict[int, Any], request: Any) -> None:
+    """UpdateMetadata to every registered broker; one that went away meanwhile (its znode
+    not yet gone) is skipped, as the controller's channel would drop it."""
+    from trio_broker.errors import KafkaError
+
+    for node in sorted(live):
+        try:
+            answer = await client.send(node, request)
+        except KafkaError:
+            continue
+        assert answer.error_code == 0, (node, answer)
 
 
 def eventually(check: Any, *, budget_s: float, what: str) -> Any:

@@ -235,8 +235,15 @@ def test_rack_aware_assignment_and_internal_topics(zookeeper, tmp_path, zk_view)
         assert all(sorted(r) == [1, 2, 3] for _, _, r, _ in offsets.values())
         config = zk_view.json("/config/topics/__consumer_offsets")["config"]
         assert config["cleanup.policy"] == "compact"
-        (t,) = [t for t in metadata(cluster.brokers[2].bootstrap).topics if t.is_internal]
-        assert t.name == "__consumer_offsets" and len(t.partitions) == 6
+
+        # Every broker's Metadata names the topic whole once the controller's UpdateMetadata
+        # reached it (never some of its partitions: LeaderAndIsr does not fill the cache).
+        def internal(node: int) -> list:
+            return [t for t in metadata(cluster.brokers[node].bootstrap).topics if t.is_internal]
+
+        for node in (1, 2, 3):
+            (t,) = eventually(lambda n=node: internal(n), budget_s=15, what="the topic")
+            assert t.name == "__consumer_offsets" and len(t.partitions) == 6, node
 
 
 def test_internal_topic_waits_for_enough_brokers(zookeeper, tmp_path, zk_view):

@@ -220,7 +220,13 @@ def test_the_controller_killed_another_takes_over_and_creates_topics(zookeeper, 
 
 
 def test_sigterm_moves_leadership_before_the_broker_stops(zookeeper, tmp_path):
-    overrides = {**FAST_SESSION, "zookeeper.session.timeout.ms": "10000"}
+    # A long grace period: a produce left parked on the stopping leader would hold its
+    # exit that long (the controller sends it no LeaderAndIsr for what it moved).
+    overrides = {
+        **FAST_SESSION,
+        "zookeeper.session.timeout.ms": "10000",
+        "shutdown.grace.period.ms": "20000",
+    }
     with KafkaCluster(
         zookeeper, base_dir=tmp_path, size=3, overrides=overrides, processes=True
     ) as cluster:
@@ -233,6 +239,12 @@ def test_sigterm_moves_leadership_before_the_broker_stops(zookeeper, tmp_path):
             stopped_at = time.monotonic()
             assert cluster.brokers[leader].stop() == 0
             stop_s = time.monotonic() - stopped_at
+            # It resigned what the controller moved: waiting acks=all produces were answered
+            # NOT_LEADER_OR_FOLLOWER (the client retried on the new leader) rather than
+            # parked until the grace period ended.
+            lines = "".join(cluster.brokers[leader].lines)
+            assert "resigned the leadership of sigterm-0" in lines
+            assert stop_s < 15, stop_s
             # Controlled shutdown: another broker leads, without waiting out the session.
             live = next(b for n, b in cluster.brokers.items() if n != leader)
             new_leader = leader_of(live.bootstrap, "sigterm")

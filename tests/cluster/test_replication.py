@@ -7,11 +7,13 @@ import asyncio
 
 import pytest
 from replication_helpers import (
+    NO_CONTROLLED_SHUTDOWN,
     ControllerStub,
     eventually,
     list_offset,
     produce,
     segment_bytes,
+    take_controller,
     values_by_offset,
 )
 
@@ -19,7 +21,7 @@ from trio_broker.errors import ErrorCode
 from trio_broker.log.checkpoints import read_offset_checkpoint
 from trio_broker.testing import KafkaCluster
 
-OVERRIDES = {
+OVERRIDES = NO_CONTROLLED_SHUTDOWN | {
     "auto.create.topics.enable": "false",
     "replica.high.watermark.checkpoint.interval.ms": "300",
     "replica.fetch.wait.max.ms": "200",
@@ -29,7 +31,9 @@ OVERRIDES = {
 
 
 @pytest.fixture
-def cluster(zookeeper, tmp_path):
+def cluster(zookeeper, tmp_path, zk_view):
+    # The test is the controller: it holds /controller before any broker starts.
+    take_controller(zk_view)
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=OVERRIDES) as c:
         yield c
 
@@ -182,12 +186,14 @@ def test_stale_controller_epoch_and_fenced_leader_epoch(cluster, zk_view):
     ctl = ControllerStub(cluster, zk_view)
     ctl.create_topic("fence", {0: [1, 2]})
     ctl.send([("fence", 0)])
-    stale = ctl.send([("fence", 0)], to=[1], controller_epoch=ctl.epoch - 1)[1]
+    stale = ctl.send([("fence", 0)], to=[1], controller_epoch=ctl.epoch - 1, update_metadata=False)[
+        1
+    ]
     assert stale.error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     ctl.elect("fence", 0, 2, [1, 2])
     ctl.send([("fence", 0)])
     ctl.states[("fence", 0)]["leader_epoch"] = 0
-    old = ctl.send([("fence", 0)], to=[2])[2]
+    old = ctl.send([("fence", 0)], to=[2], update_metadata=False)[2]
     assert [p.error_code for t in old.topics for p in t.partition_errors] == [
         ErrorCode.FENCED_LEADER_EPOCH
     ]
@@ -235,3 +241,28 @@ def test_a_waiting_acks_all_produce_survives_a_new_epoch_of_the_same_leader(clus
         answer = waiting.result(timeout=15)
     assert (answer.error_code, answer.base_offset) == (0, 1)
     assert list_offset(cluster.brokers[1].bootstrap, "bump", 0).offset == 2
+
+
+def test_only_update_metadata_fills_the_metadata_cache(cluster, zk_view):
+    from clustertest_helpers import metadata
+
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("cache", {0: [1], 1: [2]})
+    # LeaderAndIsr for partition 0 alone, no UpdateMetadata yet: broker 1 leads it (its
+    # replica manager says so) but its metadata cache does not know the topic, so Metadata
+    # does not answer it with one partition of two.
+    ctl.send([("cache", 0)], update_metadata=False)
+    answer = metadata(cluster.brokers[1].bootstrap)
+    assert "cache" not in [t.name for t in answer.topics]
+    done = produce(cluster.brokers[1].bootstrap, "cache", 0, [b"early"])
+    assert (done.error_code, done.base_offset) == (0, 0)
+    assert list_offset(cluster.brokers[1].bootstrap, "cache", 0).offset == 1
+    refused = produce(cluster.brokers[2].bootstrap, "cache", 1, [b"x"])
+    assert refused.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    # The controller's UpdateMetadata names the whole topic, on every broker.
+    ctl.send([("cache", 1)])
+    for node in (1, 2, 3):
+        topics = {t.name: t for t in metadata(cluster.brokers[node].bootstrap).topics}
+        partitions = sorted((p.partition_index, p.leader_id) for p in topics["cache"].partitions)
+        assert partitions == [(0, 1), (1, 2)], node

@@ -4,7 +4,15 @@
 from __future__ import annotations
 
 import trio
-from replication_helpers import ControllerStub, eventually, produce, raw, segment_bytes
+from replication_helpers import (
+    NO_CONTROLLED_SHUTDOWN,
+    ControllerStub,
+    eventually,
+    produce,
+    raw,
+    segment_bytes,
+    take_controller,
+)
 from wire import request_of
 
 from trio_broker.client.config import ClientConfig
@@ -17,7 +25,7 @@ from trio_broker.protocol._generated.stop_replica_request import (
 )
 from trio_broker.testing import KafkaCluster
 
-OVERRIDES = {
+OVERRIDES = NO_CONTROLLED_SHUTDOWN | {
     "auto.create.topics.enable": "false",
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
@@ -63,6 +71,7 @@ def _consume(bootstrap: str, group: str, count: int, after_commit=None) -> list[
 def test_group_coordinator_moves_with_offsets_leadership_and_stop_replica(
     zookeeper, tmp_path, zk_view
 ):
+    take_controller(zk_view)
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
         b1, b2 = cluster.brokers[1], cluster.brokers[2]
         ctl = ControllerStub(cluster, zk_view)
@@ -141,6 +150,7 @@ def test_group_coordinator_moves_with_offsets_leadership_and_stop_replica(
 def test_transaction_coordinator_moves_with_transaction_state_leadership(
     zookeeper, tmp_path, zk_view
 ):
+    take_controller(zk_view)
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
         b1, b2 = cluster.brokers[1], cluster.brokers[2]
         ctl = ControllerStub(cluster, zk_view)
