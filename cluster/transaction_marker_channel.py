@@ -191,6 +191,13 @@ class TransactionMarkerChannelManager:
                     pending.discard(tp)
                 elif leader >= 0:
                     by_leader.setdefault(leader, []).append(tp)
+            if rounds % 50 == 2:
+                logger.info(
+                    "markers of %s still pending for %s (leaders %s)",
+                    meta.transactional_id,
+                    sorted(pending),
+                    {tp: self._leader(tp) for tp in sorted(pending)},
+                )
             sends = [
                 _MarkerSend(meta.producer_id, meta.producer_epoch, coordinator_epoch, commit, tps)
                 for tps in by_leader.values()
@@ -283,7 +290,14 @@ class TransactionMarkerChannelManager:
                 else:
                     producers.add(more.producer_id)
                     batch.append(more)
-            await self._send_batch(broker_id, batch)
+            try:
+                await self._send_batch(broker_id, batch)
+            except Exception:
+                # A bug must not take the coordinator down: the partitions are retried.
+                logger.exception("WriteTxnMarkers to broker %d failed", broker_id)
+            for send in batch:
+                if not send.done.is_set():
+                    send.finish({})
             for send in deferred:
                 self._queues[broker_id].send_nowait(send)
 

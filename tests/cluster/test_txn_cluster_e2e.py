@@ -27,6 +27,7 @@ PARTITIONS = 6
 STATE_PARTITIONS = 3
 TXN_ID = "payments-writer"
 PER_PARTITION = 3  # records of each transaction in each partition
+KILL_DELAY_S = 0.01  # after the records are in: EndTxn is on its way
 
 
 class TransactionalRunner:
@@ -42,6 +43,9 @@ class TransactionalRunner:
         self.finished = 0  # transactions with a known outcome
         self.restarts = 0
         self.failure: BaseException | None = None
+        # Set by the test: the runner sets `committing` just before its next commit.
+        self.arm = threading.Event()
+        self.committing = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -95,6 +99,10 @@ class TransactionalRunner:
                     producer.begin_transaction()
                     for p, value in values:
                         producer.produce(TOPIC, value, partition=p)
+                    if commit and self.arm.is_set():
+                        producer.flush(30)  # the records are in; EndTxn goes next
+                        self.arm.clear()
+                        self.committing.set()
                     ended = self._finish(producer, commit)
                 except KafkaException:
                     # Fatal (or the abort itself failed): a new producer with the same id
@@ -179,8 +187,11 @@ def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeepe
             assert len(state) == STATE_PARTITIONS
             coordinator = state[partition_for(TXN_ID, STATE_PARTITIONS)]
             assert len(coordinator.replicas) == 3
+            runner.arm.set()
+            assert runner.committing.wait(30)
+            time.sleep(KILL_DELAY_S)
             before = runner.finished
-            cluster.brokers[coordinator.leader].kill()
+            cluster.brokers[coordinator.leader].kill()  # as EndTxn reaches it
             eventually(
                 lambda: runner.failure or runner.finished >= before + 6,
                 budget_s=60,
@@ -212,3 +223,108 @@ def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeepe
             f"{runner.restarts} producer restarts; coordinator {coordinator.leader} killed, "
             f"{moved.leader} took over"
         )
+
+
+def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zookeeper, tmp_path):
+    """Deterministic: the commit is decided (PrepareCommit in the ISR, commit_transaction
+    returned) while the leader of one of its partitions is frozen, so that marker cannot be
+    written; then the coordinator is killed. The new leader of the __transaction_state
+    partition loads PrepareCommit and sends the markers again, to the partition's new
+    leader; the transaction is read whole, and the producer carries on."""
+    overrides = {
+        **FAST_SESSION,
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.num.partitions": "1",
+        "transaction.state.log.min.isr": "2",
+        "request.timeout.ms": "3000",
+    }
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=4, overrides=overrides, processes=True
+    ) as cluster:
+        bootstrap = cluster.bootstrap
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": TXN_ID,
+                "transaction.timeout.ms": 60000,
+                # Not 30 s on a request to the frozen broker before trying its successor.
+                "request.timeout.ms": 5000,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        producer.init_transactions(60)
+        state = partitions(bootstrap, "__transaction_state")[0]
+        coordinator = state.leader
+        # The broker outside the state partition's replicas: frozen, it leaves the
+        # coordinator's own writes alone.
+        (frozen,) = set(cluster.brokers) - set(state.replicas)
+        others = sorted(set(state.replicas) - {coordinator})
+        # Partition 0 led by the coordinator, 1 by the broker to freeze, 2 and 3 by the
+        # others; the survivors can lead all of them with an ISR of two.
+        create_topic(
+            bootstrap,
+            TOPIC,
+            replica_assignment=[
+                [coordinator, *others],
+                [frozen, *others],
+                [others[0], others[1], coordinator],
+                [others[1], others[0], coordinator],
+            ],
+            config={"min.insync.replicas": "2"},
+        )
+        wait_for_leaders(bootstrap, TOPIC, 4, isr_size=3)
+        eventually(
+            lambda: len(producer.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions) == 4,
+            budget_s=20,
+            what="the producer sees the 4 partitions",
+        )
+
+        def records(k: int) -> list[tuple[int, bytes]]:
+            return [(p, b"t%05d-p%d-%d" % (k, p, i)) for i in range(3) for p in range(4)]
+
+        def produce(values: list[tuple[int, bytes]]) -> None:
+            producer.begin_transaction()
+            failed: list = []
+            for p, value in values:
+                producer.produce(
+                    TOPIC, value, partition=p, on_delivery=lambda e, m: e and failed.append(e)
+                )
+            assert producer.flush(60) == 0
+            assert not failed, failed[:3]
+
+        committed = records(0)
+        produce(committed)
+        producer.commit_transaction(30)
+        produce(records(1))
+        producer.abort_transaction(30)
+
+        decided = records(2)
+        produce(decided)
+        cluster.brokers[frozen].pause()
+        producer.commit_transaction(30)  # PrepareCommit is in the ISR
+        cluster.brokers[coordinator].kill()  # the marker for partition 1 never went out
+        committed += decided
+
+        # The producer finds the new coordinator and goes on.
+        produce(records(3))
+        producer.commit_transaction(60)
+        committed += records(3)
+        produce(records(4))
+        producer.abort_transaction(60)
+
+        survivors = [cluster.brokers[n] for n in others]
+        new = partitions(survivors[0].bootstrap, "__transaction_state")[0].leader
+        assert new in others
+        assert any(
+            f"completing transaction of {TXN_ID}" in line for line in cluster.brokers[new].lines
+        ), "the new coordinator found no prepared transaction"
+
+        expected = {v for _, v in committed}
+        read = read_committed(",".join(b.bootstrap for b in survivors), expected)
+        values = [v for records in read.values() for v in records]
+        assert set(values) == expected
+        assert len(values) == len(expected)
+        for p in range(4):
+            assert read[p] == sorted(v for q, v in committed if q == p)
+        cluster.brokers[frozen].resume()
