@@ -14,6 +14,13 @@ installed, so a failed write leaves the state as it was. Everything runs on the 
 and no operation awaits, so each is atomic; on one broker the markers are appended inline
 (the partitions are local), which makes EndTxn complete when it answers. A crash between
 the Prepare record and the Complete record is finished by `load_partition` after restart.
+
+In a cluster (a replica manager) the handlers answer once the ISR of the state partition
+has the write (`apis.txn_errors.after_state_write`), and a prepared transaction's markers
+go out in the background (`transaction_marker_channel`): EndTxn answers after the Prepare
+record is replicated, and `markers_written` writes the Complete record once every marker
+is in its partition's ISR; meanwhile the transactional id answers CONCURRENT_TRANSACTIONS,
+as in Kafka. The new leader of a state partition completes what it finds prepared.
 """
 
 from __future__ import annotations

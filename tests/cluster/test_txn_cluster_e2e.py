@@ -41,6 +41,7 @@ class TransactionalRunner:
         self.aborted: list[bytes] = []
         self.uncertain: list[bytes] = []
         self.finished = 0  # transactions with a known outcome
+        self.finish_times: list[float] = []
         self.restarts = 0
         self.failure: BaseException | None = None
         # Set by the test: the runner sets `committing` just before its next commit.
@@ -113,6 +114,7 @@ class TransactionalRunner:
                     continue
                 (self.committed if commit and ended else self.aborted).extend(v for _, v in values)
                 self.finished += 1
+                self.finish_times.append(time.monotonic())
         except BaseException as exc:  # reported by the test
             self.failure = exc
 
@@ -191,6 +193,7 @@ def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeepe
             assert runner.committing.wait(30)
             time.sleep(KILL_DELAY_S)
             before = runner.finished
+            killed_at = time.monotonic()
             cluster.brokers[coordinator.leader].kill()  # as EndTxn reaches it
             eventually(
                 lambda: runner.failure or runner.finished >= before + 6,
@@ -217,7 +220,12 @@ def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeepe
         for p, records in read.items():
             assert records == sorted(records), f"partition {p} out of order"
             assert all(b"-p%d-" % p in v for v in records)
+        times = runner.finish_times
+        rate = (before - 1) / (times[before - 1] - times[0])
+        gap = min(t for t in times if t > killed_at) - killed_at
         print(
+            f"{rate:.1f} transactions/s before the kill; the first one ended {gap:.2f} s "
+            f"after it; "
             f"{runner.finished} transactions ({len(committed)} committed records, "
             f"{len(runner.aborted)} aborted, {len(runner.uncertain)} uncertain), "
             f"{runner.restarts} producer restarts; coordinator {coordinator.leader} killed, "
