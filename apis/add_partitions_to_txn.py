@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trio_broker.apis.txn_errors import coordinator, for_version
+from trio_broker.apis.txn_errors import after_state_write, coordinator, for_version
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.add_partitions_to_txn_response import (
     AddPartitionsToTxnPartitionResult,
@@ -67,10 +67,30 @@ def _one(
     return dict.fromkeys(wanted, error)
 
 
-async def handle(broker: Broker, request: Request) -> AddPartitionsToTxnResponse:
+def _after_write(
+    broker: Broker,
+    request: Request,
+    by_txn: dict[str, dict[tuple[str, int], int]],
+    written: list[str],
+    build: Any,
+) -> Any:
+    """`build(by_txn)` once the ISR has the coordinator's writes for the `written` ids
+    (a cluster); their partitions' codes become the append's failure if it failed."""
+
+    def answer(codes: dict[str, ErrorCode]) -> Any:
+        for txn_id, code in codes.items():
+            if code:
+                by_txn[txn_id] = dict.fromkeys(by_txn[txn_id], code)
+        return build(by_txn)
+
+    return after_state_write(broker, request, written, answer)
+
+
+async def handle(broker: Broker, request: Request) -> Any:
     body = request.body
     version = request.api_version
     if version < 4:
+        txn_id = body.v3_and_below_transactional_id
         codes = _one(
             broker,
             body.v3_and_below_transactional_id,
@@ -80,22 +100,41 @@ async def handle(broker: Broker, request: Request) -> AddPartitionsToTxnResponse
             False,
             version,
         )
-        return AddPartitionsToTxnResponse(results_by_topic_v3_and_below=_results(codes))
-    results = [
-        AddPartitionsToTxnResult(
-            transactional_id=t.transactional_id,
-            topic_results=_results(
-                _one(
-                    broker,
-                    t.transactional_id,
-                    t.producer_id,
-                    t.producer_epoch,
-                    t.topics,
-                    t.verify_only,
-                    version,
-                )
+        written = [txn_id] if codes and not any(codes.values()) else []
+        return _after_write(
+            broker,
+            request,
+            {txn_id: codes},
+            written,
+            lambda by_txn: AddPartitionsToTxnResponse(
+                results_by_topic_v3_and_below=_results(by_txn[txn_id])
             ),
         )
-        for t in body.transactions
-    ]
-    return AddPartitionsToTxnResponse(error_code=ErrorCode.NONE, results_by_transaction=results)
+    by_txn: dict[str, dict[tuple[str, int], int]] = {}
+    written = []
+    for t in body.transactions:
+        codes = _one(
+            broker,
+            t.transactional_id,
+            t.producer_id,
+            t.producer_epoch,
+            t.topics,
+            t.verify_only,
+            version,
+        )
+        by_txn[t.transactional_id] = codes
+        if not t.verify_only and codes and not any(codes.values()):
+            written.append(t.transactional_id)
+    return _after_write(
+        broker,
+        request,
+        by_txn,
+        written,
+        lambda by_txn: AddPartitionsToTxnResponse(
+            error_code=ErrorCode.NONE,
+            results_by_transaction=[
+                AddPartitionsToTxnResult(transactional_id=t, topic_results=_results(codes))
+                for t, codes in by_txn.items()
+            ],
+        ),
+    )

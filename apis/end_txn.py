@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from trio_broker.apis.txn_errors import coordinator, for_version
+from trio_broker.apis.txn_errors import after_state_write, coordinator, for_version
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.end_txn_response import EndTxnResponse
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from trio_broker.server.requests import Request
 
 
-async def handle(broker: Broker, request: Request) -> EndTxnResponse:
+async def handle(broker: Broker, request: Request) -> Any:
     body = request.body
     txn = coordinator(broker)
     if txn is None:
@@ -21,4 +21,12 @@ async def handle(broker: Broker, request: Request) -> EndTxnResponse:
     error = txn.end_txn(
         body.transactional_id, body.producer_id, body.producer_epoch, bool(body.committed)
     )
-    return EndTxnResponse(error_code=for_version(error, request.api_version, 2))
+    if error:
+        return EndTxnResponse(error_code=for_version(error, request.api_version, 2))
+    # A cluster: answered once the Prepare (or Complete) record is in the ISR.
+    return after_state_write(
+        broker,
+        request,
+        [body.transactional_id],
+        lambda codes: EndTxnResponse(error_code=codes[body.transactional_id]),
+    )

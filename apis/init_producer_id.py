@@ -8,9 +8,9 @@ transaction coordinator: the id's producer id with a bumped epoch, fencing older
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from trio_broker.apis.txn_errors import coordinator, for_version
+from trio_broker.apis.txn_errors import after_state_write, coordinator, for_version
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.init_producer_id_response import InitProducerIdResponse
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _MAX_EPOCH = 32767
 
 
-async def handle(broker: Broker, request: Request) -> InitProducerIdResponse:
+async def handle(broker: Broker, request: Request) -> Any:
     body = request.body
     version = request.api_version
     if body.transactional_id is not None:
@@ -35,9 +35,20 @@ async def handle(broker: Broker, request: Request) -> InitProducerIdResponse:
         error, pid, epoch = txn.init_producer_id(
             body.transactional_id, body.transaction_timeout_ms, expected_id, expected_epoch
         )
-        return InitProducerIdResponse(
-            error_code=for_version(error, version, 4), producer_id=pid, producer_epoch=epoch
-        )
+        if error:
+            return InitProducerIdResponse(
+                error_code=for_version(error, version, 4), producer_id=pid, producer_epoch=epoch
+            )
+
+        def answer(codes: dict[str, ErrorCode]) -> InitProducerIdResponse:
+            code = codes[body.transactional_id]
+            if code:
+                return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+            return InitProducerIdResponse(
+                error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=epoch
+            )
+
+        return after_state_write(broker, request, [body.transactional_id], answer)
     if body.producer_id >= 0 and 0 <= body.producer_epoch < _MAX_EPOCH - 1:
         return InitProducerIdResponse(
             error_code=ErrorCode.NONE,

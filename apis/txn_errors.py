@@ -7,15 +7,17 @@ AddPartitionsToTxn, AddOffsetsToTxn and EndTxn from v2.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from trio_broker.errors import ErrorCode
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.cluster.transaction_coordinator import TransactionCoordinator
+    from trio_broker.server.requests import Request
 
-__all__ = ["coordinator", "for_version"]
+__all__ = ["after_state_write", "coordinator", "for_version"]
 
 
 def for_version(code: int, api_version: int, fenced_from: int) -> int:
@@ -27,3 +29,31 @@ def for_version(code: int, api_version: int, fenced_from: int) -> int:
 def coordinator(broker: Broker) -> TransactionCoordinator | None:
     """The broker's transaction coordinator (None for a broker built without one)."""
     return getattr(broker, "transaction_coordinator", None)
+
+
+def after_state_write(
+    broker: Broker,
+    request: Request,
+    transactional_ids: Iterable[str],
+    answer: Callable[[dict[str, ErrorCode]], Any],
+) -> Any:
+    """`answer({transactional id: code})` once the coordinator's writes for these ids are
+    in the ISR of their `__transaction_state` partitions (Kafka appends them with acks=-1):
+    NONE, or the append's failure as a coordinator error (NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE). On one broker, at once with NONE. Returns the response or
+    DELAYED."""
+    ids = list(dict.fromkeys(transactional_ids))
+    if getattr(broker, "replica_manager", None) is None or not ids:
+        return answer(dict.fromkeys(ids, ErrorCode.NONE))
+    from trio_broker.cluster.isr_wait import map_for_coordinator, respond_when_replicated
+    from trio_broker.cluster.transaction_records import TRANSACTION_STATE_TOPIC
+
+    store = broker.transaction_coordinator.store
+    where = {t: (TRANSACTION_STATE_TOPIC, store.partition_for(t)) for t in ids}
+
+    def decided(codes: dict[tuple[str, int], ErrorCode]) -> Any:
+        return answer({t: map_for_coordinator(codes[tp]) for t, tp in where.items()})
+
+    return respond_when_replicated(
+        broker, request, where.values(), broker.config.request_timeout_ms, decided
+    )

@@ -14,13 +14,20 @@ installed, so a failed write leaves the state as it was. Everything runs on the 
 and no operation awaits, so each is atomic; on one broker the markers are appended inline
 (the partitions are local), which makes EndTxn complete when it answers. A crash between
 the Prepare record and the Complete record is finished by `load_partition` after restart.
+
+In a cluster (a replica manager) the handlers answer once the ISR of the state partition
+has the write (`apis.txn_errors.after_state_write`), and a prepared transaction's markers
+go out in the background (`transaction_marker_channel`): EndTxn answers after the Prepare
+record is replicated, and `markers_written` writes the Complete record once every marker
+is in its partition's ISR; meanwhile the transactional id answers CONCURRENT_TRANSACTIONS,
+as in Kafka. The new leader of a state partition completes what it finds prepared.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -56,6 +63,8 @@ class TransactionCoordinator:
         self.store = TransactionStore(broker, now_ms=now_ms)
         self.txns: dict[str, TransactionMetadata] = {}
         self.running = False
+        # A cluster's markers go out in the background (transaction_marker_channel).
+        self.markers: Any = None
 
     # -- lifecycle and the leadership seam -----------------------------------------------
 
@@ -63,13 +72,20 @@ class TransactionCoordinator:
         # Partitions not yet loaded answer COORDINATOR_LOAD_IN_PROGRESS meanwhile.
         partitions = self.store.local_partitions()
         self.store.loading.update(partitions)
-        self.running = True
-        task_status.started()
         try:
-            for partition in partitions:
-                self.load_partition(partition)
-                await trio.sleep(0)  # keep answering while loading
             async with trio.open_nursery() as nursery:
+                if getattr(self.broker, "replica_manager", None) is not None:
+                    from trio_broker.cluster.transaction_marker_channel import (
+                        TransactionMarkerChannelManager,
+                    )
+
+                    self.markers = TransactionMarkerChannelManager(self)
+                    await nursery.start(self.markers.run)
+                self.running = True
+                task_status.started()
+                for partition in partitions:
+                    self.load_partition(partition)
+                    await trio.sleep(0)  # keep answering while loading
                 nursery.start_soon(
                     self._every,
                     self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
@@ -82,6 +98,7 @@ class TransactionCoordinator:
                 )
         finally:
             self.running = False
+            self.markers = None
 
     async def _every(self, interval_ms: int, fn: Callable[[], object]) -> None:
         while True:
@@ -118,6 +135,8 @@ class TransactionCoordinator:
         """This broker no longer leads `partition`: forget its transactional ids."""
         self.store.loaded.discard(partition)
         self.store.loading.discard(partition)
+        if self.markers is not None:
+            self.markers.forget_partition(partition)
         for txn_id in [t for t in self.txns if self.store.partition_for(t) == partition]:
             del self.txns[txn_id]
 
@@ -165,7 +184,12 @@ class TransactionCoordinator:
         return new
 
     def _complete(self, meta: TransactionMetadata) -> TransactionMetadata:
-        """Markers for a prepared transaction, then its Complete state."""
+        """Markers for a prepared transaction, then its Complete state. In a cluster the
+        markers go out in the background and `markers_written` writes the Complete state;
+        the prepared `meta` is returned meanwhile."""
+        if self.markers is not None:
+            self.markers.submit(meta)
+            return meta
         commit = meta.state == S.PREPARE_COMMIT
         partition = self.store.partition_for(meta.transactional_id)
         results = write_markers(
@@ -190,6 +214,19 @@ class TransactionCoordinator:
         return self._write(
             meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
         )
+
+    def markers_written(self, meta: TransactionMetadata) -> None:
+        """A cluster: every marker of the prepared `meta` is acknowledged by its ISR."""
+        if self.txns.get(meta.transactional_id) is not meta:
+            return  # moved on (or away) meanwhile
+        commit = meta.state == S.PREPARE_COMMIT
+        if self._try(
+            lambda: self._write(
+                meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
+            )
+        ):
+            return  # still prepared: the periodic check sends the markers again
+        logger.debug("transaction of %s completed", meta.transactional_id)
 
     def _end(self, meta: TransactionMetadata, commit: bool) -> TransactionMetadata:
         prepared = self._write(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
@@ -260,6 +297,10 @@ class TransactionCoordinator:
                     "InitProducerId for %s aborts its ongoing transaction", transactional_id
                 )
                 meta = self._fence_and_abort(meta)
+                if meta.is_preparing:
+                    # A cluster: the abort completes in the background; the producer
+                    # retries (Kafka answers CONCURRENT_TRANSACTIONS here too).
+                    return ErrorCode.CONCURRENT_TRANSACTIONS, -1, -1
             if meta.epoch_exhausted():
                 changes = {
                     "last_producer_id": meta.producer_id,

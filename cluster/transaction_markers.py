@@ -43,6 +43,16 @@ def write_marker(
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if pstate.leader != broker.node_id:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    replicas = getattr(broker, "replica_manager", None)
+    leader = replicas.leader_partition(topic, partition) if replicas is not None else None
+    if replicas is not None:
+        # A cluster: appended as acks=-1, so the ISR must be large enough first.
+        if leader is None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        from trio_broker.cluster.delayed_produce import _min_isr
+
+        if len(leader.isr) < _min_isr(broker, topic):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
     batch = bytearray(
         build_marker_batch(
             producer_id=producer_id,
@@ -65,8 +75,6 @@ def write_marker(
             "marker for producer %d on %s-%d refused: %s", producer_id, topic, partition, exc
         )
         return ErrorCode(exc.code)
-    replicas = getattr(broker, "replica_manager", None)
-    leader = replicas.leader_partition(topic, partition) if replicas is not None else None
     if leader is not None:
         replicas.after_leader_append(leader)  # a cluster: the followers move the HW
     else:

@@ -111,15 +111,34 @@ class TransactionStore:
         return {} if log is None else replay(log)
 
     def append(self, meta: TransactionMetadata, *, tombstone: bool = False) -> None:
-        """Write `meta`'s state (or a tombstone) to its partition. As with the group store,
-        the append is committed when it returns (one broker is the whole ISR).
-        Raises KafkaError(NOT_COORDINATOR) when the partition is not here."""
+        """Write `meta`'s state (or a tombstone) to its partition. On one broker the append
+        is committed when it returns (the broker is the whole ISR); in a cluster the
+        callers wait for the ISR (`isr_wait`) before answering or sending markers.
+        Raises KafkaError(NOT_COORDINATOR) when the partition is not here, and
+        (COORDINATOR_NOT_AVAILABLE) when its ISR is below min.insync.replicas."""
         partition = self.partition_for(meta.transactional_id)
         log = self.broker.topics.get_log(TRANSACTION_STATE_TOPIC, partition)
         if log is None or partition not in self.loaded:
             raise KafkaError(
                 ErrorCode.NOT_COORDINATOR, f"{TRANSACTION_STATE_TOPIC}-{partition} is not here"
             )
+        replicas = getattr(self.broker, "replica_manager", None)
+        leader = replicas.leader_partition(TRANSACTION_STATE_TOPIC, partition) if replicas else None
+        if replicas is not None:
+            from trio_broker.cluster.delayed_produce import _min_isr
+
+            if leader is None:
+                raise KafkaError(
+                    ErrorCode.NOT_COORDINATOR, f"{TRANSACTION_STATE_TOPIC}-{partition} not led here"
+                )
+            if len(leader.isr) < _min_isr(self.broker, TRANSACTION_STATE_TOPIC):
+                # Kafka's acks=-1 append fails with NOT_ENOUGH_REPLICAS, which the
+                # coordinator answers as COORDINATOR_NOT_AVAILABLE.
+                raise KafkaError(
+                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    f"the ISR {leader.isr} of {TRANSACTION_STATE_TOPIC}-{partition} is below "
+                    "min.insync.replicas",
+                )
         value = None if tombstone else transaction_log_value(meta)
         key = transaction_log_key(meta.transactional_id)
         batch = bytearray(build_batch([(key, value, (), self.now_ms())]))
@@ -127,8 +146,6 @@ class TransactionStore:
         result = log.append_as_leader(
             batch, headers, leader_epoch=self.leader_epoch(partition), log_append_time_ms=None
         )
-        replicas = getattr(self.broker, "replica_manager", None)
-        leader = replicas.leader_partition(TRANSACTION_STATE_TOPIC, partition) if replicas else None
         if leader is not None:
             replicas.after_leader_append(leader)  # a cluster: the followers move the HW
         else:

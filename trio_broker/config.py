@@ -753,6 +753,15 @@ BROKER_CONFIGS += (
         "How long an offset commit waits for the ISR of its __consumer_offsets partition.",
     ),
     ConfigKey(
+        "request.timeout.ms",
+        "INT",
+        30000,
+        _int,
+        _at_least(1),
+        "How long the transaction coordinator's appends and markers wait for the ISR, and "
+        "its WriteTxnMarkers requests for an answer.",
+    ),
+    ConfigKey(
         "replica.socket.timeout.ms",
         "INT",
         30000,

@@ -1,0 +1,338 @@
+"""Transactions in a 3-broker cluster (real ZooKeeper, broker processes, confluent-kafka).
+
+A transactional producer commits and aborts in turn across six partitions led by the three
+brokers, so its coordinator sends most markers to other brokers (WriteTxnMarkers); the
+coordinator's broker is killed (kill -9) mid-stream and the new leader of its
+`__transaction_state` partition completes or aborts what was left. A read_committed
+consumer then reads every committed record once, in order per partition, and nothing that
+was aborted.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from clustertest_helpers import eventually
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from conftest import FAST_SESSION
+from failover_helpers import create_topic, partitions, wait_for_leaders
+
+from trio_broker.cluster.transaction_records import partition_for
+from trio_broker.testing import KafkaCluster
+
+TOPIC = "payments"
+PARTITIONS = 6
+STATE_PARTITIONS = 3
+TXN_ID = "payments-writer"
+PER_PARTITION = 3  # records of each transaction in each partition
+KILL_DELAY_S = 0.01  # after the records are in: EndTxn is on its way
+
+
+class TransactionalRunner:
+    """Transactions on a thread, committing the even ones and aborting the odd ones. What
+    commit_transaction acknowledged is `committed`; what abort_transaction acknowledged is
+    `aborted`; a transaction whose outcome the client could not learn is `uncertain`."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.committed: list[bytes] = []
+        self.aborted: list[bytes] = []
+        self.uncertain: list[bytes] = []
+        self.finished = 0  # transactions with a known outcome
+        self.finish_times: list[float] = []
+        self.restarts = 0
+        self.failure: BaseException | None = None
+        # Set by the test: the runner sets `committing` just before its next commit.
+        self.arm = threading.Event()
+        self.committing = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _producer(self) -> Producer:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": TXN_ID,
+                "transaction.timeout.ms": 10000,
+                "linger.ms": 5,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        producer.init_transactions(60)
+        return producer
+
+    def _finish(self, producer: Producer, commit: bool) -> bool:
+        """True if the transaction ended as asked, False if it had to be aborted instead;
+        raises when its outcome is unknown."""
+        for _attempt in range(20):
+            try:
+                if commit:
+                    producer.commit_transaction(30)
+                else:
+                    producer.abort_transaction(30)
+                return True
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable():
+                    continue  # librdkafka: call the same method again
+                if err.txn_requires_abort():
+                    producer.abort_transaction(30)
+                    return False
+                raise
+        raise RuntimeError("the transaction never ended")
+
+    def _run(self) -> None:
+        try:
+            producer = self._producer()
+            k = 0
+            while not self._stop.is_set():
+                commit = k % 2 == 0
+                values = [
+                    (p, b"t%05d-p%d-%d" % (k, p, i))
+                    for i in range(PER_PARTITION)
+                    for p in range(PARTITIONS)
+                ]
+                k += 1
+                try:
+                    producer.begin_transaction()
+                    for p, value in values:
+                        producer.produce(TOPIC, value, partition=p)
+                    if commit and self.arm.is_set():
+                        producer.flush(30)  # the records are in; EndTxn goes next
+                        self.arm.clear()
+                        self.committing.set()
+                    ended = self._finish(producer, commit)
+                except KafkaException:
+                    # Fatal (or the abort itself failed): a new producer with the same id
+                    # fences the old one, and the coordinator aborts what it left open.
+                    self.uncertain.extend(v for _, v in values)
+                    self.restarts += 1
+                    producer = self._producer()
+                    continue
+                (self.committed if commit and ended else self.aborted).extend(v for _, v in values)
+                self.finished += 1
+                self.finish_times.append(time.monotonic())
+        except BaseException as exc:  # reported by the test
+            self.failure = exc
+
+    def __enter__(self) -> TransactionalRunner:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+
+def read_committed(bootstrap: str, expected: set[bytes], budget_s: float = 40) -> dict[int, list]:
+    """partition -> values a read_committed consumer reads from the start: until every
+    expected value came and nothing more for 3 s."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"checker-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
+    seen: set[bytes] = set()
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + budget_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if expected <= seen and time.monotonic() - last > 3:
+                    break
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            out[msg.partition()].append(msg.value())
+            seen.add(msg.value())
+            last = time.monotonic()
+    finally:
+        consumer.close()
+    return out
+
+
+def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeeper, tmp_path):
+    overrides = {
+        **FAST_SESSION,
+        "zookeeper.session.timeout.ms": "3000",
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+        "transaction.state.log.min.isr": "2",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    }
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=overrides, processes=True
+    ) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})
+        leaders = wait_for_leaders(bootstrap, TOPIC, PARTITIONS, isr_size=3)
+        assert {p.leader for p in leaders.values()} == {1, 2, 3}
+
+        with TransactionalRunner(bootstrap) as runner:
+            eventually(
+                lambda: runner.failure or runner.finished >= 6,
+                budget_s=60,
+                what="the first transactions",
+            )
+            assert runner.failure is None, runner.failure
+            state = partitions(bootstrap, "__transaction_state")
+            assert len(state) == STATE_PARTITIONS
+            coordinator = state[partition_for(TXN_ID, STATE_PARTITIONS)]
+            assert len(coordinator.replicas) == 3
+            runner.arm.set()
+            assert runner.committing.wait(30)
+            time.sleep(KILL_DELAY_S)
+            before = runner.finished
+            killed_at = time.monotonic()
+            cluster.brokers[coordinator.leader].kill()  # as EndTxn reaches it
+            eventually(
+                lambda: runner.failure or runner.finished >= before + 6,
+                budget_s=60,
+                what="transactions under the new coordinator",
+            )
+        assert runner.failure is None, runner.failure
+
+        live = next(b for b in cluster.brokers.values() if b.alive)
+        moved = partitions(live.bootstrap, "__transaction_state")[
+            partition_for(TXN_ID, STATE_PARTITIONS)
+        ]
+        assert moved.leader not in (-1, coordinator.leader)
+
+        committed = set(runner.committed)
+        read = read_committed(live.bootstrap, committed)
+        values = [v for records in read.values() for v in records]
+        missing = committed - set(values)
+        assert not missing, f"{len(missing)} committed records lost: {sorted(missing)[:5]}"
+        assert len(values) == len(set(values)), "a committed record was read twice"
+        assert not set(values) & set(runner.aborted), "aborted records were read"
+        unexplained = set(values) - committed - set(runner.uncertain)
+        assert not unexplained, sorted(unexplained)[:5]
+        for p, records in read.items():
+            assert records == sorted(records), f"partition {p} out of order"
+            assert all(b"-p%d-" % p in v for v in records)
+        times = runner.finish_times
+        rate = (before - 1) / (times[before - 1] - times[0])
+        gap = min(t for t in times if t > killed_at) - killed_at
+        print(
+            f"{rate:.1f} transactions/s before the kill; the first one ended {gap:.2f} s "
+            f"after it; "
+            f"{runner.finished} transactions ({len(committed)} committed records, "
+            f"{len(runner.aborted)} aborted, {len(runner.uncertain)} uncertain), "
+            f"{runner.restarts} producer restarts; coordinator {coordinator.leader} killed, "
+            f"{moved.leader} took over"
+        )
+
+
+def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zookeeper, tmp_path):
+    """Deterministic: the commit is decided (PrepareCommit in the ISR, commit_transaction
+    returned) while the leader of one of its partitions is frozen, so that marker cannot be
+    written; then the coordinator is killed. The new leader of the __transaction_state
+    partition loads PrepareCommit and sends the markers again, to the partition's new
+    leader; the transaction is read whole, and the producer carries on."""
+    overrides = {
+        **FAST_SESSION,
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.num.partitions": "1",
+        "transaction.state.log.min.isr": "2",
+        "request.timeout.ms": "3000",
+    }
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=4, overrides=overrides, processes=True
+    ) as cluster:
+        bootstrap = cluster.bootstrap
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": TXN_ID,
+                "transaction.timeout.ms": 60000,
+                # Not 30 s on a request to the frozen broker before trying its successor.
+                "request.timeout.ms": 5000,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        producer.init_transactions(60)
+        state = partitions(bootstrap, "__transaction_state")[0]
+        coordinator = state.leader
+        # The broker outside the state partition's replicas: frozen, it leaves the
+        # coordinator's own writes alone.
+        (frozen,) = set(cluster.brokers) - set(state.replicas)
+        others = sorted(set(state.replicas) - {coordinator})
+        # Partition 0 led by the coordinator, 1 by the broker to freeze, 2 and 3 by the
+        # others; the survivors can lead all of them with an ISR of two.
+        create_topic(
+            bootstrap,
+            TOPIC,
+            replica_assignment=[
+                [coordinator, *others],
+                [frozen, *others],
+                [others[0], others[1], coordinator],
+                [others[1], others[0], coordinator],
+            ],
+            config={"min.insync.replicas": "2"},
+        )
+        wait_for_leaders(bootstrap, TOPIC, 4, isr_size=3)
+        eventually(
+            lambda: len(producer.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions) == 4,
+            budget_s=20,
+            what="the producer sees the 4 partitions",
+        )
+
+        def records(k: int) -> list[tuple[int, bytes]]:
+            return [(p, b"t%05d-p%d-%d" % (k, p, i)) for i in range(3) for p in range(4)]
+
+        def produce(values: list[tuple[int, bytes]]) -> None:
+            producer.begin_transaction()
+            failed: list = []
+            for p, value in values:
+                producer.produce(
+                    TOPIC, value, partition=p, on_delivery=lambda e, m: e and failed.append(e)
+                )
+            assert producer.flush(60) == 0
+            assert not failed, failed[:3]
+
+        committed = records(0)
+        produce(committed)
+        producer.commit_transaction(30)
+        produce(records(1))
+        producer.abort_transaction(30)
+
+        decided = records(2)
+        produce(decided)
+        cluster.brokers[frozen].pause()
+        producer.commit_transaction(30)  # PrepareCommit is in the ISR
+        cluster.brokers[coordinator].kill()  # the marker for partition 1 never went out
+        committed += decided
+
+        # The producer finds the new coordinator and goes on.
+        produce(records(3))
+        producer.commit_transaction(60)
+        committed += records(3)
+        produce(records(4))
+        producer.abort_transaction(60)
+
+        survivors = [cluster.brokers[n] for n in others]
+        new = partitions(survivors[0].bootstrap, "__transaction_state")[0].leader
+        assert new in others
+        assert any(
+            f"completing transaction of {TXN_ID}" in line for line in cluster.brokers[new].lines
+        ), "the new coordinator found no prepared transaction"
+
+        expected = {v for _, v in committed}
+        read = read_committed(",".join(b.bootstrap for b in survivors), expected)
+        values = [v for records in read.values() for v in records]
+        assert set(values) == expected
+        assert len(values) == len(expected)
+        for p in range(4):
+            assert read[p] == sorted(v for q, v in committed if q == p)
+        cluster.brokers[frozen].resume()
