@@ -14,9 +14,8 @@ import threading
 import time
 from typing import Any
 
-from clustertest_helpers import eventually
+from clustertest_helpers import FAST_SESSION, eventually
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from conftest import FAST_SESSION
 from failover_helpers import create_topic, partitions, wait_for_leaders
 
 from trio_broker.cluster.transaction_records import partition_for
