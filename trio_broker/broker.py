@@ -135,7 +135,6 @@ class Broker:
 
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
-            self.services.append(self.membership)
             self.topics.zk_topics = ZkTopics(self.topics, self.zk)
             self.services.append(self.topics.zk_topics)
             from trio_broker.cluster.zk_producer_ids import ZkProducerIdManager
@@ -169,6 +168,11 @@ class Broker:
             self.services.append(self.replica_manager)
         self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
         self.services.append(self)
+        if self.zk is not None:
+            # Registered last, as Kafka's KafkaServer registers once its replica manager
+            # runs: the controller's LeaderAndIsr, sent as soon as this broker appears in
+            # /brokers/ids, must find the replica manager and its fetchers running.
+            self.services.append(self.membership)
 
     @property
     def dynamic_config(self) -> Any:
