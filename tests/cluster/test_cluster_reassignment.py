@@ -4,7 +4,6 @@ leader reports them in the ISR the old ones are dropped."""
 
 from __future__ import annotations
 
-import json
 import socket
 
 from clustertest_helpers import all_see, eventually, metadata
@@ -55,23 +54,23 @@ def _ongoing(bootstrap: str, topics=None) -> dict:
     }
 
 
-def _join_isr(zk_view, topic: str, partition: int, broker_id: int) -> None:
-    """What the leader writes once a new replica caught up (the replicas' half)."""
-    path = f"{zk_view.root}/brokers/topics/{topic}/partitions/{partition}/state"
-    data, stat = zk_view.client.get(path)
-    state = json.loads(data)
-    state["isr"].append(broker_id)
-    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
-    change = {"version": 1, "partitions": [{"topic": topic, "partition": partition}]}
-    zk_view.client.create(
-        f"{zk_view.root}/isr_change_notification/isr_change_",
-        json.dumps(change).encode(),
-        sequence=True,
-    )
+def test_reassignment_adds_then_drops_replicas(zookeeper, tmp_path, zk_view):
+    from trio_broker.testing import KafkaCluster
+
+    # Broker processes with long sessions: a replica frozen (SIGSTOP) stays registered but
+    # cannot catch up, so a reassignment to it stays in progress until it is resumed.
+    with KafkaCluster(
+        zookeeper,
+        base_dir=tmp_path,
+        size=3,
+        processes=True,
+        overrides={"zookeeper.session.timeout.ms": "30000"},
+    ) as cluster:
+        _reassignment_adds_then_drops_replicas(cluster, zk_view)
 
 
-def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
-    brokers = kafka_cluster.brokers
+def _reassignment_adds_then_drops_replicas(cluster, zk_view):
+    brokers = cluster.brokers
     all_see(brokers)
     admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
     admin.create_topics([NewTopic("moving", 2, replica_assignment=[[1, 2], [2, 1]])])[
@@ -94,6 +93,7 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
     )
 
     # Partition 0 from [1, 2] to [3, 2]: 3 is added, 1 is to go once 3 is in the ISR.
+    brokers[3].pause()
     assert _reassign(controller.bootstrap, "moving", 0, [3, 2]) == ErrorCode.NONE
     topic = zk_view.json("/brokers/topics/moving")
     assert topic["partitions"]["0"] == [3, 2, 1]
@@ -103,7 +103,7 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
     assert _ongoing(controller.bootstrap) == {("moving", 0): ([3, 2, 1], [3], [1])}
     wanted = [ListPartitionReassignmentsTopics(name="moving", partition_indexes=[1])]
     assert _ongoing(controller.bootstrap, wanted) == {}
-    for b in brokers.values():
+    for b in (brokers[1], brokers[2]):
         eventually(
             lambda b=b: [
                 p.replica_nodes for t in metadata(b.bootstrap).topics for p in t.partitions
@@ -113,9 +113,10 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
             what=f"{b.bootstrap} describes the replicas being added",
         )  # fmt: skip
 
-    # The leader reports 3 caught up: the reassignment completes. 1 (the leader) is not in
-    # the target, so 3, the first target replica in the ISR, leads; 1 leaves the ISR.
-    _join_isr(zk_view, "moving", 0, 3)
+    # 3 resumes and catches up, the leader adds it to the ISR: the reassignment completes.
+    # 1 (the leader) is not in the target, so 3, the first target replica in the ISR,
+    # leads; 1 leaves the ISR.
+    brokers[3].resume()
     state = eventually(
         lambda: (
             (s := zk_view.json("/brokers/topics/moving/partitions/0/state"))["leader"] == 3 and s
@@ -141,6 +142,7 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
     # With kafka-python's admin client (it finds the controller itself): a reassignment
     # cancelled before it completes goes back to the original replicas.
     kp = KafkaAdminClient(bootstrap_servers=other.bootstrap, request_timeout_ms=15000)
+    brokers[3].pause()  # so that 3 does not catch up before the cancellation
     try:
         tp = KpTopicPartition("moving", 1)
         assert kp.alter_partition_reassignments({tp: [3, 1]}) == {tp: None}
@@ -151,6 +153,7 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
         assert kp.list_partition_reassignments() == {}
     finally:
         kp.close()
+        brokers[3].resume()
     topic = zk_view.json("/brokers/topics/moving")
     # The original replicas as Kafka derives them (replicas minus adding), so in RS order.
     assert topic["partitions"]["1"] == [1, 2]
@@ -160,11 +163,15 @@ def test_reassignment_adds_then_drops_replicas(kafka_cluster, zk_view):
 
 
 def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path, zk_view):
-    from clustertest_helpers import FAST_SESSION
-
     from trio_broker.testing import KafkaCluster
 
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=FAST_SESSION) as cluster:
+    with KafkaCluster(
+        zookeeper,
+        base_dir=tmp_path,
+        size=3,
+        processes=True,
+        overrides={"zookeeper.session.timeout.ms": "30000"},
+    ) as cluster:
         all_see(cluster.brokers)
         first = zk_view.controller()
         keep = [n for n in cluster.brokers if n != first]
@@ -172,13 +179,15 @@ def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path,
         admin.create_topics([NewTopic("resumed", 1, replica_assignment=[[keep[0]]])])[
             "resumed"
         ].result()
+        cluster.brokers[keep[1]].pause()  # the added replica cannot catch up yet
         assert _reassign(cluster.brokers[first].bootstrap, "resumed", 0, keep) == 0
-        cluster.brokers.pop(first).stop()
+        assert cluster.brokers.pop(first).stop() == 0
         second = eventually(
             lambda: zk_view.controller() not in (None, first) and zk_view.controller(),
             budget_s=15,
             what="a new controller",
         )
+        assert second == keep[0]
         # The new controller read the ongoing reassignment from the topic znode (asked once
         # it serves as controller: it is elected a moment before it starts).
         new_controller = cluster.brokers[second].bootstrap
@@ -191,11 +200,10 @@ def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path,
             what="the new controller's answer",
         )
         assert ongoing == {("resumed", 0): (keep, [keep[1]], [])}
-        _join_isr(zk_view, "resumed", 0, keep[1])
+        cluster.brokers[keep[1]].resume()  # catches up, joins the ISR
         eventually(
             lambda: zk_view.json("/brokers/topics/resumed")["adding_replicas"] == {},
-            budget_s=10,
+            budget_s=20,
             what="the reassignment completed by the new controller",
         )
         assert zk_view.json("/brokers/topics/resumed")["partitions"] == {"0": keep}
-        assert _ongoing(cluster.brokers[second].bootstrap) == {}
