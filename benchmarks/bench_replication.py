@@ -22,7 +22,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,74 +33,23 @@ from trio_broker.testing import BrokerProcess, ZooKeeperServer  # noqa: E402
 CHROOT = "/bench"
 
 
-def _create_topic(zk, topic: str, replicas: list[int]) -> uuid.UUID:
-    from trio_broker.cluster import zk_data
+def _create_replicated(bootstrap: str, topic: str, replicas: list[int]) -> None:
+    """CreateTopics with an explicit assignment through the cluster's controller, then wait
+    until the first replica leads with every replica in the ISR."""
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
-    topic_id = uuid.uuid4()
-    zk.create(
-        CHROOT + zk_data.topic_config_path(topic), zk_data.encode_topic_config({}), makepath=True
-    )
-    zk.create(
-        CHROOT + zk_data.topic_path(topic),
-        zk_data.TopicAssignment(topic_id=topic_id, partitions={0: tuple(replicas)}).encode(),
-        makepath=True,
-    )
-    state = zk_data.LeaderIsrState(
-        leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=epoch
-    )
-    zk.create(CHROOT + zk_data.partition_state_path(topic, 0), state.encode(), makepath=True)
-    return topic_id
-
-
-def _leader_and_isr(zk, brokers: dict[int, BrokerProcess], topic: str, topic_id, replicas) -> None:
-    import trio
-
-    from trio_broker.client.config import ClientConfig
-    from trio_broker.client.network_client import NetworkClient
-    from trio_broker.protocol._generated.leader_and_isr_request import (
-        LeaderAndIsrLiveLeader,
-        LeaderAndIsrPartitionState,
-        LeaderAndIsrRequest,
-        LeaderAndIsrTopicState,
-    )
-
-    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
-    request = LeaderAndIsrRequest(
-        controller_id=1,
-        controller_epoch=epoch,
-        topic_states=[
-            LeaderAndIsrTopicState(
-                topic_name=topic,
-                topic_id=topic_id,
-                partition_states=[
-                    LeaderAndIsrPartitionState(
-                        partition_index=0,
-                        controller_epoch=epoch,
-                        leader=replicas[0],
-                        leader_epoch=0,
-                        isr=list(replicas),
-                        partition_epoch=0,
-                        replicas=list(replicas),
-                    )
-                ],
-            )
-        ],
-        live_leaders=[
-            LeaderAndIsrLiveLeader(
-                broker_id=replicas[0], host_name="127.0.0.1", port=brokers[replicas[0]].port
-            )
-        ],
-    )
-
-    async def main() -> None:
-        config = ClientConfig.build(bootstrap_servers=brokers[1].bootstrap)
-        async with NetworkClient(config) as client:
-            for node in replicas:
-                answer = await client.send(brokers[node].bootstrap, request)
-                assert answer.error_code == 0, answer
-
-    trio.run(main)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, 1, replica_assignment=[replicas])
+    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10).topics[topic]
+        p = md.partitions.get(0)
+        if md.error is None and p is not None and p.leader == replicas[0]:
+            if sorted(p.isrs) == sorted(replicas):
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{topic}: no leader with a full ISR within 60 s")
 
 
 def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
@@ -145,14 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n = 5_000 if args.smoke else args.records
     size = args.record_size
-    from kazoo.client import KazooClient
-
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     brokers: dict[int, BrokerProcess] = {}
     alone = None
     try:
-        # acks=1 RF1: a lone broker (until UpdateMetadata, a cluster's brokers other than
-        # a topic's replicas do not know the topic, and clients may ask them).
+        # acks=1 RF1: a lone broker, the single-broker baseline the issue compares with.
         alone = BrokerProcess({"log.dirs": str(workdir / "alone")})
         from trio_broker.perf import ensure_topic
 
@@ -172,11 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "auto.create.topics.enable": "false",
                     }
                 )
-            zk = KazooClient(hosts=zookeeper.connect)
-            zk.start(10)
-            rf3 = _create_topic(zk, "rf3", [1, 2, 3])
-            _leader_and_isr(zk, brokers, "rf3", rf3, [1, 2, 3])
-            zk.stop()
+            _create_replicated(brokers[1].bootstrap, "rf3", [1, 2, 3])
             bench.progress(f"acks=all RF3: {n} records of {size} bytes")
             three = _phase(brokers, brokers[1], "rf3", n, size, "all")
             for node in (3, 2, 1):
