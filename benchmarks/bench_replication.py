@@ -4,9 +4,8 @@ factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 200000]
         [--record-size 1024]
 
-The RF1 phase runs on a lone broker process first. For RF3 the script is the controller
-(the replica side is measured on its own): it writes the topic's znodes and sends
-LeaderAndIsr, broker 1 leading. One confluent-kafka producer writes --records records of
+The RF1 phase runs on a lone broker process first. For RF3 the cluster's controller
+creates the topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One confluent-kafka producer writes --records records of
 --record-size bytes to partition 0, with acks=1 to the lone broker, then with acks=all to
 broker 1 (the followers fetch from it). "broker 1" of the RF1 column is the lone broker.
 Reported: MB/s of records offered, each broker's CPU seconds per GB produced, and the
@@ -22,7 +21,6 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,74 +32,25 @@ from trio_broker.testing import BrokerProcess, ZooKeeperServer  # noqa: E402
 CHROOT = "/bench"
 
 
-def _create_topic(zk, topic: str, replicas: list[int]) -> uuid.UUID:
-    from trio_broker.cluster import zk_data
+def _create_rf3(bootstrap: str, topic: str, replicas: list[int]) -> None:
+    """CreateTopics with the assignment `replicas` (the first leads); returns once the
+    controller made it so: broker 1 leads with all three in the ISR."""
+    from confluent_kafka.admin import AdminClient, NewTopic
 
-    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
-    topic_id = uuid.uuid4()
-    zk.create(
-        CHROOT + zk_data.topic_config_path(topic), zk_data.encode_topic_config({}), makepath=True
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, 1, replica_assignment=[replicas])], operation_timeout=30
     )
-    zk.create(
-        CHROOT + zk_data.topic_path(topic),
-        zk_data.TopicAssignment(topic_id=topic_id, partitions={0: tuple(replicas)}).encode(),
-        makepath=True,
-    )
-    state = zk_data.LeaderIsrState(
-        leader=replicas[0], leader_epoch=0, isr=tuple(replicas), controller_epoch=epoch
-    )
-    zk.create(CHROOT + zk_data.partition_state_path(topic, 0), state.encode(), makepath=True)
-    return topic_id
-
-
-def _leader_and_isr(zk, brokers: dict[int, BrokerProcess], topic: str, topic_id, replicas) -> None:
-    import trio
-
-    from trio_broker.client.config import ClientConfig
-    from trio_broker.client.network_client import NetworkClient
-    from trio_broker.protocol._generated.leader_and_isr_request import (
-        LeaderAndIsrLiveLeader,
-        LeaderAndIsrPartitionState,
-        LeaderAndIsrRequest,
-        LeaderAndIsrTopicState,
-    )
-
-    epoch = int(zk.get(CHROOT + "/controller_epoch")[0])
-    request = LeaderAndIsrRequest(
-        controller_id=1,
-        controller_epoch=epoch,
-        topic_states=[
-            LeaderAndIsrTopicState(
-                topic_name=topic,
-                topic_id=topic_id,
-                partition_states=[
-                    LeaderAndIsrPartitionState(
-                        partition_index=0,
-                        controller_epoch=epoch,
-                        leader=replicas[0],
-                        leader_epoch=0,
-                        isr=list(replicas),
-                        partition_epoch=0,
-                        replicas=list(replicas),
-                    )
-                ],
-            )
-        ],
-        live_leaders=[
-            LeaderAndIsrLiveLeader(
-                broker_id=replicas[0], host_name="127.0.0.1", port=brokers[replicas[0]].port
-            )
-        ],
-    )
-
-    async def main() -> None:
-        config = ClientConfig.build(bootstrap_servers=brokers[1].bootstrap)
-        async with NetworkClient(config) as client:
-            for node in replicas:
-                answer = await client.send(brokers[node].bootstrap, request)
-                assert answer.error_code == 0, answer
-
-    trio.run(main)
+    futures[topic].result(60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and 0 in md.partitions:
+            p = md.partitions[0]
+            if p.leader == replicas[0] and len(p.isrs) == len(replicas):
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{topic} has no leader {replicas[0]} with a full ISR")
 
 
 def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
@@ -145,8 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n = 5_000 if args.smoke else args.records
     size = args.record_size
-    from kazoo.client import KazooClient
-
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     brokers: dict[int, BrokerProcess] = {}
     alone = None
@@ -172,11 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "auto.create.topics.enable": "false",
                     }
                 )
-            zk = KazooClient(hosts=zookeeper.connect)
-            zk.start(10)
-            rf3 = _create_topic(zk, "rf3", [1, 2, 3])
-            _leader_and_isr(zk, brokers, "rf3", rf3, [1, 2, 3])
-            zk.stop()
+            _create_rf3(brokers[1].bootstrap, "rf3", [1, 2, 3])
             bench.progress(f"acks=all RF3: {n} records of {size} bytes")
             three = _phase(brokers, brokers[1], "rf3", n, size, "all")
             for node in (3, 2, 1):
