@@ -4,9 +4,8 @@ factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 200000]
         [--record-size 1024]
 
-The RF1 phase runs on a lone broker process first. For RF3 the script is the controller
-(the replica side is measured on its own): it writes the topic's znodes and sends
-LeaderAndIsr, broker 1 leading. One confluent-kafka producer writes --records records of
+The RF1 phase runs on a lone broker process first. For RF3 the cluster's controller
+creates the topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One confluent-kafka producer writes --records records of
 --record-size bytes to partition 0, with acks=1 to the lone broker, then with acks=all to
 broker 1 (the followers fetch from it). "broker 1" of the RF1 column is the lone broker.
 Reported: MB/s of records offered, each broker's CPU seconds per GB produced, and the
@@ -33,23 +32,25 @@ from trio_broker.testing import BrokerProcess, ZooKeeperServer  # noqa: E402
 CHROOT = "/bench"
 
 
-def _create_replicated(bootstrap: str, topic: str, replicas: list[int]) -> None:
-    """CreateTopics with an explicit assignment through the cluster's controller, then wait
-    until the first replica leads with every replica in the ISR."""
+def _create_rf3(bootstrap: str, topic: str, replicas: list[int]) -> None:
+    """CreateTopics with the assignment `replicas` (the first leads); returns once the
+    controller made it so: broker 1 leads with all three in the ISR."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    new = NewTopic(topic, 1, replica_assignment=[replicas])
-    admin.create_topics([new], operation_timeout=30)[topic].result(60)
+    futures = admin.create_topics(
+        [NewTopic(topic, 1, replica_assignment=[replicas])], operation_timeout=30
+    )
+    futures[topic].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        md = admin.list_topics(topic, timeout=10).topics[topic]
-        p = md.partitions.get(0)
-        if md.error is None and p is not None and p.leader == replicas[0]:
-            if sorted(p.isrs) == sorted(replicas):
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and 0 in md.partitions:
+            p = md.partitions[0]
+            if p.leader == replicas[0] and len(p.isrs) == len(replicas):
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"{topic}: no leader with a full ISR within 60 s")
+    raise RuntimeError(f"{topic} has no leader {replicas[0]} with a full ISR")
 
 
 def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
@@ -97,7 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     brokers: dict[int, BrokerProcess] = {}
     alone = None
     try:
-        # acks=1 RF1: a lone broker, the single-broker baseline the issue compares with.
+        # acks=1 RF1: a lone broker (until UpdateMetadata, a cluster's brokers other than
+        # a topic's replicas do not know the topic, and clients may ask them).
         alone = BrokerProcess({"log.dirs": str(workdir / "alone")})
         from trio_broker.perf import ensure_topic
 
@@ -117,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "auto.create.topics.enable": "false",
                     }
                 )
-            _create_replicated(brokers[1].bootstrap, "rf3", [1, 2, 3])
+            _create_rf3(brokers[1].bootstrap, "rf3", [1, 2, 3])
             bench.progress(f"acks=all RF3: {n} records of {size} bytes")
             three = _phase(brokers, brokers[1], "rf3", n, size, "all")
             for node in (3, 2, 1):

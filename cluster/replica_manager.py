@@ -61,6 +61,9 @@ class ReplicaManager:
         self.produce_purgatory = Purgatory("produce")
         self.fetchers = ReplicaFetcherManager(self)
         self._nursery: trio.Nursery | None = None
+        # Set once the purgatory and the fetchers run: the broker may be registered (and
+        # get the controller's LeaderAndIsr) a moment before this service has started.
+        self.started = trio.Event()
         # Serializes LeaderAndIsr / StopReplica: each is applied whole before the next.
         self._state_lock = trio.Lock()
         self.isr_shrinks = 0
@@ -80,6 +83,7 @@ class ReplicaManager:
                 await nursery.start(self.fetchers.run)
                 nursery.start_soon(self._isr_expiration)
                 nursery.start_soon(self._checkpoint_high_watermarks)
+                self.started.set()
                 task_status.started()
         finally:
             from trio_broker.server.sendfile import SENDFILE_STATS
@@ -180,6 +184,7 @@ class ReplicaManager:
             self.fetchers.leader_addresses[leader.broker_id] = (leader.host_name, leader.port)
         errors: dict[TopicPartition, int] = {}
         topic_ids: dict[str, Any] = {}
+        await self.started.wait()
         async with self._state_lock:
             metadata.controller_epoch = body.controller_epoch
             for state, topic_id in states:
@@ -242,6 +247,14 @@ class ReplicaManager:
                     part.isr = list(state.isr)
                     part.replicas = list(state.replicas)
                     part.zk_version = state.partition_epoch
+                if (
+                    not part.is_leader
+                    and part.leader_id >= 0
+                    and self.fetchers.fetch_state(key) is None
+                ):
+                    # A follower not fetching (an earlier attempt of this request failed
+                    # half-way): fetch now.
+                    self.fetchers.add_partition(part)
                 return ErrorCode.NONE
         log = await self._ensure_log(topic, index, topic_id)
         if part is None:
@@ -397,6 +410,7 @@ class ReplicaManager:
     ) -> ErrorCode:
         """Stop fetching (and leading) `topic-index`; with `delete`, delete its log."""
         key = (topic, index)
+        await self.started.wait()
         async with self._state_lock:
             part = self.partitions.get(key)
             if part is not None and 0 <= leader_epoch < part.leader_epoch:
