@@ -164,6 +164,8 @@ class GroupStore:
             # A cluster: the HW moves as the followers fetch it (the commit is answered
             # without waiting for them, unlike Kafka's acks=-1 append).
             replicas.after_leader_append(leader)
+            # Followers parked at this leader fetch it now, not after replica.fetch.wait.max.ms.
+            self.broker.fetch_purgatory.wake(((OFFSETS_TOPIC, partition),))
         else:
             # A single broker is the whole ISR: the append is committed at once.
             log.high_watermark = log.log_end_offset

@@ -148,6 +148,8 @@ class TransactionStore:
         )
         if leader is not None:
             replicas.after_leader_append(leader)  # a cluster: the followers move the HW
+            # Followers parked at this leader fetch it now, not after replica.fetch.wait.max.ms.
+            self.broker.fetch_purgatory.wake(((TRANSACTION_STATE_TOPIC, partition),))
         else:
             log.high_watermark = log.log_end_offset
         if result.flush_needed:

@@ -97,12 +97,18 @@ def test_coordinator_answers_once_every_replica_has_its_state_record(zookeeper, 
                 for n, b in cluster.brokers.items()
             }
 
-        init = raw(
-            coordinator.bootstrap,
-            request_of(22, transactional_id="tx", transaction_timeout_ms=60000),
-            2,
-        )
-        assert init.error_code == ErrorCode.NONE
+        def init_producer_id():
+            init = raw(
+                coordinator.bootstrap,
+                request_of(22, transactional_id="tx", transaction_timeout_ms=60000),
+                2,
+            )
+            if init.error_code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                return None
+            assert init.error_code == ErrorCode.NONE
+            return init
+
+        init = eventually(init_producer_id, budget_s=20, what="InitProducerId")
         assert set(batches().values()) == {1}  # Empty, on every replica
         add = raw(
             coordinator.bootstrap,
