@@ -51,6 +51,10 @@ class NetworkClient:
 
     def __init__(self, config: ClientConfig | None = None, **kwargs: Any) -> None:
         self.config = config if config is not None else ClientConfig.build(**kwargs)
+        if self.config.security_protocol in ("SSL", "SASL_SSL"):
+            from trio_broker.client.security import client_context
+
+            client_context(self.config)  # bad key or trust store files fail here, by name
         self.bootstrap: tuple[Address, ...] = tuple(
             parse_address(s) for s in self.config.bootstrap_servers
         )
@@ -210,16 +214,29 @@ class NetworkClient:
         self, address: Address, *, task_status: trio.TaskStatus[BrokerConnection]
     ) -> None:
         host, port = address
-        with trio.fail_after(self.config.socket_connection_setup_timeout_ms / 1000):
-            stream = await trio.open_tcp_stream(host, port)
+        config = self.config
+        with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
+            stream: Any = await trio.open_tcp_stream(host, port)
+            if config.secure and config.security_protocol in ("SSL", "SASL_SSL"):
+                from trio_broker.client.security import tls_stream
+
+                stream = await tls_stream(stream, config, host, port)
         connection = BrokerConnection(
-            address, stream, self.config, self._connection_closed, self._notify
+            address, stream, config, self._connection_closed, self._notify
         )
         failed: KafkaError | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(connection.run)
             try:
                 await connection.negotiate()
+                if config.secure and config.security_protocol.startswith("SASL_"):
+                    from trio_broker.client.security import authenticate
+
+                    with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
+                        await authenticate(connection, config)
+            except trio.TooSlowError:
+                failed = KafkaConnectionError(f"SASL authentication with {host}:{port} timed out")
+                connection.close()
             except KafkaError as exc:  # raised below, outside the nursery (not in a group)
                 failed = exc
                 connection.close()
