@@ -247,3 +247,39 @@ def test_scram_client_against_the_broker_scram_server(mechanism):
             continue
         assert ok and client.complete and server.complete
     assert PlainClient("u", "p").step(None) == b"\x00u\x00p"
+
+
+def test_plaintext_client_and_broker_load_no_security_code(tmp_path):
+    """A plaintext broker, our producer and a broker's inter-broker config import neither
+    the client's TLS/SASL module nor the broker's."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import sys, trio
+        from trio_broker.client import Producer
+        from trio_broker.config import BrokerConfig
+        from trio_broker.security.inter_broker import inter_broker_client_config
+        from trio_broker.testing import BrokerThread
+
+        broker = BrokerThread({{"listeners": "PLAINTEXT://127.0.0.1:0",
+                               "log.dirs": {str(tmp_path)!r}}}).start()
+        async def main():
+            async with Producer(broker.bootstrap) as producer:
+                await producer.send("plain", b"x")
+        trio.run(main)
+        inter_broker_client_config(BrokerConfig.from_properties(
+            {{"listeners": "PLAINTEXT://127.0.0.1:0", "zookeeper.connect": "zk:2181"}}))
+        broker.stop()
+        print(sorted(m for m in sys.modules if m.startswith(
+            ("trio_broker.client.security", "trio_broker.security.sasl",
+             "trio_broker.security.tls", "trio_broker.security.listener"))))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
