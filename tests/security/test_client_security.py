@@ -163,6 +163,11 @@ async def test_wrong_password_is_a_clear_error(secured, pki, mechanism):
     with pytest.raises(SaslAuthenticationFailedError):
         async with Admin(secured["sasl_ssl"], config=config) as admin:
             await admin.list_topics()
+    with trio.fail_after(20), pytest.raises(SaslAuthenticationFailedError, match="alice"):
+        async with Consumer(secured["sasl_ssl"], config=config) as consumer:
+            consumer.assign([TopicPartition("never", 0)])
+            while True:  # raised by a poll, as Kafka's consumer does
+                await consumer.getmany(timeout_ms=500)
 
 
 async def test_unoffered_mechanism_and_missing_credentials(secured, pki):

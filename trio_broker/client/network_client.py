@@ -25,7 +25,7 @@ import trio
 
 from trio_broker.client.config import ClientConfig, parse_address
 from trio_broker.client.connection import Address, BrokerConnection, InFlightRequest, Node
-from trio_broker.client.errors import KafkaConnectionError, error_for
+from trio_broker.client.errors import AuthenticationError, KafkaConnectionError, error_for
 from trio_broker.errors import ErrorCode, KafkaError
 
 __all__ = ["NetworkClient"]
@@ -66,6 +66,9 @@ class NetworkClient:
         self._disconnect_listeners: list[Callable[[Address], None]] = []
         self._nursery: trio.Nursery | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
+        # The last failed authentication (SASL or TLS), until a connection authenticates:
+        # not retriable, so the consumer's poll raises it (Kafka's maybeThrowAuthFailure).
+        self.auth_error: AuthenticationError | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -196,6 +199,8 @@ class NetworkClient:
                     0.8, 1.2
                 )
                 log.info("cannot connect to %s:%s: %s", address[0], address[1], exc)
+                if isinstance(exc, AuthenticationError):
+                    self.auth_error = exc
                 if isinstance(exc, KafkaError):
                     raise
                 raise KafkaConnectionError(
@@ -203,6 +208,7 @@ class NetworkClient:
                 ) from exc
             state.failures = 0
             state.last_error = None
+            self.auth_error = None
             self._connections[address] = connection
             return connection
         finally:
