@@ -50,6 +50,8 @@ def secured(pki, tmp_path_factory):
             "ssl.truststore.location": str(pki.ca),
             "ssl.client.auth": "requested",
             "sasl.jaas.config": JAAS,
+            # Sessions on SASL_PLAINTEXT end after 1.5 s unless re-authenticated (KIP-368).
+            "listener.name.sasl_plaintext.connections.max.reauth.ms": "1500",
         }
     ).start()
     try:
@@ -288,3 +290,28 @@ def test_plaintext_client_and_broker_load_no_security_code(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+async def test_reauthentication_keeps_the_connection(secured, mechanism):
+    """The broker ends a session after connections.max.reauth.ms; the client authenticates
+    again on the same connection before that, while requests keep flowing."""
+    from trio_broker.client.network_client import NetworkClient
+    from trio_broker.protocol._generated.metadata_request import MetadataRequest
+
+    address = secured["sasl"]
+    config = {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_username": "alice",
+        "sasl_password": "alice-secret",
+    }
+    async with NetworkClient(bootstrap_servers=address, **config) as client:
+        first = await client.connection(address)
+        with trio.fail_after(30):
+            for _ in range(25):  # 5 s: more than three session lifetimes
+                response = await client.send(address, MetadataRequest(topics=[]))
+                assert response.brokers
+                await trio.sleep(0.2)
+        assert (await client.connection(address)) is first
+        assert not first.closed

@@ -232,14 +232,30 @@ class NetworkClient:
         )
         failed: KafkaError | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(connection.run)
+            if not config.secure:
+                nursery.start_soon(connection.run)
+            else:
+                sasl_scope = trio.CancelScope()  # re-authentication ends with the connection
+
+                async def run() -> None:
+                    await connection.run()
+                    sasl_scope.cancel()
+
+                nursery.start_soon(run)
             try:
                 await connection.negotiate()
                 if config.secure and config.security_protocol.startswith("SASL_"):
-                    from trio_broker.client.security import authenticate
+                    from trio_broker.client.security import authenticate, reauthenticate
 
                     with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
-                        await authenticate(connection, config)
+                        lifetime_ms = await authenticate(connection, config)
+                    if lifetime_ms > 0:
+
+                        async def reauth() -> None:
+                            with sasl_scope:
+                                await reauthenticate(connection, config, lifetime_ms)
+
+                        nursery.start_soon(reauth)
             except trio.TooSlowError:
                 failed = KafkaConnectionError(f"SASL authentication with {host}:{port} timed out")
                 connection.close()

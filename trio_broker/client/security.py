@@ -13,7 +13,9 @@ import base64
 import functools
 import hashlib
 import hmac
+import logging
 import os
+import random
 import secrets
 import ssl
 import tempfile
@@ -27,6 +29,7 @@ from trio_broker.client.errors import (
     SaslAuthenticationFailedError,
     SslAuthenticationError,
 )
+from trio_broker.errors import KafkaError
 from trio_broker.security.sasl import SCRAM_HASHES, AuthenticationFailed, _attributes
 from trio_broker.security.tls import normalize_pem
 
@@ -34,10 +37,13 @@ if TYPE_CHECKING:
     from trio_broker.client.config import ClientConfig
     from trio_broker.client.connection import BrokerConnection
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "PlainClient",
     "ScramClient",
     "authenticate",
+    "reauthenticate",
     "client_context",
     "tls_stream",
 ]
@@ -196,8 +202,9 @@ class ScramClient:
         self.complete = True
 
 
-async def authenticate(connection: BrokerConnection, config: ClientConfig) -> None:
-    """SaslHandshake v1, then SaslAuthenticate until the mechanism completes."""
+async def authenticate(connection: BrokerConnection, config: ClientConfig) -> int:
+    """SaslHandshake v1, then SaslAuthenticate until the mechanism completes; returns the
+    session's lifetime in ms (the broker's connections.max.reauth.ms; 0: no limit)."""
     from trio_broker.protocol._generated.sasl_authenticate_request import (
         SaslAuthenticateRequest,
     )
@@ -222,6 +229,7 @@ async def authenticate(connection: BrokerConnection, config: ClientConfig) -> No
         client = ScramClient(mechanism, config.sasl_username, config.sasl_password)
     version = connection.version_for(SaslAuthenticateRequest.API_KEY)
     challenge: bytes | None = None
+    lifetime_ms = 0
     try:
         while True:
             token = client.step(challenge)
@@ -235,6 +243,7 @@ async def authenticate(connection: BrokerConnection, config: ClientConfig) -> No
                     response.error_code,
                 )
             challenge = bytes(response.auth_bytes)
+            lifetime_ms = response.session_lifetime_ms
             if client.complete:
                 break
     except AuthenticationFailed as exc:
@@ -244,3 +253,21 @@ async def authenticate(connection: BrokerConnection, config: ClientConfig) -> No
             f"{where} closed the connection during {mechanism} authentication "
             f"of user {config.sasl_username!r}: {exc}"
         ) from None
+    return lifetime_ms
+
+
+async def reauthenticate(
+    connection: BrokerConnection, config: ClientConfig, lifetime_ms: int
+) -> None:
+    """KIP-368: authenticate again on the same connection before the broker's session
+    ends (at 85-95% of its lifetime, as Kafka's client), for as long as the connection
+    lives; the requests in flight meanwhile carry on. A failure closes the connection."""
+    while lifetime_ms > 0:
+        await trio.sleep(lifetime_ms / 1000 * random.uniform(0.85, 0.95))
+        try:
+            lifetime_ms = await authenticate(connection, config)
+        except KafkaError as exc:
+            log.info("re-authentication with %s failed: %s", connection.address, exc)
+            connection.close()
+            return
+        log.debug("re-authenticated with %s", connection.address)
