@@ -29,11 +29,11 @@ __all__ = ["controlled_shutdown"]
 
 async def controlled_shutdown(broker: Broker) -> bool:
     """True once the controller says this broker leads nothing it could hand over."""
-    from trio_broker.client.config import ClientConfig
     from trio_broker.client.network_client import NetworkClient
     from trio_broker.protocol._generated.controlled_shutdown_request import (
         ControlledShutdownRequest,
     )
+    from trio_broker.security.inter_broker import inter_broker_client_config
 
     config = broker.config
     node_id = broker.node_id
@@ -42,7 +42,8 @@ async def controlled_shutdown(broker: Broker) -> bool:
     if replicas is not None:
         # From now on an UpdateMetadata naming another leader takes the leadership away.
         replicas.shutting_down = True
-    client_config = ClientConfig.build(
+    client_config = inter_broker_client_config(
+        config,
         bootstrap_servers="127.0.0.1:9",  # unused: requests go to the controller's node id
         client_id=f"broker-{node_id}-controlled-shutdown",
         request_timeout_ms=config.controller_socket_timeout_ms,

@@ -85,6 +85,7 @@ class Controller:
             self.broker.node_id,
             request_timeout_ms=self.broker.config.controller_socket_timeout_ms,
             on_response=self._on_response,
+            broker_config=self.broker.config,
         )
         try:
             async with trio.open_nursery() as nursery:

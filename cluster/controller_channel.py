@@ -80,8 +80,11 @@ class ControllerChannel:
         *,
         request_timeout_ms: int = 30000,
         on_response: Callable[[int, Any, Any], None] | None = None,
+        broker_config: Any = None,
     ) -> None:
         self.controller_id = controller_id
+        # The controller's BrokerConfig: its inter-broker listener's security (None: PLAINTEXT).
+        self.broker_config = broker_config
         self.request_timeout_ms = request_timeout_ms
         self.on_response = on_response
         self._senders: dict[int, _Sender] = {}
@@ -90,10 +93,11 @@ class ControllerChannel:
         self._unsupported: set[tuple[int, int]] = set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from trio_broker.client.config import ClientConfig
         from trio_broker.client.network_client import NetworkClient
+        from trio_broker.security.inter_broker import inter_broker_client_config
 
-        config = ClientConfig.build(
+        config = inter_broker_client_config(
+            self.broker_config,
             bootstrap_servers="127.0.0.1:9",  # never used: requests go to node ids
             client_id=f"broker-{self.controller_id}-controller",
             request_timeout_ms=self.request_timeout_ms,

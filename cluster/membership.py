@@ -194,9 +194,12 @@ class BrokerMembership:
     async def _update_brokers(self, children: list[str]) -> None:
         from kazoo.exceptions import NoNodeError
 
-        # Brokers reach each other on inter.broker.listener.name (else the first listener).
+        from trio_broker.security.inter_broker import inter_broker_listener
+
+        # Brokers reach each other on inter.broker.listener.name (else the listener named
+        # by security.inter.broker.protocol, else the first one): security/inter_broker.py.
         listener = self.broker.config.inter_broker_listener_name or (
-            self.broker.advertised[0].name if self.broker.advertised else None
+            inter_broker_listener(self.broker.config) if self.broker.advertised else None
         )
         live: dict[int, BrokerNode] = {}
         for child in children:

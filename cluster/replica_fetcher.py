@@ -78,12 +78,13 @@ class ReplicaFetcher:
         return self.partitions.get(key) is state
 
     async def run(self) -> None:
-        from trio_broker.client.config import ClientConfig
         from trio_broker.client.network_client import NetworkClient
+        from trio_broker.security.inter_broker import inter_broker_client_config
 
         rm = self.manager.replica_manager
         config = rm.broker.config
-        client_config = ClientConfig.build(
+        client_config = inter_broker_client_config(
+            config,
             bootstrap_servers=("127.0.0.1:9",),
             client_id=f"broker-{rm.node_id}-fetcher-{self.source}-{self.index}",
             request_timeout_ms=config.replica_socket_timeout_ms + config.replica_fetch_wait_max_ms,

@@ -8,6 +8,7 @@ never silently ignored. Times keep Kafka's units in their names (`*_ms`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
@@ -19,8 +20,9 @@ __all__ = ["ClientConfig", "ProducerConfig", "parse_address"]
 def parse_address(text: str) -> tuple[str, int]:
     """ "host:port" or "[v6]:port" -> (host, port)."""
     text = text.strip()
-    for scheme in ("PLAINTEXT://", "plaintext://"):
-        text = text.removeprefix(scheme)
+    scheme, sep, rest = text.partition("://")
+    if sep and scheme.upper() in _PROTOCOLS:
+        text = rest
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"bootstrap server {text!r} is not host:port")
@@ -36,6 +38,51 @@ def _servers(value: str | Sequence[str]) -> tuple[str, ...]:
     for server in servers:
         parse_address(server)
     return servers
+
+
+_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+# Other spellings of the security keys (after dots become underscores): Kafka's Java
+# client, librdkafka (confluent-kafka), kafka-python and aiokafka.
+_ALIASES = {
+    "ssl_truststore_location": "ssl_cafile",
+    "ssl_ca_location": "ssl_cafile",
+    "ssl_truststore_certificates": "ssl_cadata",
+    "ssl_ca_pem": "ssl_cadata",
+    "ssl_keystore_location": "ssl_certfile",
+    "ssl_certificate_location": "ssl_certfile",
+    "ssl_key_location": "ssl_keyfile",
+    "ssl_key_password": "ssl_password",
+    "ssl_certificate_pem": "ssl_keystore_certificate_chain",
+    "ssl_key_pem": "ssl_keystore_key",
+    "sasl_mechanisms": "sasl_mechanism",  # librdkafka's plural
+    "sasl_plain_username": "sasl_username",  # aiokafka, kafka-python
+    "sasl_plain_password": "sasl_password",
+}
+
+
+def _protocol(value: str) -> str:
+    protocol = str(value).strip().upper()
+    if protocol not in _PROTOCOLS:
+        raise ValueError(f"security_protocol must be one of {', '.join(_PROTOCOLS)}, not {value!r}")
+    return protocol
+
+
+def _mechanism(value: str) -> str:
+    mechanism = str(value).strip().upper()
+    if mechanism not in _MECHANISMS:
+        raise ValueError(f"sasl_mechanism must be one of {', '.join(_MECHANISMS)}, not {value!r}")
+    return mechanism
+
+
+_JAAS_OPTION = re.compile(r'(?<![\w.])(username|password)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def _jaas_login(jaas: str) -> dict[str, str]:
+    """username="..." password="..." of a JAAS login module line (Kafka's sasl.jaas.config)."""
+    found = {m.group(1): re.sub(r"\\(.)", r"\1", m.group(2)) for m in _JAAS_OPTION.finditer(jaas)}
+    return {f"sasl_{k}": v for k, v in found.items()}
 
 
 @attrs.frozen(kw_only=True)
@@ -55,6 +102,25 @@ class ClientConfig:
     retry_backoff_ms: int = 100
     # The largest response frame accepted; a bigger size prefix closes the connection.
     receive_max_bytes: int = 512 * 1024 * 1024
+    # Security (client/security.py; see _ALIASES for Kafka's and librdkafka's names).
+    security_protocol: str = attrs.field(converter=_protocol, default="PLAINTEXT")
+    ssl_cafile: str | None = None  # trusted CAs, PEM (ssl.truststore.location, ssl.ca.location)
+    ssl_cadata: str | None = None  # trusted CAs inline, PEM (ssl.truststore.certificates)
+    ssl_certfile: str | None = None  # client certificate chain, PEM; may hold the key too
+    ssl_keyfile: str | None = None  # its private key, PEM (ssl.key.location)
+    ssl_keystore_key: str | None = None  # the key inline, PEM
+    ssl_keystore_certificate_chain: str | None = None  # the chain inline, PEM
+    ssl_password: str | None = attrs.field(default=None, repr=False)  # ssl.key.password
+    ssl_check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
+    ssl_context: Any = None  # a ready ssl.SSLContext (aiokafka's key) instead of the above
+    sasl_mechanism: str = attrs.field(converter=_mechanism, default="PLAIN")
+    sasl_username: str | None = None
+    sasl_password: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def secure(self) -> bool:
+        """Whether connections need TLS or SASL (client/security.py) before requests."""
+        return self.security_protocol != "PLAINTEXT"
 
     @classmethod
     def build(cls, config: Mapping[str, Any] | None = None, **kwargs: Any) -> Self:
@@ -68,6 +134,13 @@ class ClientConfig:
         for source in (config or {}, kwargs):
             for key, value in source.items():
                 name = key.replace(".", "_")
+                name = _ALIASES.get(name, name)
+                if name == "ssl_endpoint_identification_algorithm":
+                    name = "ssl_check_hostname"
+                    value = str(value or "").strip().lower() == "https"
+                elif name == "sasl_jaas_config":
+                    values.update(_jaas_login(value))
+                    continue
                 if name not in fields:
                     raise ValueError(f"unknown {cls.__name__} key {key!r}")
                 values[name] = _coerce(fields[name], value)

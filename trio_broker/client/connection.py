@@ -15,6 +15,7 @@ sender) keeps the order of its requests.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import struct
@@ -137,7 +138,7 @@ class BrokerConnection:
     def __init__(
         self,
         address: Address,
-        stream: trio.SocketStream,
+        stream: trio.SocketStream | trio.SSLStream[Any],
         config: ClientConfig,
         on_closed: Callable[[BrokerConnection], None],
         on_slot_freed: Callable[[], None],
@@ -336,7 +337,13 @@ class BrokerConnection:
 
     async def _read_loop(self) -> None:
         reader = self._reader
-        sock = self._stream.socket
+        stream = self._stream
+        if isinstance(stream, trio.SocketStream):
+            recv_into = stream.socket.recv_into
+        else:  # TLS (client/security.py): decrypted through the SSLStream
+            from trio_broker.client.security import receive_into
+
+            recv_into = functools.partial(receive_into, stream)
         in_flight = self._in_flight
         while True:
             frame = reader.next_frame()
@@ -344,7 +351,7 @@ class BrokerConnection:
                 deadline = min((r.deadline for r in in_flight), default=math.inf)
                 with trio.CancelScope(deadline=deadline) as scope:
                     self._read_scope = scope
-                    n = await sock.recv_into(reader.receive_buffer())
+                    n = await recv_into(reader.receive_buffer())
                 self._read_scope = None
                 if scope.cancelled_caught:
                     head = in_flight[0] if in_flight else None

@@ -306,6 +306,9 @@ class Consumer:
     # -- records ----------------------------------------------------------------------------
 
     def _raise_errors(self) -> None:
+        for client in (self.client, self._group_client):
+            if client is not None and client.auth_error is not None:
+                raise client.auth_error
         errors = self.fetcher.errors
         if errors:
             error = errors.pop(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from trio_broker.errors import ErrorCode, KafkaError, is_retriable
 
 __all__ = [
+    "AuthenticationError",
     "BufferExhaustedError",
     "ErrorCode",
     "KafkaConnectionError",
@@ -17,6 +18,8 @@ __all__ = [
     "KafkaTimeoutError",
     "RecordTooLargeError",
     "RequestTimedOutError",
+    "SaslAuthenticationFailedError",
+    "SslAuthenticationError",
     "error_for",
     "is_retriable",
 ]
@@ -51,6 +54,31 @@ class RecordTooLargeError(KafkaError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(ErrorCode.MESSAGE_TOO_LARGE, _message(ErrorCode.MESSAGE_TOO_LARGE, detail))
+
+
+class AuthenticationError(KafkaError):
+    """Client and broker could not authenticate each other (Kafka's AuthenticationException):
+    not retriable, so the producer, consumer and admin raise it instead of waiting."""
+
+    @property
+    def retriable(self) -> bool:
+        return False
+
+
+class SaslAuthenticationFailedError(AuthenticationError):
+    """SASL failed: a wrong password, an unknown user, a mechanism the broker does not offer."""
+
+    def __init__(self, detail: str, code: int = ErrorCode.SASL_AUTHENTICATION_FAILED) -> None:
+        code = ErrorCode(code)
+        super().__init__(code, _message(code, detail))
+
+
+class SslAuthenticationError(AuthenticationError):
+    """The TLS handshake failed: most often a broker certificate this client does not trust
+    (or whose name does not match), or a client certificate the broker refused."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(ErrorCode.NETWORK_EXCEPTION, f"SSL handshake failed: {detail}")
 
 
 class KafkaTimeoutError(Exception):

@@ -20,7 +20,12 @@ from collections.abc import Iterable, Mapping
 import attrs
 import trio
 
-from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError, error_for
+from trio_broker.client.errors import (
+    AuthenticationError,
+    KafkaConnectionError,
+    RequestTimedOutError,
+    error_for,
+)
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
@@ -142,6 +147,10 @@ class ClusterMetadata:
                 self.last_error = exc
                 self.last_refresh = trio.current_time()
                 self._update_requested.set()  # try again after the backoff
+                if isinstance(exc, AuthenticationError):
+                    # Not retriable: whoever waits for metadata gets it now (as Kafka's).
+                    self._updated.set()
+                    self._updated = trio.Event()
 
     async def refresh(self, topics: Iterable[str] | None = None) -> Cluster:
         """Fetch metadata now, for `topics` (default: those in use) and the brokers."""
@@ -209,6 +218,8 @@ class ClusterMetadata:
         self.add_topics([topic])
         with trio.move_on_after(timeout_s):
             while True:
+                if isinstance(self.last_error, AuthenticationError):
+                    raise self.last_error
                 meta = self.cluster.topics.get(topic)
                 if meta is not None:
                     if meta.error_code and meta.error_code not in _TRANSIENT:

@@ -25,7 +25,7 @@ import trio
 
 from trio_broker.client.config import ClientConfig, parse_address
 from trio_broker.client.connection import Address, BrokerConnection, InFlightRequest, Node
-from trio_broker.client.errors import KafkaConnectionError, error_for
+from trio_broker.client.errors import AuthenticationError, KafkaConnectionError, error_for
 from trio_broker.errors import ErrorCode, KafkaError
 
 __all__ = ["NetworkClient"]
@@ -51,6 +51,10 @@ class NetworkClient:
 
     def __init__(self, config: ClientConfig | None = None, **kwargs: Any) -> None:
         self.config = config if config is not None else ClientConfig.build(**kwargs)
+        if self.config.security_protocol in ("SSL", "SASL_SSL"):
+            from trio_broker.client.security import client_context
+
+            client_context(self.config)  # bad key or trust store files fail here, by name
         self.bootstrap: tuple[Address, ...] = tuple(
             parse_address(s) for s in self.config.bootstrap_servers
         )
@@ -62,6 +66,9 @@ class NetworkClient:
         self._disconnect_listeners: list[Callable[[Address], None]] = []
         self._nursery: trio.Nursery | None = None
         self._exit_stack: contextlib.AsyncExitStack | None = None
+        # The last failed authentication (SASL or TLS), until a connection authenticates:
+        # not retriable, so the consumer's poll raises it (Kafka's maybeThrowAuthFailure).
+        self.auth_error: AuthenticationError | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -192,6 +199,8 @@ class NetworkClient:
                     0.8, 1.2
                 )
                 log.info("cannot connect to %s:%s: %s", address[0], address[1], exc)
+                if isinstance(exc, AuthenticationError):
+                    self.auth_error = exc
                 if isinstance(exc, KafkaError):
                     raise
                 raise KafkaConnectionError(
@@ -199,6 +208,7 @@ class NetworkClient:
                 ) from exc
             state.failures = 0
             state.last_error = None
+            self.auth_error = None
             self._connections[address] = connection
             return connection
         finally:
@@ -210,16 +220,45 @@ class NetworkClient:
         self, address: Address, *, task_status: trio.TaskStatus[BrokerConnection]
     ) -> None:
         host, port = address
-        with trio.fail_after(self.config.socket_connection_setup_timeout_ms / 1000):
-            stream = await trio.open_tcp_stream(host, port)
+        config = self.config
+        with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
+            stream: Any = await trio.open_tcp_stream(host, port)
+            if config.secure and config.security_protocol in ("SSL", "SASL_SSL"):
+                from trio_broker.client.security import tls_stream
+
+                stream = await tls_stream(stream, config, host, port)
         connection = BrokerConnection(
-            address, stream, self.config, self._connection_closed, self._notify
+            address, stream, config, self._connection_closed, self._notify
         )
         failed: KafkaError | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(connection.run)
+            if not config.secure:
+                nursery.start_soon(connection.run)
+            else:
+                sasl_scope = trio.CancelScope()  # re-authentication ends with the connection
+
+                async def run() -> None:
+                    await connection.run()
+                    sasl_scope.cancel()
+
+                nursery.start_soon(run)
             try:
                 await connection.negotiate()
+                if config.secure and config.security_protocol.startswith("SASL_"):
+                    from trio_broker.client.security import authenticate, reauthenticate
+
+                    with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
+                        lifetime_ms = await authenticate(connection, config)
+                    if lifetime_ms > 0:
+
+                        async def reauth() -> None:
+                            with sasl_scope:
+                                await reauthenticate(connection, config, lifetime_ms)
+
+                        nursery.start_soon(reauth)
+            except trio.TooSlowError:
+                failed = KafkaConnectionError(f"SASL authentication with {host}:{port} timed out")
+                connection.close()
             except KafkaError as exc:  # raised below, outside the nursery (not in a group)
                 failed = exc
                 connection.close()
