@@ -177,9 +177,16 @@ class LogDirMove:
         start = segments[-1].base_offset if rolled else segments[0].base_offset
         extra = [log.dir / LEADER_EPOCH_CHECKPOINT, log.dir / PARTITION_METADATA]
         extra += [p for p in log.producer_state.list_snapshots() if int(p.stem) <= start]
+        copied = segments[:-1]
         await trio.to_thread.run_sync(
             _copy_files, path, [f for _, fs in rolled for f in fs] + extra
         )
+        # A segment the cleaner replaced while it was copied may have been copied half old,
+        # half new (its log and indexes are separate files): copy again. One that retention
+        # removed meanwhile is fine (its records are below the log start offset).
+        now_by_base = {s.base_offset: s for s in log.segments}
+        if any(now_by_base.get(s.base_offset, s) is not s for s in copied):
+            raise _Restart("a segment was replaced by the cleaner during the copy")
         self.future = future = await trio.to_thread.run_sync(
             lambda: load_log(
                 path,

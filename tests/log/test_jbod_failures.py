@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import socket
 import time
-from pathlib import Path
 
 from test_jbod import consume, create_topics, describe_log_dirs_raw, produce
 from wire import request_of, roundtrip

@@ -4,6 +4,7 @@ offset, after the move and after a restart, and the files end up in the target d
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from pathlib import Path
@@ -14,7 +15,12 @@ from kafka import TopicPartitionReplica
 from kafka.admin import KafkaAdminClient
 from kafka.errors import NoError
 from test_jbod import create_topics, describe_log_dirs_raw
+from wire import encode_request, read_response, request_of
 
+from trio_broker.protocol._generated.alter_replica_log_dirs_request import (
+    AlterReplicaLogDir,
+    AlterReplicaLogDirTopic,
+)
 from trio_broker.testing import BrokerThread
 
 TOPIC = "moving"
@@ -91,7 +97,7 @@ def read_all(bootstrap: str, end: int) -> dict[int, bytes]:
     out: dict[int, bytes] = {}
     try:
         while len(out) < end:
-            msgs = consumer.consume(5000, timeout=10)
+            msgs = consumer.consume(min(5000, end - len(out)), timeout=10)
             assert msgs, f"only {len(out)} of {end} records came back"
             for msg in msgs:
                 assert msg.error() is None, msg.error()
@@ -100,6 +106,33 @@ def read_all(bootstrap: str, end: int) -> dict[int, bytes]:
     finally:
         consumer.close()
     return out
+
+
+def alter_and_describe(port: int, path: str) -> tuple[int, dict[str, bool]]:
+    """AlterReplicaLogDirs v2 and DescribeLogDirs v4 pipelined on one connection: the
+    move's error code, and {log dir: is_future} of the partition right after it started."""
+    alter = request_of(
+        34,
+        dirs=[
+            AlterReplicaLogDir(
+                path=path, topics=[AlterReplicaLogDirTopic(name=TOPIC, partitions=[0])]
+            )
+        ],
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
+        sock.sendall(
+            encode_request(alter, 2, 1) + encode_request(request_of(35, topics=None), 4, 2)
+        )
+        _, altered = read_response(sock, 34, 2)
+        _, described = read_response(sock, 35, 4)
+    replicas = {
+        r.log_dir: p.is_future_key
+        for r in described.results
+        for t in r.topics
+        for p in t.partitions
+        if t.name == TOPIC
+    }
+    return altered.results[0].partitions[0].error_code, replicas
 
 
 def partition_dirs(log_dir: Path) -> list[str]:
@@ -125,8 +158,13 @@ def test_move_while_producing_loses_nothing(tmp_path, acks):
             while len(producer.acked) < 16_000:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+            code, replicas = alter_and_describe(broker.port, str(target))
+            assert code == 0
+            # While it copies, the future replica is listed in the target dir.
+            assert replicas == {str(source): False, str(target): True}
+            # kafka-python's admin call: the same destination again is no error.
             assert alter_log_dir(broker.bootstrap, TOPIC, 0, str(target)) is NoError
-            seen_future = False
+            seen_future = True
             while True:
                 assert time.monotonic() < deadline, "the move did not finish"
                 replicas = where(broker.bootstrap, TOPIC, 0)
@@ -136,7 +174,7 @@ def test_move_while_producing_loses_nothing(tmp_path, acks):
                 if replicas == {str(target): False}:
                     break
                 time.sleep(0.01)
-            assert seen_future, "DescribeLogDirs never showed the future replica"
+            assert seen_future
             moved_at = max(producer.acked)
             while len(producer.acked) < moved_at + 5_000:
                 assert time.monotonic() < deadline
