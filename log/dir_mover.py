@@ -4,10 +4,12 @@ Kafka's future replica, on one broker: `<target>/<topic>-<partition>.<uuid>-futu
 filled with a copy of the current log, kept appending until it has caught up, then swapped
 in for the current log (Kafka's ReplicaAlterLogDirsThread + LogManager.replaceCurrentWithFutureLog):
 
-1. In a worker thread, the rolled segments (immutable: only retention may remove one,
-   and then the move starts over) are copied with their indexes, the producer snapshots up
+1. In a worker thread, the rolled segments (immutable: retention may remove one, the
+   cleaner replace one, and then the move starts over) are copied with their indexes, the
+   records of the active segment as far as they were written, the producer snapshots up
    to the active segment and the leader epoch checkpoint; each file is fsynced. The future
-   log is then loaded from that copy, as after a clean stop.
+   log is then loaded from that copy in the thread (the active segment's indexes are
+   rebuilt from its records, as for a segment that lost them).
 2. Catch-up: the batches from the future's log end offset on are read from the current
    log's files in a worker thread and appended to the future log on the Trio thread with
    `append_as_follower` (offsets, epochs and timestamps unchanged; indexes, producer state
@@ -55,7 +57,7 @@ logger = logging.getLogger(__name__)
 FUTURE_DIR_SUFFIX = "-future"
 # Bytes read per catch-up step, and the lag below which the rest is appended and swapped
 # at once on the Trio thread (a copy of at most this much from the page cache).
-CATCH_UP_CHUNK_BYTES = 4 << 20
+CATCH_UP_CHUNK_BYTES = 1 << 20
 SWAP_BELOW_BYTES = 256 << 10
 MAX_ATTEMPTS = 5
 
@@ -168,18 +170,24 @@ class LogDirMove:
     async def _attempt(self, manager: LogManager) -> None:
         log = self.log
         self.future_dir = path = self.target / future_dir_name(log.topic, log.partition)
-        # 1. the rolled segments, copied in a worker thread
+        # 1. the rolled segments, and the active one's records so far, copied in a worker
+        # thread (the active segment's indexes are rebuilt from its records by load_log).
         segments = log.segments
+        active = segments[-1]
         rolled = [
-            (s.base_offset, [s.log_path, s.offset_index.path, s.time_index.path, s.txn_index.path])
+            [s.log_path, s.offset_index.path, s.time_index.path, s.txn_index.path]
             for s in segments[:-1]
         ]
-        start = segments[-1].base_offset if rolled else segments[0].base_offset
         extra = [log.dir / LEADER_EPOCH_CHECKPOINT, log.dir / PARTITION_METADATA]
-        extra += [p for p in log.producer_state.list_snapshots() if int(p.stem) <= start]
+        extra += [
+            p for p in log.producer_state.list_snapshots() if int(p.stem) <= active.base_offset
+        ]
         copied = segments[:-1]
         await trio.to_thread.run_sync(
-            _copy_files, path, [f for _, fs in rolled for f in fs] + extra
+            _copy_files,
+            path,
+            [f for fs in rolled for f in fs] + extra,
+            (active.log_path, active.size),
         )
         # A segment the cleaner replaced while it was copied may have been copied half old,
         # half new (its log and indexes are separate files): copy again. One that retention
@@ -194,15 +202,15 @@ class LogDirMove:
                 log.partition,
                 log.config,
                 now_ms=log.now_ms,
-                log_start_offset=rolled[0][0] if rolled else start,
+                log_start_offset=segments[0].base_offset,
                 topic_id=log.topic_id,
             )
         )
         logger.info(
-            "moving %s to %s: %d rolled segment(s) copied, catching up from offset %s",
+            "moving %s to %s: %d segment(s) copied, catching up from offset %s",
             log.name,
             self.target,
-            len(rolled),
+            len(rolled) + 1,
             future.log_end_offset,
         )
         # 2. catch up, reading in a worker thread, appending on the Trio thread
@@ -286,8 +294,20 @@ class _Restart(Exception):
     """The current log changed under the copy in a way the future cannot follow."""
 
 
-def _copy_files(target: Path, files: list[Path]) -> None:
+def _copy_files(target: Path, files: list[Path], head: tuple[Path, int]) -> None:
+    """Copy `files` whole and the first `head[1]` bytes of `head[0]` (whole batches: the
+    active segment as it was on the Trio thread) into the new dir `target`, fsynced."""
     target.mkdir(parents=True)
+    src, size = head
+    with open(src, "rb") as fin, open(target / src.name, "wb") as fout:
+        while size > 0:
+            chunk = fin.read(min(size, 1 << 20))
+            if not chunk:
+                raise _Restart(f"{src} is shorter than the {head[1]} bytes written to it")
+            fout.write(chunk)
+            size -= len(chunk)
+        fout.flush()
+        os.fsync(fout.fileno())
     for src in files:
         if not src.exists():
             if src.name.endswith((".txnindex", LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)):
