@@ -109,6 +109,7 @@ class LogDirMove:
     future_dir: Path | None = None
     cancel_scope: trio.CancelScope = attrs.Factory(trio.CancelScope)
     done: bool = False
+    _truncations: int = 0  # the log's truncation count when the copy began
 
     @property
     def offset_lag(self) -> int:
@@ -183,6 +184,7 @@ class LogDirMove:
             p for p in log.producer_state.list_snapshots() if int(p.stem) <= active.base_offset
         ]
         copied = segments[:-1]
+        truncations = log.truncations
         await trio.to_thread.run_sync(
             _copy_files,
             path,
@@ -195,6 +197,7 @@ class LogDirMove:
         now_by_base = {s.base_offset: s for s in log.segments}
         if any(now_by_base.get(s.base_offset, s) is not s for s in copied):
             raise _Restart("a segment was replaced by the cleaner during the copy")
+        self._truncations = truncations
         self.future = future = await trio.to_thread.run_sync(
             lambda: load_log(
                 path,
@@ -237,7 +240,10 @@ class LogDirMove:
             raise _Restart("the partition or a log dir is gone")
         future = self.future
         assert future is not None
-        if future.log_end_offset > self.log.log_end_offset:
+        if (
+            future.log_end_offset > self.log.log_end_offset
+            or self.log.truncations != self._truncations
+        ):
             raise _Restart("the current log was truncated")
 
     def _regions(self, max_bytes: int) -> list[tuple[int, int, int]] | None:
@@ -271,17 +277,21 @@ class LogDirMove:
         os.rename(old_dir, delete_dir)
         os.rename(self.future_dir, final)
         _repoint(future, final)
+        # What stays in the old dir, deleted after file.delete.delay.ms (fetches may still
+        # be sending from its files).
         retired = PartitionLog.__new__(PartitionLog)
         retired.__dict__.update(log.__dict__)
+        retired.leader_epoch_cache = future.leader_epoch_cache
+        retired.producer_state = future.producer_state
         _repoint(retired, delete_dir)
         retired.closed = True
-        # The same PartitionLog object now reads and writes the new files.
-        log.dir = final
+        # The same PartitionLog object now reads and writes the new files. Its leader epoch
+        # cache and producer state stay (they know what no batch says: an epoch begun by a
+        # leader election, expired producers) and are written in the new dir from now on.
         log.segments = future.segments
         log._bases = future._bases
-        log.leader_epoch_cache = future.leader_epoch_cache
-        log.producer_state = future.producer_state
         log.pending_deletes = future.pending_deletes
+        _repoint(log, final)
         log.recovery_point = min(future.recovery_point, log.log_end_offset)
         log.unflushed_messages = future.unflushed_messages
         self.future = self.future_dir = None
