@@ -54,6 +54,8 @@ class BackgroundProducer:
         self.errors: list = []
         self.producer = Producer(
             {"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 2, "log_level": 0}
+            # acks=all with idempotence: its sequence numbers must carry over the swap.
+            | ({"enable.idempotence": True} if acks == "all" else {})
         )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
