@@ -133,8 +133,9 @@ class LogDirMove:
                         await self._attempt(manager)
                         return
                     except Exception as exc:  # OSError, KafkaError, _Restart: never the broker's
-                        if isinstance(exc, AssertionError):
-                            raise
+                        if not isinstance(exc, (OSError, KafkaError, _Restart)):
+                            logger.exception("moving %s to %s failed", self.log.name, self.target)
+                            return
                         self._discard()
                         if not self._still_wanted(manager) or attempt == MAX_ATTEMPTS:
                             logger.error(
@@ -275,7 +276,18 @@ class LogDirMove:
         # Kafka's order: the current dir is retired first, so no restart ever finds two
         # current dirs; a crash between the renames leaves the future, which is complete.
         os.rename(old_dir, delete_dir)
-        os.rename(self.future_dir, final)
+        try:
+            os.rename(self.future_dir, final)
+        except OSError as exc:
+            try:
+                os.rename(delete_dir, old_dir)
+            except OSError:
+                # Neither dir has the current name: keep the future (it holds every
+                # record, and the next start promotes it); the source dir is in doubt.
+                logger.exception("cannot undo the swap of %s", log.name)
+                self.future_dir = None
+                manager.mark_dir_offline(old_dir.parent, exc)
+            raise
         _repoint(future, final)
         # What stays in the old dir, deleted after file.delete.delay.ms (fetches may still
         # be sending from its files).
