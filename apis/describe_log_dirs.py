@@ -43,9 +43,23 @@ async def handle(broker: Broker, request: Request) -> DescribeLogDirsResponse:
             DescribeLogDirsPartition(
                 partition_index=log.partition,
                 partition_size=log.size_in_bytes,
-                # A leader has no lag; a future (moving) replica does not exist here.
+                # A current replica has no lag here; a future one is listed below.
                 offset_lag=0,
                 is_future_key=False,
+            )
+        )
+    for move in list(broker.log_manager.moves.values()):
+        log = move.log
+        if selected is not None and (log.topic, log.partition) not in selected:
+            continue
+        # The future replica a move is filling (Kafka's is_future_key), with its lag.
+        topics = by_dir.setdefault(Path(os.path.abspath(move.target)), {})
+        topics.setdefault(log.topic, []).append(
+            DescribeLogDirsPartition(
+                partition_index=log.partition,
+                partition_size=move.size_in_bytes,
+                offset_lag=move.offset_lag,
+                is_future_key=True,
             )
         )
     offline = {Path(os.path.abspath(d)) for d in broker.log_manager.offline_dirs}

@@ -38,6 +38,7 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(32, "DescribeConfigs", 1, 4, "describe_configs"),
     ApiSpec(33, "AlterConfigs", 0, 2, "alter_configs"),
     ApiSpec(35, "DescribeLogDirs", 1, 4, "describe_log_dirs"),
+    ApiSpec(34, "AlterReplicaLogDirs", 1, 2, "alter_replica_log_dirs"),
     ApiSpec(37, "CreatePartitions", 0, 3, "create_partitions"),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, "incremental_alter_configs"),
     ApiSpec(60, "DescribeCluster", 0, 1, "describe_cluster"),

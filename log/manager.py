@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"  # log/dir_mover.py
 _NEVER = 2**63 - 1
 
 TopicPartition = tuple[str, int]
@@ -96,12 +97,17 @@ class LogManager:
         # until a restart. Their logs answer KAFKA_STORAGE_ERROR; the other dirs go on.
         self.offline_dirs: dict[Path, str] = {}
         self._run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
+        # Partitions moving to another log dir (log/dir_mover.py: LogDirMove), and the
+        # nursery of `run` their tasks go in.
+        self.moves: dict[TopicPartition, Any] = {}
+        self._nursery: trio.Nursery | None = None
 
     # -- start -----------------------------------------------------------------------------
 
     def open(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         """Load every log in every log dir (blocking: recovery may read whole segments)."""
         topic_configs = topic_configs or {}
+        futures: list[Path] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._check_meta_properties(log_dir)
@@ -121,6 +127,9 @@ class LogManager:
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     logger.info("removing partition directory %s left pending deletion", entry)
                     shutil.rmtree(entry, ignore_errors=True)
+                    continue
+                if entry.name.endswith(FUTURE_DIR_SUFFIX):
+                    futures.append(entry)
                     continue
                 tp = parse_partition_dir_name(entry.name)
                 if tp is None:
@@ -142,6 +151,22 @@ class LogManager:
                 )
             # From now on a crash must be detected as unclean.
             marker.unlink(missing_ok=True)
+        if futures:
+            from trio_broker.log.dir_mover import resolve_future_dirs
+
+            def load_moved(path: Path, tp: TopicPartition) -> None:
+                self.logs[tp] = self._watch(
+                    load_log(
+                        path,
+                        tp[0],
+                        tp[1],
+                        topic_configs.get(tp[0], self.default_config),
+                        now_ms=self.now_ms,
+                        clean_shutdown=False,
+                    )
+                )
+
+            resolve_future_dirs(self, futures, load_moved)
         logger.info("loaded %d logs from %s", len(self.logs), [str(d) for d in self.log_dirs])
 
     def _check_meta_properties(self, log_dir: Path) -> None:
@@ -202,6 +227,9 @@ class LogManager:
                 log.offline = True
                 log.closed = True
                 names.append(log.name)
+        for move in list(self.moves.values()):
+            if move.target == log_dir or move.log.offline:
+                move.cancel()
         logger.error(
             "log dir %s is offline after an I/O error (%s); its %d partition(s) answer "
             "KAFKA_STORAGE_ERROR until a restart: %s",
@@ -289,6 +317,41 @@ class LogManager:
         log.rename_dir(log.dir.parent / name)
         self._logs_to_delete.append((self.now_ms() + log.config.file_delete_delay_ms, log))
         logger.info("log %s-%s scheduled for deletion as %s", topic, partition, name)
+
+    def retire_log(self, log: PartitionLog) -> None:
+        """Delete a closed log's (renamed `-delete`) dir after file.delete.delay.ms."""
+        self._logs_to_delete.append((self.now_ms() + log.config.file_delete_delay_ms, log))
+
+    def alter_log_dir(self, topic: str, partition: int, path: str) -> ErrorCode:
+        """AlterReplicaLogDirs for one partition: start moving it to the log dir `path`
+        (Kafka's answers: LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION)."""
+        by_abspath = {Path(os.path.abspath(d)): d for d in self.log_dirs}
+        target = by_abspath.get(Path(os.path.abspath(path))) if os.path.isabs(path) else None
+        if target is None:
+            return ErrorCode.LOG_DIR_NOT_FOUND
+        if target in self.offline_dirs:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        log = self.logs.get((topic, partition))
+        if log is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if log.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        move = self.moves.pop((topic, partition), None)
+        if move is not None:
+            if move.target == target:
+                self.moves[(topic, partition)] = move
+                return ErrorCode.NONE
+            move.cancel()  # a new destination replaces the old one, as in Kafka
+        if log.dir.parent == target:
+            return ErrorCode.NONE
+        if self._nursery is None:
+            return ErrorCode.KAFKA_STORAGE_ERROR  # not running (yet)
+        from trio_broker.log.dir_mover import LogDirMove
+
+        move = self.moves[(topic, partition)] = LogDirMove(log, target)
+        self._nursery.start_soon(move.run, self)
+        logger.info("moving %s from %s to %s", log.name, log.dir.parent, target)
+        return ErrorCode.NONE
 
     def delete_pending(self, now_ms: int | None = None, *, force: bool = False) -> int:
         """Remove deleted logs and `.deleted` segment files whose delay has passed."""
@@ -442,19 +505,21 @@ class LogManager:
             "producer_expiry": self.producer_id_expiration_check_interval_ms,
         }
         due = {name: start + ms / 1000 for name, ms in intervals.items() if 0 < ms < _NEVER}
-        task_status.started()
-        while True:
-            next_due = min(due.values(), default=math.inf)
-            await trio.sleep(max(next_due - clock(), 0))
-            now = clock()
-            for name, when in list(due.items()):
-                if when > now:
-                    continue
-                due[name] = now + intervals[name] / 1000
-                try:
-                    await self._run_task(name)
-                except OSError:
-                    logger.exception("log maintenance task %s failed", name)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery  # log dir moves (AlterReplicaLogDirs) run here
+            task_status.started()
+            while True:
+                next_due = min(due.values(), default=math.inf)
+                await trio.sleep(max(next_due - clock(), 0))
+                now = clock()
+                for name, when in list(due.items()):
+                    if when > now:
+                        continue
+                    due[name] = now + intervals[name] / 1000
+                    try:
+                        await self._run_task(name)
+                    except OSError:
+                        logger.exception("log maintenance task %s failed", name)
 
     async def _run_task(self, name: str) -> None:
         if name == "retention":

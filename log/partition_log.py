@@ -107,6 +107,8 @@ class PartitionLog:
         # Called with (log dir, error) on an I/O error that leaves the log in an unknown
         # state (Kafka's LogDirFailureChannel); the LogManager takes the dir offline.
         self.on_dir_failure: Callable[[Path, OSError], None] | None = None
+        # Counts truncations, so a copy of the log (a log dir move) sees one happen.
+        self.truncations = 0
 
     def __repr__(self) -> str:
         return f"<PartitionLog {self.topic}-{self.partition} [{self.log_start_offset}, {self.log_end_offset})>"
@@ -634,6 +636,7 @@ class PartitionLog:
         if offset >= self.log_end_offset:
             return False
         logger.info("truncating %s to offset %s", self.name, offset)
+        self.truncations += 1
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return True
@@ -657,6 +660,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start an empty log at `offset`."""
         self._check_open()
+        self.truncations += 1
         now = self.now_ms()
         for segment in self.segments:
             segment.rename_to_deleted()
@@ -703,7 +707,8 @@ class PartitionLog:
         up_to = end if up_to is None else min(up_to, end)
         pending = self.unflushed_messages
         start = self.recovery_point
-        segments = list(self.segments)
+        owner = self.segments
+        segments = list(owner)
         for i, segment in enumerate(segments):
             seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end + 1
             if segment.base_offset < up_to and seg_end > start:
@@ -713,6 +718,8 @@ class PartitionLog:
                     logger.debug("flush of %s skipped: %s", segment.log_path, exc)
         fsync_dir(self.dir)
         self.leader_epoch_cache.write(sync=True)
+        if self.segments is not owner:
+            return  # the files were swapped meanwhile (a log dir move): they wait their turn
         self.recovery_point = max(self.recovery_point, up_to)
         if up_to >= end:
             self.unflushed_messages = max(self.unflushed_messages - pending, 0)

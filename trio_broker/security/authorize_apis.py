@@ -112,6 +112,7 @@ _CHECKS: dict[int, Check] = {
     33: configs_check(
         Op.ALTER_CONFIGS, "responses", alter_configs_response.AlterConfigsResourceResponse
     ),
+    34: cluster_check(Op.ALTER),  # AlterReplicaLogDirs
     35: describe_log_dirs,
     37: create_partitions,
     42: delete_groups,
