@@ -91,10 +91,12 @@ class TransactionMarkerChannelManager:
         self.markers_sent = 0  # WriteTxnMarkers requests
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from trio_broker.client.config import ClientConfig
         from trio_broker.client.network_client import NetworkClient
+        from trio_broker.security.inter_broker import inter_broker_client_config
 
-        config = ClientConfig.build(
+        # The inter-broker listener's security (TLS, SASL), as every broker-to-broker client.
+        config = inter_broker_client_config(
+            self.broker.config,
             bootstrap_servers="127.0.0.1:9",  # never used: requests go to node ids
             client_id=f"broker-{self.broker.node_id}-txn-markers",
             # The destination answers after its ISR has the markers (request.timeout.ms).
