@@ -1,7 +1,7 @@
 """The client's side of SSL, SASL_PLAINTEXT and SASL_SSL (Kafka's security.protocol).
 
 Imported only when a connection's protocol is not PLAINTEXT: a plaintext client never
-loads ssl or the SASL code. `NetworkClient` calls `tls_stream` right after the TCP
+loads this module, the SASL code or the broker's TLS helpers (test_client_security.py). `NetworkClient` calls `tls_stream` right after the TCP
 connect (SSL, SASL_SSL), then, once ApiVersions is negotiated, `authenticate` runs
 SaslHandshake v1 and SaslAuthenticate (PLAIN, or SCRAM-SHA-256/512 per RFC 5802 and
 RFC 7677) before any other request, as Kafka's SaslClientAuthenticator does.
@@ -31,7 +31,9 @@ from trio_broker.client.errors import (
 )
 from trio_broker.errors import KafkaError
 from trio_broker.security.sasl import SCRAM_HASHES, AuthenticationFailed, _attributes
-from trio_broker.security.tls import normalize_pem
+
+# receive_into: what the reader calls instead of sock.recv_into on a TLS connection.
+from trio_broker.security.tls import normalize_pem, receive_into
 
 if TYPE_CHECKING:
     from trio_broker.client.config import ClientConfig
@@ -44,6 +46,7 @@ __all__ = [
     "ScramClient",
     "authenticate",
     "reauthenticate",
+    "receive_into",
     "client_context",
     "tls_stream",
 ]
@@ -113,13 +116,6 @@ async def tls_stream(
             raise SslAuthenticationError(f"{host}:{port}: {cause.reason or cause}") from None
         raise KafkaConnectionError(f"TLS handshake with {host}:{port} failed: {cause}") from None
     return tls
-
-
-async def receive_into(stream: trio.SSLStream[Any], buf: memoryview) -> int:
-    """What the reader calls instead of sock.recv_into on a TLS connection."""
-    from trio_broker.security.tls import receive_into as tls_receive_into
-
-    return await tls_receive_into(stream, buf)
 
 
 # --- SASL --------------------------------------------------------------------------------
