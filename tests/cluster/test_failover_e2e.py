@@ -14,8 +14,7 @@ import os
 import time
 
 import pytest
-from clustertest_helpers import eventually
-from conftest import FAST_SESSION
+from clustertest_helpers import FAST_SESSION, eventually
 from failover_helpers import (
     CountingProducer,
     admin,
