@@ -522,3 +522,56 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
     assert state[("txns", 0)]["log_end_offset"] == 10 + 3 * 40 + 2 * 25 + 5
     throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "txns"]
     assert sum(r["records"] for r in throughput) == 130
+
+
+# -- a cluster: every replica's log dir given, each partition read once ---------------------
+
+
+def test_report_over_a_cluster_reads_each_partition_once(spark, kafka_cluster, tmp_path):
+    """Three brokers holding three replicas of every partition: the report over all their
+    log dirs counts each record once (not three times), and each partition's end offset is
+    its high watermark."""
+    import time
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = kafka_cluster.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("replicated", 3, 3)])["replicated"].result(60)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(600):
+        producer.produce("replicated", b"r-%d" % i, partition=i % 3)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "hw"})
+    hw = {p: consumer.get_watermark_offsets(TopicPartition("replicated", p), timeout=10)[1]
+          for p in range(3)}  # fmt: skip
+    consumer.close()
+    assert hw == {0: 200, 1: 200, 2: 200}
+    # Every follower has caught up (its log holds the leader's batches) before the report.
+    dirs = [b.log_dir for b in kafka_cluster.brokers.values()]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        sizes = {
+            (d, p): sum(f.stat().st_size for f in (d / f"replicated-{p}").glob("*.log"))
+            for d in dirs
+            for p in range(3)
+        }
+        if all(sizes.values()) and all(len({sizes[(d, p)] for d in dirs}) == 1 for p in range(3)):
+            break
+        time.sleep(0.1)
+    now = int(time.time() * 1000)
+    options = ReportOptions(
+        log_dirs=tuple(str(d) for d in dirs),
+        out=str(tmp_path / "out"),
+        since_ms=now - 3_600_000,
+        until_ms=now + 60_000,
+    )
+    result = run_report(spark, options)
+    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    for p in range(3):
+        assert state[("replicated", p)]["records"] == 200
+        assert state[("replicated", p)]["log_end_offset"] == hw[p]
+    throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "replicated"]
+    assert sum(r["records"] for r in throughput) == 600
