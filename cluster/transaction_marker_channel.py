@@ -141,12 +141,17 @@ class TransactionMarkerChannelManager:
 
     async def _complete(self, meta: TransactionMetadata, scope: trio.CancelScope) -> None:
         txn_id = meta.transactional_id
+        completed = False
         try:
             with scope:
                 if await self._prepare_replicated(meta) and await self._send_all(meta):
                     self.coordinator.markers_written(meta)
+                    completed = True
         except Exception:
             logger.exception("completing the transaction of %s failed", txn_id)
+        else:
+            if not completed:
+                logger.info("transaction of %s not completed here (moved on or away)", txn_id)
         finally:
             if self._in_flight.get(txn_id) is scope:
                 del self._in_flight[txn_id]
@@ -156,7 +161,9 @@ class TransactionMarkerChannelManager:
 
         tp = (TRANSACTION_STATE_TOPIC, self.coordinator.store.partition_for(meta.transactional_id))
         while self._current(meta):
-            code = (await replicated(self.broker, [tp], self.timeout_ms))[tp]
+            code = ErrorCode.REQUEST_TIMED_OUT
+            with trio.move_on_after(self.timeout_ms / 1000 + 5):
+                code = (await replicated(self.broker, [tp], self.timeout_ms))[tp]
             if code == ErrorCode.NONE:
                 return True
             if code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
@@ -204,13 +211,26 @@ class TransactionMarkerChannelManager:
                 _MarkerSend(meta.producer_id, meta.producer_epoch, coordinator_epoch, commit, tps)
                 for tps in by_leader.values()
             ]
-            async with trio.open_nursery() as nursery:
-                for leader, send in zip(by_leader, sends, strict=True):
-                    if leader == self.broker.node_id:
-                        nursery.start_soon(self._write_local, send)
-                    else:
-                        self._enqueue(leader, send)
-                        nursery.start_soon(send.done.wait)
+            # Each send ends by its own timeouts; this bound only guards against a wait
+            # that never ends (the partitions are then tried again).
+            with trio.move_on_after(3 * self.timeout_ms / 1000 + 10) as round_scope:
+                async with trio.open_nursery() as nursery:
+                    for leader, send in zip(by_leader, sends, strict=True):
+                        if leader == self.broker.node_id:
+                            nursery.start_soon(self._write_local, send)
+                        else:
+                            self._enqueue(leader, send)
+                            nursery.start_soon(send.done.wait)
+            if round_scope.cancelled_caught:
+                logger.warning(
+                    "markers of %s: round %d unanswered in time (%s)",
+                    meta.transactional_id,
+                    rounds,
+                    {
+                        leader: send.done.is_set()
+                        for leader, send in zip(by_leader, sends, strict=True)
+                    },
+                )
             for send in sends:
                 for tp, code in send.codes.items():
                     if code == ErrorCode.NONE:
@@ -331,12 +351,20 @@ class TransactionMarkerChannelManager:
         self._client.set_nodes(
             {node_id: (b.host, b.port) for node_id, b in self.broker.metadata.brokers.items()}
         )
-        try:
-            self.markers_sent += 1
-            response = await self._client.send(broker_id, WriteTxnMarkersRequest(markers=markers))
-        except KafkaError as exc:
-            logger.info("WriteTxnMarkers to broker %d failed: %s", broker_id, exc)
-        else:
+        response = None
+        # A frozen broker accepts the connection (the kernel does) and never answers: the
+        # client's own timeouts are not trusted to cover the connection's set-up as well.
+        with trio.move_on_after(2 * self.timeout_ms / 1000 + 5) as scope:
+            try:
+                self.markers_sent += 1
+                response = await self._client.send(
+                    broker_id, WriteTxnMarkersRequest(markers=markers)
+                )
+            except KafkaError as exc:
+                logger.info("WriteTxnMarkers to broker %d failed: %s", broker_id, exc)
+        if scope.cancelled_caught:
+            logger.info("WriteTxnMarkers to broker %d: no answer in time", broker_id)
+        if response is not None:
             for result in response.markers:
                 codes = results.setdefault(result.producer_id, {})
                 for topic in result.topics:
