@@ -94,7 +94,7 @@ def test_a_killed_broker_loses_its_leaderships_within_seconds(zookeeper, tmp_pat
             for broker in everyone.values():
                 eventually(
                     lambda b=broker: _described(b.bootstrap, "t") == expected,
-                    budget_s=10,
+                    budget_s=30,  # a budget for a loaded machine, not a timing claim
                     what=f"{broker.bootstrap} describes broker 3 back",
                 )
             # SIGTERM: a controlled shutdown first (it leads nothing; it leaves the ISRs
