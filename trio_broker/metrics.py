@@ -366,12 +366,10 @@ class BrokerCollector:
             ("underminisrpartitioncount", under_min, "Led partitions under min.insync.replicas"),
         ):
             yield GaugeMetricFamily(prefix + name, doc, value=value)
-        yield CounterMetricFamily(
-            prefix + "isrshrinks", "ISR shrinks", value=broker.metrics.isr_shrinks
-        )
-        yield CounterMetricFamily(
-            prefix + "isrexpands", "ISR expands", value=broker.metrics.isr_expands
-        )
+        # A cluster's replica manager counts them; a lone broker's ISR never changes.
+        counts = getattr(broker, "replica_manager", None) or broker.metrics
+        yield CounterMetricFamily(prefix + "isrshrinks", "ISR shrinks", value=counts.isr_shrinks)
+        yield CounterMetricFamily(prefix + "isrexpands", "ISR expands", value=counts.isr_expands)
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a live leader",
