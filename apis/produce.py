@@ -81,9 +81,8 @@ def append_partition(
     pending: list | None = None,
 ) -> PartitionProduceResponse:
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
-    log = broker.topics.get_log(topic, partition)
     state = broker.metadata.topics.get(topic)
-    replicas = getattr(broker, "replica_manager", None)
+    replicas = broker.replica_manager
     leader = None
     if replicas is not None:
         # A cluster: only the leader appends (as its replica manager knows, not the
@@ -106,10 +105,11 @@ def append_partition(
         # topic, the ones LeaderAndIsr read.
         configs = state.configs if state is not None else replicas.topic_configs.get(topic, {})
         leader_epoch = leader.leader_epoch
-    elif log is None or state is None or partition not in state.partitions:
-        answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        return answer
     else:
+        log = broker.topics.get_log(topic, partition)
+        if log is None or state is None or partition not in state.partitions:
+            answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return answer
         configs = state.configs
         leader_epoch = state.partitions[partition].leader_epoch
     if records is None or len(records) == 0:

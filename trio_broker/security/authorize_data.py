@@ -46,6 +46,21 @@ if TYPE_CHECKING:
 # --- produce and fetch -------------------------------------------------------------------
 
 
+def _denied_topics(denied: list[Any], topic_cls: Any, partition_cls: Any, code: int) -> list[Any]:
+    """The answer's entries for topics the principal may not use: each requested partition
+    (named `partition_index` in these messages) with `code`."""
+    return [
+        topic_cls(
+            name=t.name,
+            partitions=[
+                partition_cls(partition_index=p.partition_index, error_code=code)
+                for p in t.partitions
+            ],
+        )
+        for t in denied
+    ]
+
+
 async def produce(az: Authorizer, broker: Any, request: Request, dispatch: Dispatch) -> Any:
     body = request.body
     if body.transactional_id is not None and not az.allows(
@@ -122,18 +137,12 @@ async def fetch(az: Authorizer, broker: Any, request: Request, dispatch: Dispatc
 
 async def list_offsets(az: Authorizer, broker: Any, request: Request, dispatch: Dispatch) -> Any:
     denied = split_denied(request, az, request.body.topics, Op.DESCRIBE, lambda t: t.name)
-    extra = [
-        list_offsets_response.ListOffsetsTopicResponse(
-            name=t.name,
-            partitions=[
-                list_offsets_response.ListOffsetsPartitionResponse(
-                    partition_index=p.partition_index, error_code=TOPIC_DENIED
-                )
-                for p in t.partitions
-            ],
-        )
-        for t in denied
-    ]
+    extra = _denied_topics(
+        denied,
+        list_offsets_response.ListOffsetsTopicResponse,
+        list_offsets_response.ListOffsetsPartitionResponse,
+        TOPIC_DENIED,
+    )
     return await then_add(broker, request, dispatch, "topics", extra)
 
 
@@ -225,18 +234,12 @@ async def offset_commit(az: Authorizer, broker: Any, request: Request, dispatch:
             TOPIC_DENIED,
         )
         response = None
-    extra = [
-        offset_commit_response.OffsetCommitResponseTopic(
-            name=t.name,
-            partitions=[
-                offset_commit_response.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=code
-                )
-                for p in t.partitions
-            ],
-        )
-        for t in denied
-    ]
+    extra = _denied_topics(
+        denied,
+        offset_commit_response.OffsetCommitResponseTopic,
+        offset_commit_response.OffsetCommitResponsePartition,
+        code,
+    )
     if response is not None:
         response.topics = extra
         return response
@@ -258,18 +261,12 @@ async def txn_offset_commit(
     else:
         code = TOPIC_DENIED
         denied = split_denied(request, az, body.topics, Op.READ, lambda t: t.name)
-    extra = [
-        txn_offset_commit_response.TxnOffsetCommitResponseTopic(
-            name=t.name,
-            partitions=[
-                txn_offset_commit_response.TxnOffsetCommitResponsePartition(
-                    partition_index=p.partition_index, error_code=code
-                )
-                for p in t.partitions
-            ],
-        )
-        for t in denied
-    ]
+    extra = _denied_topics(
+        denied,
+        txn_offset_commit_response.TxnOffsetCommitResponseTopic,
+        txn_offset_commit_response.TxnOffsetCommitResponsePartition,
+        code,
+    )
     if code != TOPIC_DENIED:
         return txn_offset_commit_response.TxnOffsetCommitResponse(topics=extra)
     return await then_add(broker, request, dispatch, "topics", extra)
@@ -354,18 +351,12 @@ async def offset_delete(az: Authorizer, broker: Any, request: Request, dispatch:
     if not az.allows(request, Op.DELETE, G, body.group_id):
         return error_response(request, GROUP_DENIED)
     denied = split_denied(request, az, body.topics, Op.READ, lambda t: t.name)
-    extra = [
-        offset_delete_response.OffsetDeleteResponseTopic(
-            name=t.name,
-            partitions=[
-                offset_delete_response.OffsetDeleteResponsePartition(
-                    partition_index=p.partition_index, error_code=TOPIC_DENIED
-                )
-                for p in t.partitions
-            ],
-        )
-        for t in denied
-    ]
+    extra = _denied_topics(
+        denied,
+        offset_delete_response.OffsetDeleteResponseTopic,
+        offset_delete_response.OffsetDeleteResponsePartition,
+        TOPIC_DENIED,
+    )
     return await then_add(broker, request, dispatch, "topics", extra)
 
 
