@@ -1,6 +1,6 @@
 """Codec and request-path micro-benchmark (a script, not a test: nothing here asserts a time).
 
-    /work/venv/bin/python benchmarks/bench_codec.py [--seconds 3] [--runs 2000]
+    .venv/bin/python benchmarks/bench_codec.py [--seconds 3] [--runs 2000]
 
 (a) Decoding a ProduceRequest v9 carrying one 1 MiB record batch: the median over many
     runs, in µs, and a check that the decoded records are a view of the frame, not a copy.

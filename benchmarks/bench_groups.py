@@ -1,6 +1,6 @@
 """Consumer-group benchmark: offset commits per second and rebalance time, trio-broker vs Tansu.
 
-    /work/venv/bin/python benchmarks/bench_groups.py [--smoke] [--brokers trio-broker,tansu]
+    .venv/bin/python benchmarks/bench_groups.py [--smoke] [--brokers trio-broker,tansu]
         [--members 10] [--partitions 20] [--repeats 3] [--commit-seconds 5]
 
 Each broker runs as its own process on loopback (started as in `benchmarks/run.py`). Figures:

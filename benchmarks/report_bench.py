@@ -1,6 +1,6 @@
 """Wall time of `trio-broker report` over ~1 GiB of segments (~200), split by phase.
 
-    /work/venv/bin/python benchmarks/report_bench.py [--gib 1.0] [--segments 200] [--keep DIR]
+    .venv/bin/python benchmarks/report_bench.py [--gib 1.0] [--segments 200] [--keep DIR]
 
 Writes synthetic Kafka-format segments (20 partitions, 16 KiB batches of 100 records,
 CRCs valid) plus a commit history, then times: Spark start-up (session and a first

@@ -1,6 +1,6 @@
 """The floor under one isolated request: what Trio itself costs per round trip.
 
-    /work/venv/bin/python benchmarks/trio_floor.py [--round-trips 20000]
+    .venv/bin/python benchmarks/trio_floor.py [--round-trips 20000]
 
 A client process sends one 100-byte message at a time (send, wait for the answer, send
 the next) to an echo server in Trio, in two shapes:
