@@ -49,3 +49,25 @@ def test_quotas_in_zookeeper_reach_every_broker(zookeeper, tmp_path):
         assert eventually(lambda: describe(first, []), expected[:1]) == expected[:1]
         third = cluster.add_broker(3)
         assert describe(third, []) == expected[:1]
+
+
+def test_names_any_character_become_kafkas_url_encoded_znodes(zookeeper, tmp_path):
+    # A `/` in a user name would otherwise make a path of two znodes (or fail).
+    user, client = "CN=svc/orders,O=corp", "app 1*"
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2) as cluster:
+        first, second = cluster.brokers[1], cluster.brokers[2]
+        entity = [("user", user), ("client-id", client)]
+        assert alter(first, entity, [("producer_byte_rate", 2048.0)]) == (0, None)
+        expected = [((("client-id", client), ("user", user)), {"producer_byte_rate": 2048.0})]
+        assert eventually(lambda: describe(second, []), expected) == expected
+        zk = KazooClient(hosts=zookeeper.connect)
+        zk.start()
+        try:
+            assert zk.get_children("/kafka/config/users") == ["CN%3Dsvc%2Forders%2CO%3Dcorp"]
+            path = "/kafka/config/users/CN%3Dsvc%2Forders%2CO%3Dcorp/clients/app%201%2A"
+            assert float(json.loads(zk.get(path)[0])["config"]["producer_byte_rate"]) == 2048.0
+        finally:
+            zk.stop()
+        # A broker started later reads the encoded names back as the names.
+        third = cluster.add_broker(3)
+        assert describe(third, []) == expected

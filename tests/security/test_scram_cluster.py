@@ -113,3 +113,28 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
         )["dave"].result(30)
         third = cluster.add_broker(3)
         assert scram_login(third.addresses[0][:2], "SCRAM-SHA-256", "dave", "dave-pw") == 0
+
+
+def test_a_user_name_with_a_slash_is_an_url_encoded_znode(zookeeper, tmp_path):
+    overrides = {
+        "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.jaas.config": JAAS,
+    }
+    user = "svc/orders"
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=overrides) as cluster:
+        first, second = cluster.brokers[1], cluster.brokers[2]
+        admin = AdminClient({"bootstrap.servers": "{}:{}".format(*first.addresses[1][:2])})
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"orders-pw"
+        )
+        admin.alter_user_scram_credentials([upsert])[user].result(30)
+        zk = KazooClient(hosts=zookeeper.connect)
+        zk.start()
+        try:
+            assert zk.get_children("/kafka/config/users") == ["svc%2Forders"]
+        finally:
+            zk.stop()
+        sasl = second.addresses[0][:2]
+        assert eventually(lambda: scram_login(sasl, "SCRAM-SHA-256", user, "orders-pw") == 0)

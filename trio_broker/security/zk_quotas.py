@@ -5,7 +5,8 @@
     /config/clients/<client>
     /config/changes/config_change_<seq>      {"version":2,"entity_path":"users/alice/clients/c1"}
 
-A default entity is named `<default>`. Every broker loads the quotas at start and follows the
+A default entity is named `<default>`; other names are URL-encoded as Kafka does
+(security/zk_names.py). Every broker loads the quotas at start and follows the
 change notifications; a write keeps the znode's other configs (credentials) as they are.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import trio
 
 from trio_broker.security.client_quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity, install
+from trio_broker.security.zk_names import desanitize, sanitize
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +39,11 @@ def _seq(name: str) -> int:
 
 
 def _zk_name(name: str | None) -> str:
-    return DEFAULT if name is None else name
+    return DEFAULT if name is None else sanitize(name)
 
 
 def _name(zk_name: str) -> str | None:
-    return None if zk_name == DEFAULT else zk_name
+    return None if zk_name == DEFAULT else desanitize(zk_name)
 
 
 def entity_path(entity: Entity) -> str:

@@ -19,6 +19,7 @@ import trio
 
 from trio_broker.security.credentials import security_state
 from trio_broker.security.sasl import SCRAM_HASHES, ScramCredential
+from trio_broker.security.zk_names import desanitize, sanitize
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class ZkScram:
             await self.zk.create_if_missing(path)
         changes = await self.zk.get_children(CHANGES)
         self._last_change = max((_seq(c) for c in changes), default=-1)
-        for user in await self.zk.get_children(USERS):
-            await self._load(user)
+        for znode in await self.zk.get_children(USERS):
+            await self._load(desanitize(znode))
         task_status.started()
         send, receive = trio.open_memory_channel[list[str]](1)
         async with trio.open_nursery() as nursery:
@@ -75,19 +76,19 @@ class ZkScram:
         except (NoNodeError, ValueError, KeyError):
             return
         kind, _, name = entity.partition("/")
-        if kind == "users" and "/" not in name:
-            await self._load(name)
+        if kind == "users" and "/" not in name:  # not users/<user>/clients/<client>
+            await self._load(desanitize(name))
 
     async def _load(self, user: str) -> None:
         from kazoo.exceptions import NoNodeError
 
         try:
-            data, _ = await self.zk.get(f"{USERS}/{user}")
+            data, _ = await self.zk.get(f"{USERS}/{sanitize(user)}")
             config = json.loads(data).get("config", {})
         except NoNodeError:
             config = {}
         except ValueError:
-            logger.warning("ignoring unreadable %s/%s", USERS, user)
+            logger.warning("ignoring unreadable %s/%s", USERS, sanitize(user))
             return
         credentials = {}
         for mechanism in SCRAM_HASHES:
@@ -106,7 +107,7 @@ class ZkScram:
         from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
         for user in users:
-            path = f"{USERS}/{user}"
+            path = f"{USERS}/{sanitize(user)}"
             while True:  # conditional on the version read: quotas share this znode
                 try:
                     data, stat = await self.zk.get(path)
@@ -126,5 +127,5 @@ class ZkScram:
                 except (BadVersionError, NodeExistsError, NoNodeError):
                     continue
                 break
-            notice = json.dumps({"version": 2, "entity_path": f"users/{user}"}).encode()
+            notice = json.dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"}).encode()
             await self.zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True)
