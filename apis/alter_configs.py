@@ -139,4 +139,5 @@ async def handle(broker: Broker, request: Request) -> AlterConfigsResponse:
     responses = answer_each(broker, request.body, alter_one, AlterConfigsResourceResponse)
     if broker.topics.zk_topics is not None:  # a cluster: the writes to ZooKeeper are done
         await broker.topics.zk_topics.config_writes_done()
+        await broker.zk_broker_configs.writes_done()
     return AlterConfigsResponse(responses=responses)

@@ -8,9 +8,10 @@ Two levels over the static configuration, most specific first, as Kafka resolves
     STATIC_BROKER_CONFIG           server.properties / --override
     DEFAULT_CONFIG                 the key's default
 
-Both levels are kept in `<first log dir>/dynamic-broker-configs.json` (a lone broker's
-stand-in for ZooKeeper's /config/brokers/<id> and /config/brokers/<default>) and applied
-at start before anything reads the configuration.
+A lone broker keeps both levels in `<first log dir>/dynamic-broker-configs.json` (its
+stand-in for ZooKeeper's /config/brokers/<id> and /config/brokers/<default>) and applies
+them at start before anything reads the configuration; a cluster's live in ZooKeeper
+(cluster/zk_broker_configs.py, the `store`), where every broker follows them.
 
 Applying a change updates the broker's `BrokerConfig` object in place (the one place that
 does), so every component holding it reads the new value at its next use; the keys whose
@@ -120,6 +121,8 @@ class DynamicBrokerConfig:
         self.per_broker: dict[str, str] = {}
         self.default: dict[str, str] = {}
         self.broker: Broker | None = None
+        # In a cluster, ZooKeeper (cluster/zk_broker_configs.py) instead of the file.
+        self.store: Any = None
         # The config carries its layers, so DescribeConfigs can name each value's source.
         object.__setattr__(config, "dynamic", self)
 
@@ -215,8 +218,27 @@ class DynamicBrokerConfig:
         level = self.level(resource_name)
         level.clear()
         level.update({k: v for k, v in overrides.items() if v is not None})
-        self.save()
+        if self.store is not None:
+            self.store.write(resource_name, level)
+        else:
+            self.save()
         self.apply()
+
+    def set_level(self, resource_name: str, config: Mapping[str, str]) -> None:
+        """A level as ZooKeeper holds it (written by any broker): keep its valid keys, apply."""
+        level = self.level(resource_name)
+        fresh = {}
+        for key, text in config.items():
+            try:
+                self._check_value(key, str(text))
+            except KafkaError as exc:
+                logger.error("dynamic broker config %s ignored: %s", key, exc.message)
+                continue
+            fresh[key] = str(text)
+        if fresh != level:
+            level.clear()
+            level.update(fresh)
+            self.apply()
 
     def apply(self, *, initial: bool = False) -> None:
         """Set every dynamic key's effective value in the config; push the changed ones."""

@@ -96,7 +96,8 @@ class Broker:
         first.mkdir(parents=True, exist_ok=True)
         # Dynamic broker configs (cluster/dynamic_broker_config.py, its FILE_NAME), applied
         # before anything reads the config; the module is imported only when there are any.
-        if (first / "dynamic-broker-configs.json").exists():
+        # In a cluster they are in ZooKeeper instead (cluster/zk_broker_configs.py).
+        if self.zk is None and (first / "dynamic-broker-configs.json").exists():
             self.dynamic_config.load()
         cluster_id = (
             self._cluster_id or config.cluster_id or _read_cluster_id(first) or new_cluster_id()
@@ -131,7 +132,12 @@ class Broker:
         self.services: list[Any] = []
         if self.zk is not None:
             from trio_broker.cluster.membership import BrokerMembership
+            from trio_broker.cluster.zk_broker_configs import ZkBrokerConfigs
             from trio_broker.cluster.zk_topics import ZkTopics
+
+            # First: the dynamic broker configs apply before the other services read them.
+            self.zk_broker_configs: Any = ZkBrokerConfigs(self)
+            self.services.append(self.zk_broker_configs)
 
             self.membership = BrokerMembership(self, self.zk)
             self.controller_elector = self.membership.elector
