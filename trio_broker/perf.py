@@ -46,8 +46,11 @@ def percentiles(samples: list[float], points: Sequence[float] = (50, 95, 99, 99.
     return out
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create `topic` with `partitions` if it does not exist; tolerate brokers that race us."""
+def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
+    """Create `topic` with `partitions` (and topic `config`) if it does not exist; tolerate
+    brokers that race us."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -55,7 +58,9 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     existing = admin.list_topics(timeout=10).topics
     if topic in existing and not existing[topic].error:
         return
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)
+    futures = admin.create_topics(
+        [NewTopic(topic, partitions, 1, config=config or {})], operation_timeout=10
+    )
     try:
         futures[topic].result(timeout=15)
     except KafkaException as exc:
@@ -103,7 +108,8 @@ def run_produce(args: argparse.Namespace) -> dict:
     from confluent_kafka import Producer
 
     if args.partitions:
-        ensure_topic(args.bootstrap, args.topic, args.partitions)
+        topic_config = dict(item.partition("=")[::2] for item in args.topic_config)
+        ensure_topic(args.bootstrap, args.topic, args.partitions, topic_config)
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
         "acks": str(args.acks),
@@ -191,7 +197,13 @@ def run_produce(args: argparse.Namespace) -> dict:
 
 
 def run_consume(args: argparse.Namespace) -> dict:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        TIMESTAMP_LOG_APPEND_TIME,
+        Consumer,
+        KafkaError,
+        TopicPartition,
+    )
 
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap,
@@ -229,6 +241,10 @@ def run_consume(args: argparse.Namespace) -> dict:
         records = nbytes = 0
         eof: set[int] = set()
         e2e: list[float] = []
+        # With LogAppendTime (the broker stamps each batch when it appends it, in ms): the
+        # same latency split at the append, producer side and consumer side.
+        to_append: list[float] = []
+        from_append: list[float] = []
         first_error = None
         errors = 0
         idle_deadline = None
@@ -272,7 +288,12 @@ def run_consume(args: argparse.Namespace) -> dict:
                 records += 1
                 nbytes += len(v)
                 if now_ns and len(v) >= 8:
-                    e2e.append((now_ns - _STAMP.unpack_from(v)[0]) / 1e9)
+                    sent_ns = _STAMP.unpack_from(v)[0]
+                    e2e.append((now_ns - sent_ns) / 1e9)
+                    kind, append_ms = m.timestamp()
+                    if kind == TIMESTAMP_LOG_APPEND_TIME:
+                        to_append.append(append_ms / 1e3 - sent_ns / 1e9)
+                        from_append.append(now_ns / 1e9 - append_ms / 1e3)
             if want_records and records >= want_records:
                 break
             if want_bytes and nbytes >= want_bytes:
@@ -302,6 +323,10 @@ def run_consume(args: argparse.Namespace) -> dict:
         # Drop the first 5%: connection setup and the first fetch's wait are not steady state.
         warm = e2e[len(e2e) // 20 :]
         result["latency_ms"] = percentiles(warm)
+        if to_append:
+            skip = len(to_append) // 20
+            result["to_append_ms"] = percentiles(to_append[skip:])
+            result["from_append_ms"] = percentiles(from_append[skip:])
     return result
 
 
@@ -346,6 +371,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--stamp", action="store_true", help="put the send time in each value, for consume --e2e"
     )
     prod.add_argument("--producer-prop", action="append", default=[], metavar="key=value")
+    prod.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="key=value",
+        help="a config of the topic --partitions creates (e.g. message.timestamp.type="
+        "LogAppendTime, which lets consume --e2e split the latency at the broker's append)",
+    )
 
     cons = sub.add_parser("consume", parents=[common], help="consumer throughput")
     cons.add_argument("--num-records", type=int, default=0)
