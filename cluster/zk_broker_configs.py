@@ -20,19 +20,14 @@ from typing import Any
 
 import trio
 
+from trio_broker.cluster.zk_changes import changed_entity, config_changes, notify_config_change
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["ZkBrokerConfigs"]
 
 BROKERS = "/config/brokers"
 DEFAULT = "<default>"
-CHANGES = "/config/changes"
-CHANGE_PREFIX = "config_change_"
-
-
-def _seq(name: str) -> int:
-    text = name[len(CHANGE_PREFIX) :]
-    return int(text) if name.startswith(CHANGE_PREFIX) and text.isdigit() else -1
 
 
 class ZkBrokerConfigs:
@@ -46,41 +41,23 @@ class ZkBrokerConfigs:
         self._nursery: trio.Nursery | None = None
         self._pending = 0
         self._done = trio.Event()
-        self._last_change = -1
+        self._changes = config_changes(self.zk)
 
     def _znode(self, resource_name: str) -> str:
         return DEFAULT if resource_name == "" else resource_name
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        for path in (BROKERS, CHANGES):
-            await self.zk.create_if_missing(path)
-        changes = await self.zk.get_children(CHANGES)
-        self._last_change = max(map(_seq, changes), default=-1)
+        await self.zk.create_if_missing(BROKERS)
+        await self._changes.start()
         await self._load("")
         await self._load(str(self.broker.node_id))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
-            send, receive = trio.open_memory_channel[list[str]](1)
-            nursery.start_soon(self.zk.watch_children, CHANGES, send)
-            async with receive:
-                async for children in receive:
-                    for child in sorted(children, key=_seq):
-                        seq = _seq(child)
-                        if seq <= self._last_change:
-                            continue
-                        self._last_change = seq
-                        await self._on_change(child)
+            await self._changes.run(self._on_change)
 
-    async def _on_change(self, child: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = await self.zk.get(f"{CHANGES}/{child}")
-            entity = json.loads(data)["entity_path"]
-        except (NoNodeError, ValueError, KeyError, TypeError):
-            return
-        kind, _, name = str(entity).partition("/")
+    async def _on_change(self, data: bytes) -> None:
+        kind, _, name = (changed_entity(data) or "").partition("/")
         if kind != "brokers":
             return
         if name == DEFAULT:
@@ -125,10 +102,7 @@ class ZkBrokerConfigs:
                     await self.zk.create(path, payload, makepath=True)
                 except NodeExistsError:
                     await self.zk.set(path, payload)
-            notice = {"version": 2, "entity_path": f"brokers/{self._znode(resource_name)}"}
-            await self.zk.create(
-                f"{CHANGES}/{CHANGE_PREFIX}", json.dumps(notice).encode(), sequence=True
-            )
+            await notify_config_change(self.zk, f"brokers/{self._znode(resource_name)}")
         except KazooException as exc:
             logger.error("cannot write %s to ZooKeeper: %r", path, exc)
         finally:

@@ -21,6 +21,13 @@ from trio_broker.errors import ErrorCode
 from trio_broker.testing import KafkaCluster
 
 JAAS = 'PlainLoginModule required user_admin="admin-pw";'
+# SASL for clients (EXTERNAL), plaintext between brokers (INTERNAL).
+OVERRIDES = {
+    "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL",
+    "sasl.jaas.config": JAAS,
+}
 
 
 def eventually(check, timeout_s=20):
@@ -33,13 +40,7 @@ def eventually(check, timeout_s=20):
 
 
 def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
-    overrides = {
-        "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
-        "sasl.jaas.config": JAAS,
-    }
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=overrides) as cluster:
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]
         admin = AdminClient({"bootstrap.servers": "{}:{}".format(*first.addresses[1][:2])})
         upsert = UserScramCredentialUpsertion(
@@ -116,14 +117,8 @@ def test_credentials_in_zookeeper_work_on_every_broker(zookeeper, tmp_path):
 
 
 def test_a_user_name_with_a_slash_is_an_url_encoded_znode(zookeeper, tmp_path):
-    overrides = {
-        "listeners": "EXTERNAL://127.0.0.1:0,INTERNAL://127.0.0.1:0",
-        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
-        "sasl.jaas.config": JAAS,
-    }
     user = "svc/orders"
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=overrides) as cluster:
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=2, overrides=OVERRIDES) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]
         admin = AdminClient({"bootstrap.servers": "{}:{}".format(*first.addresses[1][:2])})
         upsert = UserScramCredentialUpsertion(

@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from trio_broker.cluster.zk_changes import ChangeFollower, notify
 from trio_broker.security.acl import AclBinding, Op, Pattern, Permission
 
 logger = logging.getLogger(__name__)
@@ -61,13 +62,6 @@ _CHANGES = {Pattern.LITERAL: "/kafka-acl-changes", Pattern.PREFIXED: "/kafka-acl
 _PREFIX = "acl_changes_"
 
 Resource = tuple[int, str, int]  # (resource type, name, pattern type)
-
-
-def _seq(name: str) -> int:
-    try:
-        return int(name[len(_PREFIX) :])
-    except ValueError:
-        return -1
 
 
 def _path(resource: Resource) -> str:
@@ -113,14 +107,12 @@ class ZkAcls:
         self.zk = broker.zk
         self.store = broker.authorizer.store
         self.store.zk = self
-        self._last = {p: -1 for p in _CHANGES}
+        self._changes = {p: ChangeFollower(self.zk, path, _PREFIX) for p, path in _CHANGES.items()}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         for pattern in _ROOTS:
             await self.zk.create_if_missing(_ROOTS[pattern])
-            await self.zk.create_if_missing(_CHANGES[pattern])
-            changes = await self.zk.get_children(_CHANGES[pattern])
-            self._last[pattern] = max((_seq(c) for c in changes), default=-1)
+            await self._changes[pattern].start()
         bindings: set[AclBinding] = set()
         for pattern, root in _ROOTS.items():
             for type_name in await self.zk.get_children(root):
@@ -136,30 +128,21 @@ class ZkAcls:
                 nursery.start_soon(self._follow, pattern)
 
     async def _follow(self, pattern: int) -> None:
-        send, receive = trio.open_memory_channel[list[str]](1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.zk.watch_children, _CHANGES[pattern], send)
-            async with receive:
-                async for children in receive:
-                    for child in sorted(children, key=_seq):
-                        if _seq(child) <= self._last[pattern]:
-                            continue
-                        self._last[pattern] = _seq(child)
-                        resource = await self._changed(pattern, child)
-                        if resource is not None:
-                            self._install(resource, await self._read(resource))
+        async def on_change(data: bytes) -> None:
+            resource = self._changed(pattern, data)
+            if resource is not None:
+                self._install(resource, await self._read(resource))
 
-    async def _changed(self, pattern: int, child: str) -> Resource | None:
-        from kazoo.exceptions import NoNodeError
+        await self._changes[pattern].run(on_change)
 
+    def _changed(self, pattern: int, data: bytes) -> Resource | None:
         try:
-            data, _ = await self.zk.get(f"{_CHANGES[pattern]}/{child}")
             if pattern == Pattern.LITERAL:
                 type_name, _, name = data.decode().partition(":")
             else:
                 event = json.loads(data)
                 type_name, name = event["resourceType"], event["name"]
-        except (NoNodeError, ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             return None
         rtype = _TYPE_CODES.get(type_name) or _TYPE_CODES.get(type_name.title())
         return None if rtype is None else (rtype, name, pattern)
@@ -233,4 +216,4 @@ class ZkAcls:
                         "patternType": "PREFIXED",
                     }
                 ).encode()
-            await self.zk.create(f"{_CHANGES[pattern]}/{_PREFIX}", notice, sequence=True)
+            await notify(self.zk, _CHANGES[pattern], _PREFIX, notice)

@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from trio_broker.cluster.zk_changes import changed_entity, config_changes, notify_config_change
 from trio_broker.security.client_quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity, install
 from trio_broker.security.zk_names import desanitize, sanitize
 
@@ -26,16 +27,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ZkQuotas"]
 
 DEFAULT = "<default>"
-CHANGES = "/config/changes"
-CHANGE_PREFIX = "config_change_"
 _KEYS = QUOTA_KEYS[USER] | QUOTA_KEYS[CLIENT_ID]
-
-
-def _seq(name: str) -> int:
-    try:
-        return int(name[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return -1
 
 
 def _zk_name(name: str | None) -> str:
@@ -73,25 +65,14 @@ class ZkQuotas:
         self.broker = broker
         self.zk = broker.zk
         broker.zk_quotas = self
-        self._last_change = -1
+        self._changes = config_changes(self.zk)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.zk.create_if_missing(CHANGES)
-        changes = await self.zk.get_children(CHANGES)
-        self._last_change = max((_seq(c) for c in changes), default=-1)
+        await self._changes.start()
         for path in await self._entity_paths():
             await self._load(path)
         task_status.started()
-        send, receive = trio.open_memory_channel[list[str]](1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.zk.watch_children, CHANGES, send)
-            async with receive:
-                async for children in receive:
-                    for child in sorted(children, key=_seq):
-                        if _seq(child) <= self._last_change:
-                            continue
-                        self._last_change = _seq(child)
-                        await self._on_change(child)
+        await self._changes.run(self._on_change)
 
     async def _entity_paths(self) -> list[str]:
         from kazoo.exceptions import NoNodeError
@@ -112,15 +93,10 @@ class ZkQuotas:
                     paths.extend(f"users/{name}/clients/{c}" for c in clients)
         return paths
 
-    async def _on_change(self, child: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = await self.zk.get(f"{CHANGES}/{child}")
-            path = json.loads(data)["entity_path"]
-        except (NoNodeError, ValueError, KeyError):
-            return
-        await self._load(path)
+    async def _on_change(self, data: bytes) -> None:
+        path = changed_entity(data)
+        if path is not None:
+            await self._load(path)
 
     async def _load(self, path: str) -> None:
         from kazoo.exceptions import NoNodeError
@@ -177,5 +153,4 @@ class ZkQuotas:
             except (BadVersionError, NodeExistsError, NoNodeError):
                 continue
             break
-        notice = json.dumps({"version": 2, "entity_path": path}).encode()
-        await self.zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True)
+        await notify_config_change(self.zk, path)

@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from trio_broker.cluster.zk_changes import changed_entity, config_changes, notify_config_change
 from trio_broker.security.credentials import security_state
 from trio_broker.security.sasl import SCRAM_HASHES, ScramCredential
 from trio_broker.security.zk_names import desanitize, sanitize
@@ -26,15 +27,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ZkScram"]
 
 USERS = "/config/users"
-CHANGES = "/config/changes"
-CHANGE_PREFIX = "config_change_"
-
-
-def _seq(name: str) -> int:
-    try:
-        return int(name[len(CHANGE_PREFIX) :])
-    except ValueError:
-        return -1
 
 
 class ZkScram:
@@ -45,38 +37,19 @@ class ZkScram:
         self.zk = broker.zk
         self.store = security_state(broker).scram
         self.store.zk = self  # the credential APIs write through it
-        self._last_change = -1
+        self._changes = config_changes(self.zk)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        for path in (USERS, CHANGES):
-            await self.zk.create_if_missing(path)
-        changes = await self.zk.get_children(CHANGES)
-        self._last_change = max((_seq(c) for c in changes), default=-1)
+        await self.zk.create_if_missing(USERS)
+        await self._changes.start()
         for znode in await self.zk.get_children(USERS):
             await self._load(desanitize(znode))
         task_status.started()
-        send, receive = trio.open_memory_channel[list[str]](1)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.zk.watch_children, CHANGES, send)
-            async with receive:
-                async for children in receive:
-                    for child in sorted(children, key=_seq):
-                        seq = _seq(child)
-                        if seq <= self._last_change:
-                            continue
-                        self._last_change = seq
-                        await self._on_change(child)
+        await self._changes.run(self._on_change)
 
-    async def _on_change(self, child: str) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            data, _ = await self.zk.get(f"{CHANGES}/{child}")
-            entity = json.loads(data)["entity_path"]
-        except (NoNodeError, ValueError, KeyError):
-            return
-        kind, _, name = entity.partition("/")
-        if kind == "users" and "/" not in name:  # not users/<user>/clients/<client>
+    async def _on_change(self, data: bytes) -> None:
+        kind, _, name = (changed_entity(data) or "").partition("/")
+        if kind == "users" and name and "/" not in name:  # not users/<user>/clients/<c>
             await self._load(desanitize(name))
 
     async def _load(self, user: str) -> None:
@@ -127,5 +100,4 @@ class ZkScram:
                 except (BadVersionError, NodeExistsError, NoNodeError):
                     continue
                 break
-            notice = json.dumps({"version": 2, "entity_path": f"users/{sanitize(user)}"}).encode()
-            await self.zk.create(f"{CHANGES}/{CHANGE_PREFIX}", notice, sequence=True)
+            await notify_config_change(self.zk, f"users/{sanitize(user)}")
