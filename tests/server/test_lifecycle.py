@@ -109,3 +109,31 @@ def test_cli_starts_logs_port_and_stops_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
+
+
+def test_cli_stops_on_sigterm_while_still_starting(tmp_path):
+    # ZooKeeper unreachable: start-up waits for it (zookeeper.connection.timeout.ms), and a
+    # SIGTERM meanwhile must stop the broker, not wait for start-up to finish first.
+    from trio_broker.testing import free_port
+
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "trio_broker", "serve",
+            "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+            "--override", f"log.dirs={tmp_path / 'data'}",
+            "--override", f"zookeeper.connect=127.0.0.1:{free_port()}",
+            "--override", "zookeeper.connection.timeout.ms=120000",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        for line in proc.stderr:
+            if "Connection refused" in line:  # kazoo is trying to reach ZooKeeper
+                break
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert "received SIGTERM" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
