@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as bench  # noqa: E402  (benchmarks/run.py: cpu_seconds, progress)
 
-from trio_broker.testing import BrokerProcess, ZooKeeperServer  # noqa: E402
+from trio_broker.testing import BrokerProcess, ZooKeeperServer, wait_all_see  # noqa: E402
 
 CHROOT = "/bench"
 
@@ -119,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "auto.create.topics.enable": "false",
                     }
                 )
+            wait_all_see(brokers)  # else broker 1 may not know broker 3 yet
             _create_rf3(brokers[1].bootstrap, "rf3", [1, 2, 3])
             bench.progress(f"acks=all RF3: {n} records of {size} bytes")
             three = _phase(brokers, brokers[1], "rf3", n, size, "all")

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import trio
 
 from trio_broker.config import BrokerConfig
 
-__all__ = ["BrokerProcess", "BrokerThread", "KafkaCluster", "ZooKeeperServer"]
+__all__ = ["BrokerProcess", "BrokerThread", "KafkaCluster", "ZooKeeperServer", "wait_all_see"]
 
 
 class BrokerThread:
@@ -400,6 +401,64 @@ class ZooKeeperServer:
         self.stop()
 
 
+def wait_all_see(brokers: Mapping[int, Any], budget_s: float = 30) -> None:
+    """Until every broker (BrokerThread or BrokerProcess, by node id) lists every one in its
+    Metadata. A broker learns of another a moment after that one registers (from the
+    controller's UpdateMetadata), and until then, as in Kafka, a topic created through it
+    cannot have a replica there (INVALID_REPLICA_ASSIGNMENT): a cluster is ready once they
+    all know each other. A broker whose listeners all need TLS or SASL is not asked."""
+    want = set(brokers)
+    deadline = time.monotonic() + budget_s
+    for node_id, broker in brokers.items():
+        addresses = (
+            [(a[0], a[1]) for a in broker.addresses]
+            if isinstance(broker, BrokerThread)
+            else [("127.0.0.1", broker.port)]
+        )
+        while True:
+            seen = _brokers_seen(addresses)
+            if seen is None or want <= seen:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"broker {node_id} lists brokers {sorted(seen)}, not {sorted(want)}, "
+                    f"after {budget_s} s"
+                )
+            time.sleep(0.02)
+
+
+def _brokers_seen(addresses: list[tuple[str, int]]) -> set[int] | None:
+    """The node ids in the Metadata (v1) of the first of `addresses` that answers in plain
+    Kafka; None when none does (TLS or SASL listeners only)."""
+    import struct
+
+    from trio_broker.protocol._generated.metadata_request import MetadataRequest
+    from trio_broker.protocol._generated.metadata_response import MetadataResponse
+    from trio_broker.protocol._generated.request_header import RequestHeader
+
+    body = bytearray()
+    RequestHeader(
+        request_api_key=3, request_api_version=1, correlation_id=1, client_id="kafka-cluster"
+    ).encode(1, body)
+    MetadataRequest(topics=[]).encode(1, body)
+    frame = struct.pack(">i", len(body)) + bytes(body)
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=5) as sock:
+                sock.sendall(frame)
+                data = b""
+                while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        raise ConnectionError("closed")
+                    data += chunk
+            response, _ = MetadataResponse.decode(data[4:], 1, 4)  # after the correlation id
+            return {b.node_id for b in response.brokers}
+        except (OSError, ValueError, struct.error, IndexError):
+            continue
+    return None
+
+
 class KafkaCluster:
     """Brokers (`BrokerThread`s, node ids 1..size) joined through one ZooKeeper, each with its
     own log dir under `base_dir` and a free loopback port.
@@ -467,10 +526,14 @@ class KafkaCluster:
         try:
             for node_id in range(1, self.size + 1):
                 self.add_broker(node_id)
+            self.wait_all_see()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def wait_all_see(self, budget_s: float = 30) -> None:
+        wait_all_see(self.brokers, budget_s)
 
     def stop(self) -> None:
         for node_id in sorted(self.brokers, reverse=True):
