@@ -72,94 +72,102 @@ def test_reassignment_adds_then_drops_replicas(zookeeper, tmp_path, zk_view):
 def _reassignment_adds_then_drops_replicas(cluster, zk_view):
     brokers = cluster.brokers
     all_see(brokers)
-    admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
-    admin.create_topics([NewTopic("moving", 2, replica_assignment=[[1, 2], [2, 1]])])[
+    # The replica added (`new`) is frozen on the way, so it must not be the controller,
+    # which answers the reassignment requests; `a` and `b` hold the topic at first.
+    controller_id = zk_view.controller()
+    new = max(n for n in brokers if n != controller_id)
+    a, b = sorted(n for n in brokers if n != new)
+    admin = AdminClient({"bootstrap.servers": brokers[a].bootstrap})
+    admin.create_topics([NewTopic("moving", 2, replica_assignment=[[a, b], [b, a]])])[
         "moving"
     ].result()
-    controller = brokers[zk_view.controller()]
-    other = next(b for n, b in brokers.items() if n != zk_view.controller())
+    controller = brokers[controller_id]
+    other = next(broker for n, broker in brokers.items() if n not in (controller_id, new))
 
     # Only the controller serves it; bad targets get Kafka's errors.
     answer = _call(other.bootstrap, request_of(45, topics=[]))
     assert answer.error_code == ErrorCode.NOT_CONTROLLER
     assert (
-        _reassign(controller.bootstrap, "moving", 0, [1, 9]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        _reassign(controller.bootstrap, "moving", 0, [a, 9]) == ErrorCode.INVALID_REPLICA_ASSIGNMENT
     )
     assert (
-        _reassign(controller.bootstrap, "moving", 7, [1, 2]) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        _reassign(controller.bootstrap, "moving", 7, [a, b]) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     )
     assert (
         _reassign(controller.bootstrap, "moving", 0, None) == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
     )
 
-    # Partition 0 from [1, 2] to [3, 2]: 3 is added, 1 is to go once 3 is in the ISR.
-    brokers[3].pause()
-    assert _reassign(controller.bootstrap, "moving", 0, [3, 2]) == ErrorCode.NONE
+    # Partition 0 from [a, b] to [new, b]: new is added, a is to go once new is in the ISR.
+    brokers[new].pause()
+    assert _reassign(controller.bootstrap, "moving", 0, [new, b]) == ErrorCode.NONE
     topic = zk_view.json("/brokers/topics/moving")
-    assert topic["partitions"]["0"] == [3, 2, 1]
-    assert (topic["adding_replicas"], topic["removing_replicas"]) == ({"0": [3]}, {"0": [1]})
+    assert topic["partitions"]["0"] == [new, b, a]
+    assert (topic["adding_replicas"], topic["removing_replicas"]) == ({"0": [new]}, {"0": [a]})
     state = zk_view.json("/brokers/topics/moving/partitions/0/state")
-    assert (state["leader"], state["leader_epoch"], state["isr"]) == (1, 1, [1, 2])
-    assert _ongoing(controller.bootstrap) == {("moving", 0): ([3, 2, 1], [3], [1])}
+    assert (state["leader"], state["leader_epoch"], state["isr"]) == (a, 1, [a, b])
+    assert _ongoing(controller.bootstrap) == {("moving", 0): ([new, b, a], [new], [a])}
     wanted = [ListPartitionReassignmentsTopics(name="moving", partition_indexes=[1])]
     assert _ongoing(controller.bootstrap, wanted) == {}
-    for b in (brokers[1], brokers[2]):
+    for broker in (brokers[a], brokers[b]):
         eventually(
-            lambda b=b: [
-                p.replica_nodes for t in metadata(b.bootstrap).topics for p in t.partitions
+            lambda broker=broker: [
+                p.replica_nodes for t in metadata(broker.bootstrap).topics for p in t.partitions
                 if (t.name, p.partition_index) == ("moving", 0)
-            ] == [[3, 2, 1]],
+            ] == [[new, b, a]],
             budget_s=10,
-            what=f"{b.bootstrap} describes the replicas being added",
+            what=f"{broker.bootstrap} describes the replicas being added",
         )  # fmt: skip
 
-    # 3 resumes and catches up, the leader adds it to the ISR: the reassignment completes.
-    # 1 (the leader) is not in the target, so 3, the first target replica in the ISR,
-    # leads; 1 leaves the ISR.
-    brokers[3].resume()
+    # new resumes and catches up, the leader adds it to the ISR: the reassignment completes.
+    # a (the leader) is not in the target, so new, the first target replica in the ISR,
+    # leads; a leaves the ISR.
+    brokers[new].resume()
     state = eventually(
         lambda: (
-            (s := zk_view.json("/brokers/topics/moving/partitions/0/state"))["leader"] == 3 and s
+            (s := zk_view.json("/brokers/topics/moving/partitions/0/state"))["leader"] == new and s
         ),
         budget_s=10,
         what="the reassignment completed",
     )
-    assert (state["leader_epoch"], sorted(state["isr"])) == (2, [2, 3])
+    assert (state["leader_epoch"], sorted(state["isr"])) == (2, sorted([b, new]))
     topic = zk_view.json("/brokers/topics/moving")
-    assert topic["partitions"] == {"0": [3, 2], "1": [2, 1]}
+    assert topic["partitions"] == {"0": [new, b], "1": [b, a]}
     assert (topic["adding_replicas"], topic["removing_replicas"]) == ({}, {})
     assert _ongoing(controller.bootstrap) == {}
-    for b in brokers.values():
+    for broker in brokers.values():
         eventually(
-            lambda b=b: [
-                (p.leader_id, p.replica_nodes) for t in metadata(b.bootstrap).topics
+            lambda broker=broker: [
+                (p.leader_id, p.replica_nodes) for t in metadata(broker.bootstrap).topics
                 for p in t.partitions if (t.name, p.partition_index) == ("moving", 0)
-            ] == [(3, [3, 2])],
+            ] == [(new, [new, b])],
             budget_s=10,
-            what=f"{b.bootstrap} describes the new replicas",
+            what=f"{broker.bootstrap} describes the new replicas",
         )  # fmt: skip
 
     # With kafka-python's admin client (it finds the controller itself): a reassignment
     # cancelled before it completes goes back to the original replicas.
     kp = KafkaAdminClient(bootstrap_servers=other.bootstrap, request_timeout_ms=15000)
-    brokers[3].pause()  # so that 3 does not catch up before the cancellation
+    # Its first controller request finds (and keeps) the controller, with every broker
+    # running: it asks the least loaded broker, which could otherwise be the frozen one.
+    assert kp.list_partition_reassignments() == {}
+    brokers[new].pause()  # so that it does not catch up before the cancellation
     try:
         tp = KpTopicPartition("moving", 1)
-        assert kp.alter_partition_reassignments({tp: [3, 1]}) == {tp: None}
+        assert kp.alter_partition_reassignments({tp: [new, a]}) == {tp: None}
         assert kp.list_partition_reassignments() == {
-            tp: {"replicas": [3, 1, 2], "adding_replicas": [3], "removing_replicas": [2]}
+            tp: {"replicas": [new, a, b], "adding_replicas": [new], "removing_replicas": [b]}
         }
         assert kp.alter_partition_reassignments({tp: None}) == {tp: None}
         assert kp.list_partition_reassignments() == {}
     finally:
         kp.close()
-        brokers[3].resume()
+        brokers[new].resume()
     topic = zk_view.json("/brokers/topics/moving")
     # The original replicas as Kafka derives them (replicas minus adding), so in RS order.
-    assert topic["partitions"]["1"] == [1, 2]
+    assert topic["partitions"]["1"] == [a, b]
     assert (topic["adding_replicas"], topic["removing_replicas"]) == ({}, {})
     assert _ongoing(controller.bootstrap) == {}
-    assert zk_view.json("/brokers/topics/moving/partitions/1/state")["leader"] == 2
+    assert zk_view.json("/brokers/topics/moving/partitions/1/state")["leader"] == b
 
 
 def test_a_new_controller_completes_an_ongoing_reassignment(zookeeper, tmp_path, zk_view):
