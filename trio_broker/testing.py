@@ -456,7 +456,8 @@ class KafkaCluster:
     def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> Any:
         config = self.broker_config(node_id, overrides)
         if self.processes:
-            config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
+            if "listeners" not in (overrides or {}):
+                config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
             broker: Any = BrokerProcess(config)
         else:
             broker = BrokerThread(config).start()
