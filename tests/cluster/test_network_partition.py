@@ -22,7 +22,7 @@ import socket
 import time
 
 import pytest
-from clustertest_helpers import FAST_SESSION, eventually
+from clustertest_helpers import FAST_SESSION, eventually, view
 from failover_helpers import (
     CountingProducer,
     assert_every_ack_read_once,
@@ -114,6 +114,14 @@ def _listeners(internal: int, client: int) -> str:
     return f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}"
 
 
+def _assert_clients_told_client_ports(brokers: dict) -> None:
+    """Metadata on the CLIENT listener names every broker's CLIENT address (the INTERNAL
+    one of broker 3 is the proxy, which a client must never be sent to)."""
+    want = sorted((n, "127.0.0.1", b.port) for n, b in brokers.items())
+    for b in brokers.values():
+        assert view(b.bootstrap)[2] == want, b.bootstrap
+
+
 def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
     zookeeper, tmp_path, zk_view
 ):
@@ -156,16 +164,14 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
         for topic in ("split", "split-acks1"):
             wait_for_leaders(bootstrap, topic, 1, isr_size=3)
             assert leader_of(majority, topic) == ISOLATED
+        _assert_clients_told_client_ports(brokers)
         isolated = RawProducer(brokers[ISOLATED].port)
         acks1: list[tuple[int, bytes]] = []  # (offset, value) the isolated leader acked
 
-        with CountingProducer(
-            bootstrap,
-            "split",
-            # The produce timeout librdkafka sends: how long a produce parked on the
-            # isolated leader waits before the client retries elsewhere.
-            extra={"request.timeout.ms": 4000, "topic.metadata.refresh.interval.ms": 500},
-        ) as producer:
+        # The produce timeout librdkafka sends: how long a produce parked on the isolated
+        # leader waits before the client retries.
+        extra = {"request.timeout.ms": 4000, "topic.metadata.refresh.interval.ms": 500}
+        with CountingProducer(bootstrap, "split", extra=extra) as producer:
             eventually(lambda: len(producer.acked) > 300, budget_s=30, what="first acks")
             for i in range(20):
                 code, offset = isolated.produce("split-acks1", b"before-%d" % i, acks=1)
@@ -204,36 +210,52 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
                     what=f"a new leader of {topic}",
                 )
             moved_at = time.monotonic()
-            producer.wait_for_acks_after(moved_at, budget_s=30, what="acks on the majority")
-            # Records at the offsets the isolated leader acknowledged alone.
-            new_leader = RawProducer(brokers[leader_of(majority, "split-acks1")].port)
-            for i in range(10):
-                code, _ = new_leader.produce("split-acks1", b"majority-%d" % i, acks=1)
-                assert code == 0, ErrorCode(code)
-            new_leader.close()
-            # Still cut off, the old leader still refuses acks=all.
-            code, _ = isolated.produce("split", b"isolated-all-2", acks=-1, timeout_ms=2000)
-            assert code in (
-                ErrorCode.REQUEST_TIMED_OUT,
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                ErrorCode.NOT_LEADER_OR_FOLLOWER,
-            ), ErrorCode(code)
-            isolated.close()
+            # A producer that starts on the majority side learns the new leader there
+            # and is acknowledged. (The first producer may stay with the isolated leader,
+            # whose metadata still names itself, as a ZooKeeper-era Kafka broker's does
+            # until it hears of its expired session: librdkafka asks its least idle
+            # broker. It carries on after the heal at the latest.)
+            with CountingProducer(
+                f"{brokers[1].bootstrap},{brokers[2].bootstrap}", "split", extra=extra, prefix=b"m"
+            ) as majority_producer:
+                majority_producer.wait_for_acks_after(
+                    moved_at, budget_s=30, what="acks on the majority"
+                )
+                # Records at the offsets the isolated leader acknowledged alone.
+                new_leader = RawProducer(brokers[leader_of(majority, "split-acks1")].port)
+                for i in range(10):
+                    code, _ = new_leader.produce("split-acks1", b"majority-%d" % i, acks=1)
+                    assert code == 0, ErrorCode(code)
+                new_leader.close()
+                # Still cut off, the old leader still refuses acks=all.
+                code, _ = isolated.produce("split", b"isolated-all-2", acks=-1, timeout_ms=2000)
+                assert code in (
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                ), ErrorCode(code)
+                isolated.close()
+                stalled = producer.acks_after(cut_at + 5)
 
-            healed_at = time.monotonic()
-            zk_proxy.heal()
-            ib_proxy.heal()
-            # A new session, a new registration; the ISRs grow back to all three.
-            eventually(
-                lambda: zk_view.owner(f"/brokers/ids/{ISOLATED}") not in (None, old_registration),
-                budget_s=20,
-                what="the isolated broker registered again",
-            )
-            for topic in ("split", "split-acks1"):
-                wait_for_leaders(majority, topic, 1, isr_size=3, budget_s=30)
-            back_at = time.monotonic()
-            eventually(lambda: producer.acks_after(back_at) > 100, budget_s=30, what="more acks")
+                healed_at = time.monotonic()
+                zk_proxy.heal()
+                ib_proxy.heal()
+                # A new session, a new registration; the ISRs grow back to all three.
+                eventually(
+                    lambda: (
+                        zk_view.owner(f"/brokers/ids/{ISOLATED}") not in (None, old_registration)
+                    ),
+                    budget_s=20,
+                    what="the isolated broker registered again",
+                )
+                for topic in ("split", "split-acks1"):
+                    wait_for_leaders(majority, topic, 1, isr_size=3, budget_s=30)
+                back_at = time.monotonic()
+                # The first producer, told NOT_LEADER_OR_FOLLOWER by the old leader now
+                # a follower, moves to the new leader.
+                for p in (producer, majority_producer):
+                    eventually(lambda p=p: p.acks_after(back_at) > 100, budget_s=30, what="acks")
+            assert not majority_producer.errors, majority_producer.errors[:5]
         assert not producer.errors, producer.errors[:5]
 
         lines = "".join(brokers[ISOLATED].lines)
@@ -241,8 +263,9 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
 
         # Every acks=all acknowledgement, exactly once, at its offset.
         hw = high_watermarks(majority, "split", [0])
-        assert_every_ack_read_once(producer.acked, read_all(majority, "split", hw))
-        assert b"isolated-all" not in {v for _, v in read_all(majority, "split", hw)[0]}
+        read = read_all(majority, "split", hw)
+        assert_every_ack_read_once(producer.acked + majority_producer.acked, read)
+        assert not {b"isolated-all", b"isolated-all-2"} & {v for _, v in read[0]}
 
         # Every replica holds the same batches, byte for byte.
         for topic in ("split", "split-acks1"):
@@ -253,13 +276,16 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
 
             eventually(same, budget_s=30, what=f"identical replicas of {topic}")
 
+        _assert_clients_told_client_ports(brokers)
+
         # acks=1 on the isolated side: the trade-off Kafka documents.
         hw1 = high_watermarks(majority, "split-acks1", [0])
         at = dict(read_all(majority, "split-acks1", hw1)[0])
         lost = [(o, v) for o, v in acks1 if at.get(o) != v]
         lost_in_cut = [v for _, v in lost if v.startswith(b"cut-")]
         print(
-            f"network partition: {len(producer.acked)} acks=all records, none lost; "
+            f"network partition: {len(producer.acked) + len(majority_producer.acked)} acks=all "
+            f"records, none lost (the first producer's acks from 5 s after the cut to the heal: {stalled}); "
             f"acks=1 acknowledged by the isolated leader: {len(acks1)}, lost {len(lost)} "
             f"({len(lost_in_cut)} of them during the cut); new leader "
             f"{moved_at - cut_at:.1f} s after the cut, ISR whole "
