@@ -109,6 +109,43 @@ def test_proxy_forwards_cuts_and_heals():
                 s.close()
 
 
+def test_the_controller_reaches_brokers_on_the_inter_broker_listener(zookeeper, tmp_path):
+    """Broker 2 lists its CLIENT listener first, and that address goes nowhere (a cut
+    proxy): the controller must send its LeaderAndIsr to INTERNAL, the inter-broker
+    listener, for broker 2 to lead what it was assigned."""
+    common = {
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+    }
+    internal = {n: free_port() for n in (1, 2)}
+    client = {n: free_port() for n in (1, 2)}
+    with (
+        TcpProxy(("127.0.0.1", client[2])) as nowhere,
+        KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common) as cluster,
+    ):
+        nowhere.cut()
+        for n in (1, 2):
+            listeners = f"CLIENT://127.0.0.1:{client[n]},INTERNAL://127.0.0.1:{internal[n]}"
+            overrides = {"listeners": listeners}
+            if n == 2:
+                overrides["advertised.listeners"] = (
+                    f"CLIENT://127.0.0.1:{nowhere.port},INTERNAL://127.0.0.1:{internal[n]}"
+                )
+            cluster.add_broker(n, overrides)
+        on_internal = f"127.0.0.1:{internal[1]}"
+        create_topic(on_internal, "via-internal", replica_assignment=[[2]], replication_factor=1)
+        wait_for_leaders(on_internal, "via-internal", 1)
+        producer = RawProducer(internal[2])
+        code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        deadline = time.monotonic() + 20
+        while code != 0 and time.monotonic() < deadline:
+            code, _ = producer.produce("via-internal", b"x", acks=-1)
+            time.sleep(0.05)
+        producer.close()
+        assert code == 0, ErrorCode(code)
+        assert nowhere.forwarded == 0
+
+
 def _listeners(internal: int, client: int) -> str:
     # CLIENT last: BrokerProcess.bootstrap names the last listener's port.
     return f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}"
