@@ -1,10 +1,12 @@
 """A network partition: the leader cut off from ZooKeeper and the other brokers, then healed.
 
-Three broker processes and a real ZooKeeper. Broker 3 leads both topics; its ZooKeeper
-connection and its inter-broker listener (what the other brokers reach it on) go through
-TCP proxies of the test's own (netproxy.py), which the test cuts. Clients reach every
-broker directly on a second listener, so they still reach the isolated leader, as clients
-on its side of a real partition would. What Kafka promises, checked here:
+Three broker processes and a real ZooKeeper. Broker 3 leads both topics, once as a plain
+broker and once as the controller too. Every link between it and the rest goes through
+TCP proxies of the test's own (netproxy.py), which the test cuts: its ZooKeeper session,
+the others' connections to its inter-broker listener, and its connections to theirs (it
+uses a listener name of its own for that, which the others advertise at the proxies).
+Clients reach every broker directly on a CLIENT listener, so they still reach the
+isolated leader, as clients on its side of a real partition would. What Kafka promises, checked here:
 
 - cut: the isolated leader cannot shrink its ISR without ZooKeeper, so its acks=all
   produces fail (REQUEST_TIMED_OUT, or NOT_ENOUGH_REPLICAS); its session expires, the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import socket
 import time
+from typing import Any
 
 import pytest
 from clustertest_helpers import FAST_SESSION, eventually, view
@@ -146,27 +149,80 @@ def test_the_controller_reaches_brokers_on_the_inter_broker_listener(zookeeper, 
         assert nowhere.forwarded == 0
 
 
-def _listeners(internal: int, client: int) -> str:
-    # CLIENT last: BrokerProcess.bootstrap names the last listener's port.
-    return f"INTERNAL://127.0.0.1:{internal},CLIENT://127.0.0.1:{client}"
+class IsolatedBroker:
+    """Broker ISOLATED's every link to the others through a proxy: its ZooKeeper session,
+    the others' connections to it (its INTERNAL listener, advertised at a proxy) and its
+    connections to them (it reaches brokers on a listener of its own, TO_ISOLATED, which
+    the others advertise at proxies). Clients reach all three directly on CLIENT."""
+
+    def __init__(self, zookeeper: Any) -> None:
+        self.ports = {
+            n: {name: free_port() for name in ("INTERNAL", "TO_ISOLATED", "CLIENT")}
+            for n in (1, 2, 3)
+        }
+        self.zk = TcpProxy(("127.0.0.1", zookeeper.port))
+        self.to_me = TcpProxy(("127.0.0.1", self.ports[ISOLATED]["INTERNAL"]))
+        self.from_me = {n: TcpProxy(("127.0.0.1", self.ports[n]["TO_ISOLATED"])) for n in (1, 2)}
+        self.proxies = [self.zk, self.to_me, *self.from_me.values()]
+        for proxy in self.proxies:
+            proxy.start()
+
+    def overrides(self, n: int) -> dict[str, str]:
+        ports = self.ports[n]
+        # CLIENT last: BrokerProcess.bootstrap names the last listener's port.
+        listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
+        if n == ISOLATED:
+            return {
+                "listeners": listeners,
+                "advertised.listeners": (
+                    f"INTERNAL://127.0.0.1:{self.to_me.port},"
+                    f"TO_ISOLATED://127.0.0.1:{ports['TO_ISOLATED']},"
+                    f"CLIENT://127.0.0.1:{ports['CLIENT']}"
+                ),
+                "inter.broker.listener.name": "TO_ISOLATED",
+                "zookeeper.connect": self.zk.address + "/kafka",
+            }
+        return {
+            "listeners": listeners,
+            "advertised.listeners": (
+                f"INTERNAL://127.0.0.1:{ports['INTERNAL']},"
+                f"TO_ISOLATED://127.0.0.1:{self.from_me[n].port},"
+                f"CLIENT://127.0.0.1:{ports['CLIENT']}"
+            ),
+            "inter.broker.listener.name": "INTERNAL",
+        }
+
+    def cut(self) -> None:
+        for proxy in self.proxies:
+            proxy.cut()
+
+    def heal(self) -> None:
+        for proxy in self.proxies:
+            proxy.heal()
+
+    def close(self) -> None:
+        for proxy in self.proxies:
+            proxy.close()
 
 
 def _assert_clients_told_client_ports(brokers: dict) -> None:
-    """Metadata on the CLIENT listener names every broker's CLIENT address (the INTERNAL
-    one of broker 3 is the proxy, which a client must never be sent to)."""
+    """Metadata on the CLIENT listener names every broker's CLIENT address (the others
+    lead through the proxies, where a client must never be sent)."""
     want = sorted((n, "127.0.0.1", b.port) for n, b in brokers.items())
     for b in brokers.values():
         assert view(b.bootstrap)[2] == want, b.bootstrap
 
 
+@pytest.mark.parametrize("controller", [1, ISOLATED], ids=["leader", "leader-and-controller"])
 def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
-    zookeeper, tmp_path, zk_view
+    zookeeper, tmp_path, zk_view, controller
 ):
     common = {
         **FAST_SESSION,
         "zookeeper.session.timeout.ms": "3000",
-        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,CLIENT:PLAINTEXT",
-        "inter.broker.listener.name": "INTERNAL",
+        "listener.security.protocol.map": (
+            "INTERNAL:PLAINTEXT,TO_ISOLATED:PLAINTEXT,CLIENT:PLAINTEXT"
+        ),
         # The isolated leader tries to shrink its ISR during the cut (and cannot).
         "replica.lag.time.max.ms": "3000",
         "replica.fetch.backoff.ms": "200",
@@ -174,20 +230,13 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
         # while the test reads.
         "auto.leader.rebalance.enable": "false",
     }
-    zk_proxy = TcpProxy(("127.0.0.1", zookeeper.port)).start()
-    internal = {n: free_port() for n in (1, 2, 3)}
-    client = {n: free_port() for n in (1, 2, 3)}
-    ib_proxy = TcpProxy(("127.0.0.1", internal[ISOLATED])).start()
+    net = IsolatedBroker(zookeeper)
     cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common, processes=True)
     try:
-        for n in (1, 2, 3):
-            overrides = {"listeners": _listeners(internal[n], client[n])}
-            if n == ISOLATED:
-                overrides["advertised.listeners"] = _listeners(ib_proxy.port, client[n])
-                overrides["zookeeper.connect"] = zk_proxy.address + "/kafka"
-            cluster.add_broker(n, overrides)
-        # Broker 1 started first and is the controller: the isolated broker is not.
-        assert zk_view.controller() == 1
+        # The first broker to start becomes the controller.
+        for n in sorted((1, 2, 3), key=lambda n: n != controller):
+            cluster.add_broker(n, net.overrides(n))
+        assert zk_view.controller() == controller
         brokers = cluster.brokers
         bootstrap = cluster.bootstrap
         majority = brokers[1].bootstrap
@@ -217,8 +266,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
             old_registration = zk_view.owner(f"/brokers/ids/{ISOLATED}")
 
             cut_at = time.monotonic()
-            zk_proxy.cut()
-            ib_proxy.cut()
+            net.cut()
 
             # The isolated side: acks=1 is still acknowledged (by the leader alone) ...
             for i in range(50):
@@ -275,8 +323,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
                 stalled = producer.acks_after(cut_at + 5)
 
                 healed_at = time.monotonic()
-                zk_proxy.heal()
-                ib_proxy.heal()
+                net.heal()
                 # A new session, a new registration; the ISRs grow back to all three.
                 eventually(
                     lambda: (
@@ -330,5 +377,4 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
         )
     finally:
         cluster.stop()
-        ib_proxy.close()
-        zk_proxy.close()
+        net.close()
