@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import pytest
-from clustertest_helpers import FAST_SESSION, eventually, view
+from clustertest_helpers import FAST_SESSION, all_see, eventually, view
 from failover_helpers import (
     CountingProducer,
     assert_every_ack_read_once,
@@ -136,6 +136,11 @@ def test_the_controller_reaches_brokers_on_the_inter_broker_listener(zookeeper, 
                 )
             cluster.add_broker(n, overrides)
         on_internal = f"127.0.0.1:{internal[1]}"
+        eventually(
+            lambda: [n for n, _, _ in view(on_internal)[2]] == [1, 2],
+            budget_s=15,
+            what="broker 1 sees broker 2",
+        )
         create_topic(on_internal, "via-internal", replica_assignment=[[2]], replication_factor=1)
         wait_for_leaders(on_internal, "via-internal", 1)
         producer = RawProducer(internal[2])
@@ -237,6 +242,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
         for n in sorted((1, 2, 3), key=lambda n: n != controller):
             cluster.add_broker(n, net.overrides(n))
         assert zk_view.controller() == controller
+        all_see(cluster.brokers)
         brokers = cluster.brokers
         bootstrap = cluster.bootstrap
         majority = brokers[1].bootstrap
