@@ -218,31 +218,39 @@ def _assert_clients_told_client_ports(brokers: dict) -> None:
         assert view(b.bootstrap)[2] == want, b.bootstrap
 
 
-@pytest.mark.parametrize("controller", [1, ISOLATED], ids=["leader", "leader-and-controller"])
-def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
-    zookeeper, tmp_path, zk_view, controller
-):
-    common = {
+def _cluster_overrides(session_ms: int, lag_ms: int) -> dict[str, str]:
+    return {
         **FAST_SESSION,
-        "zookeeper.session.timeout.ms": "3000",
+        "zookeeper.session.timeout.ms": str(session_ms),
         "listener.security.protocol.map": (
             "INTERNAL:PLAINTEXT,TO_ISOLATED:PLAINTEXT,CLIENT:PLAINTEXT"
         ),
-        # The isolated leader tries to shrink its ISR during the cut (and cannot).
-        "replica.lag.time.max.ms": "3000",
+        "replica.lag.time.max.ms": str(lag_ms),
         "replica.fetch.backoff.ms": "200",
         # Broker 3 is the preferred leader: it must not take leadership back by itself
         # while the test reads.
         "auto.leader.rebalance.enable": "false",
     }
+
+
+def _start(cluster: KafkaCluster, net: IsolatedBroker, zk_view: Any, controller: int) -> None:
+    # The first broker to start becomes the controller.
+    for n in sorted((1, 2, 3), key=lambda n: n != controller):
+        cluster.add_broker(n, net.overrides(n))
+    assert zk_view.controller() == controller
+    all_see(cluster.brokers)
+
+
+@pytest.mark.parametrize("controller", [1, ISOLATED], ids=["leader", "leader-and-controller"])
+def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
+    zookeeper, tmp_path, zk_view, controller
+):
+    # The isolated leader tries to shrink its ISR during the cut (and cannot).
+    common = _cluster_overrides(session_ms=3000, lag_ms=3000)
     net = IsolatedBroker(zookeeper)
     cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common, processes=True)
     try:
-        # The first broker to start becomes the controller.
-        for n in sorted((1, 2, 3), key=lambda n: n != controller):
-            cluster.add_broker(n, net.overrides(n))
-        assert zk_view.controller() == controller
-        all_see(cluster.brokers)
+        _start(cluster, net, zk_view, controller)
         brokers = cluster.brokers
         bootstrap = cluster.bootstrap
         majority = brokers[1].bootstrap
@@ -365,6 +373,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
                 return len(copies) == 1
 
             eventually(same, budget_s=30, what=f"identical replicas of {topic}")
+            assert log_bytes(brokers[1].log_dir, topic, 0)
 
         _assert_clients_told_client_ports(brokers)
 
@@ -382,5 +391,72 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
             f"{back_at - healed_at:.1f} s after the heal"
         )
     finally:
+        cluster.stop()
+        net.close()
+
+
+def test_a_cut_shorter_than_the_session_shrinks_the_isr_and_it_grows_back(
+    zookeeper, tmp_path, zk_view
+):
+    """The leader cut off for less than its session timeout keeps its session and its
+    leadership: it shrinks the ISR once ZooKeeper answers again (min.insync.replicas=2
+    refuses acks=all meanwhile), the followers reconnect and rejoin the ISR, and the
+    producer carries on with nothing lost."""
+    common = _cluster_overrides(session_ms=20000, lag_ms=1500)
+    net = IsolatedBroker(zookeeper)
+    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common, processes=True)
+    try:
+        _start(cluster, net, zk_view, controller=1)
+        brokers = cluster.brokers
+        majority = brokers[1].bootstrap
+        create_topic(
+            cluster.bootstrap,
+            "brief",
+            replica_assignment=[[ISOLATED, 1, 2]],
+            config={"min.insync.replicas": "2"},
+        )
+        wait_for_leaders(cluster.bootstrap, "brief", 1, isr_size=3)
+        state = "/brokers/topics/brief/partitions/0/state"
+        registration = zk_view.owner(f"/brokers/ids/{ISOLATED}")
+        epoch = zk_view.json(state)["leader_epoch"]
+        extra = {"request.timeout.ms": 4000}
+        with CountingProducer(cluster.bootstrap, "brief", extra=extra) as producer:
+            eventually(lambda: len(producer.acked) > 300, budget_s=30, what="first acks")
+            net.cut()
+            # The leader decides to shrink the ISR (its followers stopped fetching); the
+            # write waits for ZooKeeper.
+            eventually(
+                lambda: "shrinking the ISR of brief-0" in "".join(brokers[ISOLATED].lines),
+                budget_s=20,
+                what="the leader shrinks the ISR",
+            )
+            net.heal()
+            # Same session, same leader; the ISR goes down to the leader and back.
+            back = time.monotonic()
+            eventually(
+                lambda: sorted(zk_view.json(state)["isr"]) == [1, 2, 3],
+                budget_s=30,
+                what="the ISR grows back",
+            )
+            eventually(lambda: producer.acks_after(back) > 300, budget_s=30, what="more acks")
+        assert not producer.errors, producer.errors[:5]
+        assert zk_view.owner(f"/brokers/ids/{ISOLATED}") == registration
+        assert zk_view.json(state)["leader"] == ISOLATED
+        assert zk_view.json(state)["leader_epoch"] == epoch
+        lines = "".join(brokers[ISOLATED].lines)
+        assert "ISR of brief-0 is now [3]" in lines, lines[-3000:]
+        hw = high_watermarks(majority, "brief", [0])
+        assert_every_ack_read_once(producer.acked, read_all(majority, "brief", hw))
+        eventually(
+            lambda: len({log_bytes(b.log_dir, "brief", 0) for b in brokers.values()}) == 1,
+            budget_s=30,
+            what="identical replicas",
+        )
+    finally:
+        import os
+
+        if os.environ.get("NETSPLIT_DUMP"):
+            for n, b in cluster.brokers.items():
+                open(f"/tmp/netsplit-x-{n}.log", "w").write("".join(b.lines))
         cluster.stop()
         net.close()
