@@ -5,11 +5,20 @@
     proxy.cut()    # every forwarded connection closed; new ones accepted and left silent
     proxy.heal()   # the silent ones closed; new connections are forwarded again
 
-While cut the proxy behaves like a partitioned network as a peer sees it: what was
-connected breaks, and a new connection goes nowhere (it is accepted, then neither read nor
-answered, so the peer waits for its own timeout rather than hearing a refusal). It runs a
-Trio loop on a daemon thread, as `trio_broker.testing.BrokerThread` does, so blocking
-tests drive it with plain calls.
+While cut the proxy behaves like a partitioned network as a peer sees it. Two ways:
+
+- `cut()` (`silent=False`): what was connected breaks (closed), and a new connection goes
+  nowhere: it is accepted, then neither read nor answered, so the peer waits for its own
+  timeout rather than hearing a refusal. `heal()` closes those, and the peers connect
+  again.
+- `cut(silent=True)`: nothing is closed; bytes simply stop moving, on the connections
+  that exist and on new ones (accepted, not yet connected onward), as when packets are
+  dropped. Each side notices only by its own timeouts. `heal()` lets everything flow
+  again, what was sent meanwhile included, as TCP's retransmissions would deliver it;
+  a connection made during the cut is connected onward then.
+
+It runs a Trio loop on a daemon thread, as `trio_broker.testing.BrokerThread` does, so
+blocking tests drive it with plain calls.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ class TcpProxy:
         self.forwarded = 0  # connections forwarded to the target so far
         self.blackholed = 0  # connections accepted while cut
         self._cut = False
+        self._silent = False
+        # Set while bytes may move; a silent cut replaces it with an unset one.
+        self._flowing: trio.Event | None = None
         self._scopes: set[trio.CancelScope] = set()
         self._held: set[trio.CancelScope] = set()
         self._token: trio.lowlevel.TrioToken | None = None
@@ -52,12 +64,14 @@ class TcpProxy:
             raise RuntimeError(f"proxy did not start on port {self.port}") from self._error
         return self
 
-    def cut(self) -> None:
-        """Close every forwarded connection; blackhole new ones until `heal()`."""
-        self._in_loop(self._do_cut)
+    def cut(self, *, silent: bool = False) -> None:
+        """Close every forwarded connection and blackhole new ones until `heal()`; with
+        `silent`, stall every connection, old and new, instead."""
+        self._in_loop(lambda: self._do_cut(silent))
 
     def heal(self) -> None:
-        """Close the blackholed connections (their peers reconnect); forward again."""
+        """After `cut()`: close the blackholed connections (their peers reconnect) and
+        forward new ones. After `cut(silent=True)`: let everything flow again."""
         self._in_loop(self._do_heal)
 
     def close(self) -> None:
@@ -92,6 +106,8 @@ class TcpProxy:
 
     async def _main(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
+        self._flowing = trio.Event()
+        self._flowing.set()
         listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
         with trio.CancelScope() as scope:
             self._main_scope = scope
@@ -99,20 +115,35 @@ class TcpProxy:
                 self._started.set()
                 await trio.serve_listeners(self._handle, listeners, handler_nursery=nursery)
 
-    def _do_cut(self) -> None:
-        self._cut = True
+    def _do_cut(self, silent: bool) -> None:
+        if self._cut:
+            return
+        self._cut, self._silent = True, silent
+        if silent:
+            self._flowing = trio.Event()
+            return
         for scope in list(self._scopes):
             scope.cancel()
 
     def _do_heal(self) -> None:
+        if not self._cut:
+            return
         self._cut = False
+        if self._silent:
+            assert self._flowing is not None
+            self._flowing.set()
+            return
         # Their connections close (the peer reads EOF at once and connects again).
         for scope in list(self._held):
             scope.cancel()
 
+    async def _wait_flowing(self) -> None:
+        assert self._flowing is not None
+        await self._flowing.wait()
+
     async def _handle(self, client: trio.SocketStream) -> None:
         async with client:
-            if self._cut:
+            if self._cut and not self._silent:
                 self.blackholed += 1
                 with trio.CancelScope() as held:
                     self._held.add(held)
@@ -121,9 +152,12 @@ class TcpProxy:
                     finally:
                         self._held.discard(held)
                 return
+            if self._cut:
+                self.blackholed += 1
             with trio.CancelScope() as scope:
                 self._scopes.add(scope)
                 try:
+                    await self._wait_flowing()  # a silent cut: connect onward at the heal
                     try:
                         upstream = await trio.open_tcp_stream(*self.target)
                     except OSError:
@@ -135,14 +169,16 @@ class TcpProxy:
                 finally:
                     self._scopes.discard(scope)
 
-    @staticmethod
     async def _pump(
-        source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope
+        self, source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope
     ) -> None:
-        """Copy until either side ends; then the whole connection goes."""
+        """Copy until either side ends; then the whole connection goes. During a silent
+        cut what was read waits here (and the kernel's buffers behind it) until the heal."""
         try:
             while data := await source.receive_some(65536):
+                await self._wait_flowing()
                 await sink.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        await self._wait_flowing()  # an end of stream, too, arrives only after the heal
         done.cancel()
