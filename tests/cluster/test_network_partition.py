@@ -432,6 +432,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
         )
     finally:
         _keep_logs(cluster, tmp_path)
+        net.heal()  # a failed test's brokers stop quickly (controlled shutdown included)
         cluster.stop()
         net.close()
 
@@ -504,5 +505,6 @@ def test_a_cut_shorter_than_the_session_shrinks_the_isr_and_it_grows_back(
         )
     finally:
         _keep_logs(cluster, tmp_path)
+        net.heal()  # a failed test's brokers stop quickly (controlled shutdown included)
         cluster.stop()
         net.close()
