@@ -52,7 +52,10 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
         return UpdateMetadataResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
     meta.controller_epoch = body.controller_epoch
 
-    listener = broker.advertised[0].name if broker.advertised else None
+    # A node's own address is the one brokers reach it on (inter.broker.listener.name,
+    # as the registration in cluster/membership.py reads it); every endpoint is kept so
+    # that a client is told the address of the listener it came in on (apis/endpoints.py).
+    listener = _inter_broker_listener(broker)
     brokers: dict[int, BrokerNode] = {}
     for b in body.live_brokers:
         if request.api_version == 0:
@@ -62,7 +65,11 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
         endpoint = endpoint or (b.endpoints[0] if b.endpoints else None)
         if endpoint is not None:
             brokers[b.id] = BrokerNode(
-                node_id=b.id, host=endpoint.host, port=endpoint.port, rack=b.rack or None
+                node_id=b.id,
+                host=endpoint.host,
+                port=endpoint.port,
+                rack=b.rack or None,
+                endpoints=tuple((e.listener, e.host, e.port) for e in b.endpoints),
             )
     meta.set_live_brokers(brokers)
     meta.set_controller(body.controller_id)
@@ -160,3 +167,11 @@ def _zero_uuid():
     import uuid
 
     return uuid.UUID(int=0)
+
+
+def _inter_broker_listener(broker: Broker) -> str | None:
+    if not broker.advertised:
+        return None
+    from trio_broker.security.inter_broker import inter_broker_listener
+
+    return inter_broker_listener(broker.config)

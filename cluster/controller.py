@@ -335,8 +335,12 @@ class Controller:
         from kazoo.exceptions import NoNodeError
 
         from trio_broker.cluster.controller_context import LiveBroker
+        from trio_broker.security.inter_broker import inter_broker_listener
 
         ctx = self.ctx
+        # The controller reaches brokers on its inter-broker listener (Kafka's
+        # interBrokerListenerName), not on whichever listener a broker lists first.
+        listener = inter_broker_listener(self.broker.config) if self.broker.advertised else None
         live: dict[int, LiveBroker] = {}
         for child in children:
             if not child.isdigit():
@@ -350,7 +354,7 @@ class Controller:
             except (ValueError, KeyError, json.JSONDecodeError):
                 logger.warning("ignoring unreadable registration of broker %d", broker_id)
                 continue
-            endpoint = info.endpoint()
+            endpoint = info.endpoint(listener) or info.endpoint()
             if endpoint is None:
                 continue
             live[broker_id] = LiveBroker(

@@ -156,27 +156,50 @@ class BrokerMembership:
 
     async def _register(self, session_id: int) -> None:
         """Kafka's registerBroker: create the ephemeral /brokers/ids/<id>. If it exists, it is
-        ours only when this session owns it (a create retried after a lost connection)."""
-        from kazoo.exceptions import NodeExistsError, NoNodeError
+        ours only when this session owns it (a create retried after a lost connection).
+
+        Another session's znode is usually this broker's own previous life: restarted at
+        once after a crash (kill -9), its old session lives on in ZooKeeper until it times
+        out. So wait, watching the znode, until it goes, up to the session timeout plus a
+        margin (ZooKeeper expires sessions on its tick, which may be half the shortest
+        session); a znode still there then belongs to a live broker with this node.id."""
+        from kazoo.exceptions import NodeExistsError
 
         path = zk_data.broker_path(self.node_id)
         info = self.broker_info()
+        timeout_ms = self.zk.session_timeout_ms
+        wait_s = (timeout_ms + max(2000, timeout_ms // 2)) / 1000
+        deadline: float | None = None
         while True:
             try:
                 await self.zk.create(path, info.encode(), ephemeral=True)
                 break
             except NodeExistsError:
-                try:
-                    _, stat = await self.zk.get(path)
-                except NoNodeError:
+                gone = trio.Event()
+                stat = await self.zk.exists(path, watch=gone)
+                if stat is None:
                     continue  # its session just ended: try again
                 if stat.ephemeralOwner == session_id:
                     break
-                raise NodeIdRegisteredError(
-                    f"node.id {self.node_id} is already registered in ZooKeeper "
-                    f"({self.zk.connect.hosts}{self.zk.connect.chroot}{path}, session "
-                    f"0x{stat.ephemeralOwner:x}): another broker runs with this node.id"
-                ) from None
+                now = trio.current_time()
+                if deadline is None:
+                    deadline = now + wait_s
+                    logger.warning(
+                        "node.id %d is registered by another session (0x%x); waiting up to "
+                        "%.1f s for it to expire (a restart before the old session timed out)",
+                        self.node_id,
+                        stat.ephemeralOwner,
+                        wait_s,
+                    )
+                if now >= deadline:
+                    raise NodeIdRegisteredError(
+                        f"node.id {self.node_id} is already registered in ZooKeeper "
+                        f"({self.zk.connect.hosts}{self.zk.connect.chroot}{path}, session "
+                        f"0x{stat.ephemeralOwner:x}, still there after {wait_s:.1f} s): "
+                        "another broker runs with this node.id"
+                    ) from None
+                with trio.move_on_at(deadline):
+                    await gone.wait()
         self.registrations += 1
         logger.info(
             "registered broker %d at %s with endpoints %s (session 0x%x)",

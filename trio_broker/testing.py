@@ -136,7 +136,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class BrokerProcess:
     """`python -m trio_broker serve` with these overrides, on a free loopback port unless
-    `listeners` is given; returns once the broker says it started. Its log lines are kept
+    `listeners` is given (with several, `port` and `bootstrap` are the last one's);
+    returns once the broker says it started. Its log lines are kept
     in `.lines` (and stderr is drained, so the child never blocks on a full pipe)."""
 
     def __init__(self, overrides: Mapping[str, str], *, start_timeout_s: float = 60) -> None:
@@ -470,7 +471,7 @@ class KafkaCluster:
     `add_broker(node_id)` starts one more. Brokers are stopped in reverse order on exit.
 
     With `processes=True` each broker is a `BrokerProcess` (`trio-broker serve` as a child
-    process on a fixed free port) instead of a thread, for faults a thread cannot have:
+    process on a fixed free port, or on the `listeners` of its overrides) instead of a thread, for faults a thread cannot have:
     `kill()` (kill -9), `pause()`/`resume()` (SIGSTOP/SIGCONT), `stop()` (SIGTERM), and
     `start_again()` on the same port and log dir.
     """
@@ -515,7 +516,8 @@ class KafkaCluster:
     def add_broker(self, node_id: int, overrides: Mapping[str, str] | None = None) -> Any:
         config = self.broker_config(node_id, overrides)
         if self.processes:
-            config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
+            if "listeners" not in (overrides or {}):
+                config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
             broker: Any = BrokerProcess(config)
         else:
             broker = BrokerThread(config).start()

@@ -74,12 +74,20 @@ def leader_of(bootstrap: str, topic: str, partition: int = 0) -> int:
 
 
 class CountingProducer:
-    """An idempotent acks=all confluent-kafka producer on a thread, producing "v-<n>" values
-    as fast as it is acknowledged (up to `in_flight` unacknowledged), recording every
-    acknowledgement (partition, offset, value) and every delivery error."""
+    """An idempotent acks=all confluent-kafka producer on a thread, producing "<prefix>-<n>"
+    values ("v-<n>" by default) as fast as it is acknowledged (up to 200 unacknowledged),
+    recording every acknowledgement (partition, offset, value) and every delivery error."""
 
-    def __init__(self, bootstrap: str, topic: str, *, extra: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        extra: dict[str, Any] | None = None,
+        prefix: bytes = b"v",
+    ):
         self.topic = topic
+        self.prefix = prefix
         self.acked: list[tuple[int, int, bytes]] = []
         self.errors: list[Any] = []
         self.ack_times: list[float] = []
@@ -119,7 +127,9 @@ class CountingProducer:
         while not self._stop.is_set():
             if n - len(self.acked) - len(self.errors) < 200:
                 try:
-                    producer.produce(self.topic, value=b"v-%d" % n, on_delivery=self._on_delivery)
+                    producer.produce(
+                        self.topic, value=b"%s-%d" % (self.prefix, n), on_delivery=self._on_delivery
+                    )
                     n += 1
                 except BufferError:
                     pass

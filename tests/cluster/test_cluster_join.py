@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
-from clustertest_helpers import eventually, view
+from clustertest_helpers import FAST_SESSION, eventually, view
 from confluent_kafka.admin import AdminClient
 
 from trio_broker.log.checkpoints import read_meta_properties, write_meta_properties
@@ -88,9 +89,18 @@ def _serve(cluster: KafkaCluster, node_id: int, overrides=None) -> subprocess.Co
 def test_a_duplicate_node_id_exits_with_a_clear_message(zookeeper, tmp_path, zk_view):
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=1) as cluster:
         owner = zk_view.owner("/brokers/ids/1")
-        done = _serve(cluster, 1, {"log.dirs": str(tmp_path / "another")})
+        # It waits for the registration to go (it might be its own, from before a
+        # crash) for its session timeout and a margin, 3 + 2 s here, then gives up.
+        started = time.monotonic()
+        done = _serve(
+            cluster,
+            1,
+            {"log.dirs": str(tmp_path / "another"), "zookeeper.session.timeout.ms": "3000"},
+        )
         assert done.returncode == 1, done.stderr[-2000:]
+        assert time.monotonic() - started >= 5
         assert "node.id 1 is already registered in ZooKeeper" in done.stderr
+        assert "still there after 5.0 s" in done.stderr
         assert "Traceback" not in done.stderr
         # The broker that holds the id is untouched and still the whole cluster.
         assert zk_view.owner("/brokers/ids/1") == owner
@@ -98,6 +108,47 @@ def test_a_duplicate_node_id_exits_with_a_clear_message(zookeeper, tmp_path, zk_
             1,
             [(1, "127.0.0.1", cluster.brokers[1].port)],
         )
+
+
+def test_a_broker_restarted_at_once_after_kill_9_registers_and_leads_again(
+    zookeeper, tmp_path, zk_view
+):
+    """Started again before its old session timed out, the broker finds its old
+    registration in ZooKeeper: it waits for that session to expire instead of exiting."""
+    from failover_helpers import create_topic, read_all, wait_for_leaders
+    from kafka import KafkaProducer
+
+    overrides = {**FAST_SESSION, "zookeeper.session.timeout.ms": "3000"}
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=overrides, processes=True
+    ) as cluster:
+        b3 = cluster.brokers[3]
+        create_topic(b3.bootstrap, "solo", replica_assignment=[[3]])
+        create_topic(b3.bootstrap, "trio", replica_assignment=[[3, 1, 2]])
+        wait_for_leaders(cluster.bootstrap, "solo", 1)
+        wait_for_leaders(cluster.bootstrap, "trio", 1, isr_size=3)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all")
+        producer.send("solo", b"before").get(30)
+        old_owner = zk_view.owner("/brokers/ids/3")
+
+        b3.kill()
+        assert zk_view.owner("/brokers/ids/3") == old_owner  # its session lives on
+        killed_at = time.monotonic()
+        b3.start_again()  # returns once it registered
+        print(f"restarted at once: registered {time.monotonic() - killed_at:.1f} s after kill -9")
+        new_owner = zk_view.owner("/brokers/ids/3")
+        assert new_owner not in (None, old_owner)
+        lines = "".join(b3.lines)
+        assert "is registered by another session" in lines, lines[-3000:]
+        assert "already registered" not in lines
+
+        # It leads its partition again, with what it had, and rejoins the other's ISR.
+        parts = wait_for_leaders(cluster.bootstrap, "solo", 1, budget_s=30)
+        assert parts[0].leader == 3
+        producer.send("solo", b"after").get(30)
+        producer.close()
+        assert [v for _, v in read_all(b3.bootstrap, "solo", {0: 2})[0]] == [b"before", b"after"]
+        wait_for_leaders(cluster.bootstrap, "trio", 1, isr_size=3, budget_s=30)
 
 
 def test_a_log_dir_of_another_cluster_is_refused(zookeeper, tmp_path, zk_view):
