@@ -118,7 +118,19 @@ class TransactionMarkerChannelManager:
     def submit(self, meta: TransactionMetadata) -> bool:
         """Complete the prepared transaction `meta` in the background (once per id)."""
         if self._nursery is None or meta.transactional_id in self._in_flight:
+            logger.debug(
+                "markers of %s (%s) not submitted: %s",
+                meta.transactional_id,
+                meta.state.kafka_name,
+                "not running" if self._nursery is None else "already in flight",
+            )
             return False
+        logger.debug(
+            "markers of %s (%s) submitted for %s",
+            meta.transactional_id,
+            meta.state.kafka_name,
+            sorted(meta.partitions),
+        )
         scope = trio.CancelScope()
         self._in_flight[meta.transactional_id] = scope
         self._nursery.start_soon(self._complete, meta, scope)
@@ -150,6 +162,7 @@ class TransactionMarkerChannelManager:
         except Exception:
             logger.exception("completing the transaction of %s failed", txn_id)
         else:
+            logger.debug("markers of %s: completed %s", txn_id, completed)
             if not completed:
                 logger.info("transaction of %s not completed here (moved on or away)", txn_id)
         finally:
@@ -231,6 +244,12 @@ class TransactionMarkerChannelManager:
                         for leader, send in zip(by_leader, sends, strict=True)
                     },
                 )
+            logger.debug(
+                "markers of %s, round %d: %s",
+                meta.transactional_id,
+                rounds,
+                {leader: send.codes for leader, send in zip(by_leader, sends, strict=True)},
+            )
             for send in sends:
                 for tp, code in send.codes.items():
                     if code == ErrorCode.NONE:
