@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from clustertest_helpers import FAST_SESSION, eventually
+from clustertest_helpers import FAST_SESSION, all_see, eventually
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from failover_helpers import create_topic, partitions, wait_for_leaders
 
@@ -78,6 +78,7 @@ def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zooke
         zookeeper, base_dir=tmp_path, size=4, overrides=overrides, processes=True
     ) as cluster:
         bootstrap = cluster.bootstrap
+        all_see(cluster.brokers)  # every broker registered: RF 3 can be placed
         producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
