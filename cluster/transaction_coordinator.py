@@ -38,6 +38,7 @@ from trio_broker.cluster.transaction_metadata import (
     TransactionState,
 )
 from trio_broker.cluster.transaction_store import TransactionStore
+from trio_broker.crash_points import crash_point
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.partition_log import wall_clock_ms
 
@@ -192,14 +193,21 @@ class TransactionCoordinator:
             return meta
         commit = meta.state == S.PREPARE_COMMIT
         partition = self.store.partition_for(meta.transactional_id)
-        results = write_markers(
-            self.broker,
-            sorted(meta.partitions),
-            producer_id=meta.producer_id,
-            producer_epoch=meta.producer_epoch,
-            coordinator_epoch=self.store.leader_epoch(partition),
-            commit=commit,
-        )
+        results = {}
+        for tp in sorted(meta.partitions):
+            if results:
+                crash_point("txn.after_first_marker")
+            results.update(
+                write_markers(
+                    self.broker,
+                    [tp],
+                    producer_id=meta.producer_id,
+                    producer_epoch=meta.producer_epoch,
+                    coordinator_epoch=self.store.leader_epoch(partition),
+                    commit=commit,
+                )
+            )
+        crash_point("txn.before_complete")
         for tp, code in results.items():
             if code not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 # Kafka retries until the leader takes it; on one broker a refusal is a
@@ -220,6 +228,7 @@ class TransactionCoordinator:
         if self.txns.get(meta.transactional_id) is not meta:
             return  # moved on (or away) meanwhile
         commit = meta.state == S.PREPARE_COMMIT
+        crash_point("txn.before_complete")
         if self._try(
             lambda: self._write(
                 meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
@@ -230,6 +239,7 @@ class TransactionCoordinator:
 
     def _end(self, meta: TransactionMetadata, commit: bool) -> TransactionMetadata:
         prepared = self._write(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+        crash_point("txn.after_prepare")
         return self._complete(prepared)
 
     def _fence_and_abort(self, meta: TransactionMetadata) -> TransactionMetadata:
