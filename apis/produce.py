@@ -20,7 +20,13 @@ from trio_broker.protocol._generated.produce_response import (
     TopicProduceResponse,
 )
 from trio_broker.protocol.record_codec import iter_records
-from trio_broker.protocol.records import Compression, InvalidRecords, validate_batches
+from trio_broker.protocol.records import (
+    HEADER_SIZE,
+    Compression,
+    InvalidRecords,
+    read_header,
+    validate_batches,
+)
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
@@ -43,7 +49,13 @@ def _check_keys(records: memoryview) -> list[RecordError]:
 
 
 def _verify_transactional(
-    broker: Broker, transactional_id: str | None, topic: str, partition: int, header, log
+    broker: Broker,
+    transactional_id: str | None,
+    topic: str,
+    partition: int,
+    header,
+    log,
+    verified: dict | None = None,
 ) -> None:
     # A transactional batch must belong to the producer's ongoing transaction, i.e. the
     # partition was added with AddPartitionsToTxn (Kafka's transaction verification). A
@@ -56,6 +68,25 @@ def _verify_transactional(
         )
     if header.producer_id in log.producer_state.ongoing:
         return
+    if verified is not None and (topic, partition) in verified:
+        # Asked the remote coordinator (a cluster, KIP-890); the handler awaited since.
+        code, guard = verified[(topic, partition)]
+        if not code:
+            from trio_broker.cluster.txn_verification import txn_guard
+
+            if txn_guard(log, header.producer_id) != guard:
+                code = ErrorCode.NOT_ENOUGH_REPLICAS
+                raise KafkaError(
+                    code,
+                    f"a marker for producer {header.producer_id} reached {topic}-{partition} "
+                    "while its transaction was verified",
+                )
+            return
+        raise KafkaError(
+            code,
+            f"transactional batch of producer {header.producer_id} for {topic}-{partition}: "
+            f"verification with the coordinator answered {code.name}",
+        )
     txn = getattr(broker, "transaction_coordinator", None)
     code = None
     if txn is not None:
@@ -79,6 +110,7 @@ def append_partition(
     version: int,
     transactional_id: str | None = None,
     pending: list | None = None,
+    verified: dict | None = None,
 ) -> PartitionProduceResponse:
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
     state = broker.metadata.topics.get(topic)
@@ -127,7 +159,7 @@ def append_partition(
                 ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce version 7 or later"
             )
         if header.is_transactional:
-            _verify_transactional(broker, transactional_id, topic, partition, header, log)
+            _verify_transactional(broker, transactional_id, topic, partition, header, log, verified)
         if "compact" in config.cleanup_policy:
             errors = _check_keys(records)
             if errors:
@@ -176,6 +208,52 @@ def append_partition(
     return answer
 
 
+async def _verify_remote(broker: Broker, body) -> dict | None:
+    """A cluster: (code, guard) per partition whose transactional batch the remote
+    coordinator of `body.transactional_id` had to confirm (`txn_verification`); None
+    when no partition needed it (the producer's transaction is already open there, or
+    this broker is the coordinator and looks itself when appending)."""
+    txn = getattr(broker, "transaction_coordinator", None)
+    if txn is None:
+        return None
+    replicas = broker.replica_manager
+    asks: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    guards: dict[tuple[str, int], tuple | None] = {}
+    for topic in body.topic_data:
+        for p in topic.partition_data:
+            leader = replicas.leader_partition(topic.name, p.index)
+            records = p.records
+            if leader is None or records is None or len(records) < HEADER_SIZE:
+                continue
+            try:
+                header = read_header(records)
+            except InvalidRecords:
+                continue  # append_partition answers it
+            pid = header.producer_id
+            tp = (topic.name, p.index)
+            if not header.is_transactional or pid in leader.log.producer_state.ongoing:
+                continue
+            if (
+                txn.verify_produce(body.transactional_id, pid, header.producer_epoch, tp)
+                is not None
+            ):
+                continue  # coordinated here: checked when appending
+            from trio_broker.cluster.txn_verification import txn_guard
+
+            guards[tp] = txn_guard(leader.log, pid)
+            asks.setdefault((pid, header.producer_epoch), []).append(tp)
+    if not asks:
+        return None
+    from trio_broker.cluster.txn_verification import verify_with_coordinator
+
+    verified: dict = {}
+    for (pid, epoch), tps in asks.items():
+        codes = await verify_with_coordinator(broker, body.transactional_id, pid, epoch, tps)
+        for tp, code in codes.items():
+            verified[tp] = (code, guards[tp])
+    return verified
+
+
 def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
     text = overrides.get("min.insync.replicas")
     return int(text) if text is not None else broker.config.min_insync_replicas
@@ -200,6 +278,9 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
         ]
         return ProduceResponse(responses=responses)
     pending: list | None = [] if getattr(broker, "replica_manager", None) is not None else None
+    verified = None
+    if pending is not None and body.transactional_id:
+        verified = await _verify_remote(broker, body)
     for topic in body.topic_data:
         partitions = [
             append_partition(
@@ -211,6 +292,7 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
                 version,
                 body.transactional_id,
                 pending,
+                verified,
             )
             for p in topic.partition_data
         ]

@@ -402,8 +402,8 @@ class TransactionCoordinator:
         """Is a transactional batch for `tp` part of its producer's ongoing transaction?
         The codes are what Kafka's partition leader answers after asking the coordinator
         (AddPartitionsToTxn verify_only, with PRODUCER_FENCED as INVALID_PRODUCER_EPOCH).
-        None when this broker does not coordinate the id (the leader would ask the remote
-        coordinator; not built yet)."""
+        None when this broker does not coordinate the id: in a cluster the leader then asks
+        the remote coordinator (`txn_verification`)."""
         if not self.running or self.store.check(transactional_id or "") != ErrorCode.NONE:
             return None
         meta = self.txns.get(transactional_id or "")

@@ -113,6 +113,30 @@ class TransactionMarkerChannelManager:
                 self._in_flight.clear()
                 nursery.cancel_scope.cancel()
 
+    async def send_to_broker(
+        self, broker_id: int, request: Any, *, min_version: int | None = None
+    ) -> Any:
+        """Another of the coordinator side's requests to a broker (transaction verification,
+        `txn_verification`) over this inter-broker client: the response, or None when
+        none came in time. Raises KafkaError when the connection fails or the broker does
+        not speak `min_version`."""
+        client = self._client
+        if client is None:
+            return None
+        client.set_nodes(
+            {node_id: (b.host, b.port) for node_id, b in self.broker.metadata.brokers.items()}
+        )
+        # A frozen broker accepts the connection and never answers (as for markers).
+        with trio.move_on_after(2 * self.timeout_ms / 1000 + 5):
+            version = await client.api_version(broker_id, request.API_KEY)
+            if min_version is not None and version < min_version:
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"broker {broker_id} speaks {request.__class__.__name__} v{version}",
+                )
+            return await client.send(broker_id, request, version)
+        return None
+
     # -- transactions ----------------------------------------------------------------------
 
     def submit(self, meta: TransactionMetadata) -> bool:
