@@ -20,13 +20,8 @@ from trio_broker.protocol._generated.produce_response import (
     TopicProduceResponse,
 )
 from trio_broker.protocol.record_codec import iter_records
-from trio_broker.protocol.records import (
-    HEADER_SIZE,
-    Compression,
-    InvalidRecords,
-    read_header,
-    validate_batches,
-)
+from trio_broker.protocol.records import Compression, InvalidRecords, validate_batches
+from trio_broker.server.requests import DELAYED
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
@@ -208,52 +203,6 @@ def append_partition(
     return answer
 
 
-async def _verify_remote(broker: Broker, body) -> dict | None:
-    """A cluster: (code, guard) per partition whose transactional batch the remote
-    coordinator of `body.transactional_id` had to confirm (`txn_verification`); None
-    when no partition needed it (the producer's transaction is already open there, or
-    this broker is the coordinator and looks itself when appending)."""
-    txn = getattr(broker, "transaction_coordinator", None)
-    if txn is None:
-        return None
-    replicas = broker.replica_manager
-    asks: dict[tuple[int, int], list[tuple[str, int]]] = {}
-    guards: dict[tuple[str, int], tuple | None] = {}
-    for topic in body.topic_data:
-        for p in topic.partition_data:
-            leader = replicas.leader_partition(topic.name, p.index)
-            records = p.records
-            if leader is None or records is None or len(records) < HEADER_SIZE:
-                continue
-            try:
-                header = read_header(records)
-            except InvalidRecords:
-                continue  # append_partition answers it
-            pid = header.producer_id
-            tp = (topic.name, p.index)
-            if not header.is_transactional or pid in leader.log.producer_state.ongoing:
-                continue
-            if (
-                txn.verify_produce(body.transactional_id, pid, header.producer_epoch, tp)
-                is not None
-            ):
-                continue  # coordinated here: checked when appending
-            from trio_broker.cluster.txn_verification import txn_guard
-
-            guards[tp] = txn_guard(leader.log, pid)
-            asks.setdefault((pid, header.producer_epoch), []).append(tp)
-    if not asks:
-        return None
-    from trio_broker.cluster.txn_verification import verify_with_coordinator
-
-    verified: dict = {}
-    for (pid, epoch), tps in asks.items():
-        codes = await verify_with_coordinator(broker, body.transactional_id, pid, epoch, tps)
-        for tp, code in codes.items():
-            verified[tp] = (code, guards[tp])
-    return verified
-
-
 def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
     text = overrides.get("min.insync.replicas")
     return int(text) if text is not None else broker.config.min_insync_replicas
@@ -261,7 +210,6 @@ def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
 
 async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
     body = request.body
-    version = request.api_version
     acks = body.acks
     responses = []
     if acks not in (0, 1, -1):
@@ -278,9 +226,27 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
         ]
         return ProduceResponse(responses=responses)
     pending: list | None = [] if getattr(broker, "replica_manager", None) is not None else None
-    verified = None
     if pending is not None and body.transactional_id:
-        verified = await _verify_remote(broker, body)
+        from trio_broker.cluster.txn_verification import verify_then_append
+
+        # A cluster: a batch opening a transaction here may need the remote coordinator's
+        # word first; then the request is answered from a task of its own (DELAYED).
+        if verify_then_append(
+            broker, request, lambda verified: _append_all(broker, request, pending, verified)
+        ):
+            return DELAYED
+    return _append_all(broker, request, pending, None)
+
+
+def _append_all(
+    broker: Broker, request: Request, pending: list | None, verified: dict | None
+) -> ProduceResponse | None | object:
+    """Append every partition's batch; the response, None (acks=0) or DELAYED (acks=-1 in
+    a cluster, waiting for the ISR)."""
+    body = request.body
+    version = request.api_version
+    acks = body.acks
+    responses = []
     for topic in body.topic_data:
         partitions = [
             append_partition(

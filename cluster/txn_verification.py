@@ -15,7 +15,10 @@ What the producer gets back is what Kafka's ReplicaManager answers: INVALID_TXN_
 and NOT_ENOUGH_REPLICAS (retriable, no metadata refresh) when the coordinator could not
 answer (moving, loading, busy with the previous transaction, unreachable).
 
-Between the answer and the append the handler awaited, so `TxnGuard` (the producer's
+The round trip is not made in a handler task: the Produce request is answered later
+(DELAYED) from a task of the replica manager's, which verifies, appends and answers, as
+Kafka's AddPartitionsToTxnManager calls back into the append. Between the answer and the
+append other requests ran, so `TxnGuard` (the producer's
 state in the partition when verification started) is checked again before appending: a
 marker written meanwhile ends the transaction that was verified, and the batch is refused
 as retriable, to be verified again.
@@ -24,17 +27,18 @@ as retriable, to be verified again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["txn_guard", "verify_with_coordinator"]
+__all__ = ["txn_guard", "verify_then_append", "verify_with_coordinator"]
 
 TopicPartition = tuple[str, int]
 
@@ -142,3 +146,85 @@ async def verify_with_coordinator(
                     ErrorCode(p.partition_error_code)
                 )
     return {tp: codes.get(tp, ErrorCode.NOT_ENOUGH_REPLICAS) for tp in wanted}
+
+
+def _to_verify(
+    broker: Broker, body: Any
+) -> tuple[dict[tuple[int, int], list[TopicPartition]], dict[TopicPartition, tuple | None]]:
+    """The partitions of a Produce request whose transactional batch only the remote
+    coordinator can vouch for, by (producer id, epoch), and the producer's state in each
+    now. Not those where the producer's transaction is already open, nor those this
+    broker coordinates (checked when appending), nor what append_partition refuses anyway."""
+    from trio_broker.protocol.records import HEADER_SIZE, InvalidRecords, read_header
+
+    txn = getattr(broker, "transaction_coordinator", None)
+    asks: dict[tuple[int, int], list[TopicPartition]] = {}
+    guards: dict[TopicPartition, tuple | None] = {}
+    if txn is None:
+        return asks, guards
+    replicas = broker.replica_manager
+    for topic in body.topic_data:
+        for p in topic.partition_data:
+            leader = replicas.leader_partition(topic.name, p.index)
+            records = p.records
+            if leader is None or records is None or len(records) < HEADER_SIZE:
+                continue
+            try:
+                header = read_header(records)
+            except InvalidRecords:
+                continue
+            pid, tp = header.producer_id, (topic.name, p.index)
+            if not header.is_transactional or pid in leader.log.producer_state.ongoing:
+                continue
+            if (
+                txn.verify_produce(body.transactional_id, pid, header.producer_epoch, tp)
+                is not None
+            ):
+                continue  # coordinated here
+            guards[tp] = txn_guard(leader.log, pid)
+            asks.setdefault((pid, header.producer_epoch), []).append(tp)
+    return asks, guards
+
+
+def verify_then_append(
+    broker: Broker, request: Request, append: Callable[[dict | None], Any]
+) -> bool:
+    """When some partition of the Produce `request` needs the remote coordinator: start a
+    task that asks it, then calls `append(verified)` ({partition: (code, guard)}) and
+    answers the request with what that returns; True (the caller returns DELAYED). False
+    when nothing needs asking (or no task can be started): the caller appends now."""
+    asks, guards = _to_verify(broker, request.body)
+    replicas = broker.replica_manager
+    if not asks or getattr(replicas, "_nursery", None) is None:
+        return False
+    replicas.spawn(_verify_and_append, broker, request, asks, guards, append)
+    return True
+
+
+async def _verify_and_append(
+    broker: Broker,
+    request: Request,
+    asks: dict[tuple[int, int], list[TopicPartition]],
+    guards: dict[TopicPartition, tuple | None],
+    append: Callable[[dict | None], Any],
+) -> None:
+    from trio_broker.server.requests import DELAYED
+
+    body = request.body
+    verified: dict[TopicPartition, tuple[ErrorCode, tuple | None]] = {}
+    try:
+        for (pid, epoch), tps in asks.items():
+            codes = await verify_with_coordinator(broker, body.transactional_id, pid, epoch, tps)
+            verified.update({tp: (code, guards[tp]) for tp, code in codes.items()})
+    except Exception:
+        # A bug must not take the replica manager down: the producer retries.
+        logger.exception("verifying the transaction of %s failed", body.transactional_id)
+        verified = {tp: (ErrorCode.NOT_ENOUGH_REPLICAS, None) for tp in guards}
+    try:
+        response = append(verified)
+    except Exception:
+        logger.exception("[conn %s] produce after verification failed", request.connection.id)
+        request.connection.close()
+        return
+    if response is not DELAYED:
+        await request.respond(response)
