@@ -19,12 +19,16 @@ user who expects frozen brokers would.
 
 from __future__ import annotations
 
+import struct
 import time
 
-from clustertest_helpers import FAST_SESSION, all_see, eventually
+from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from failover_helpers import create_topic, partitions, wait_for_leaders
+from replication_helpers import segment_bytes
 
+from trio_broker.protocol.record_codec import iter_records
+from trio_broker.protocol.records import iter_batches
 from trio_broker.testing import KafkaCluster
 
 TOPIC = "ledger"
@@ -173,6 +177,29 @@ def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zooke
             assert len(values) == len(expected)
             for p in range(PARTITIONS):
                 assert read[p] == sorted(v for q, v in committed if q == p)
+            # The new coordinator writes in its own epoch (the leader epoch of the state
+            # partition), not the one its metadata cache still had when it took over: its
+            # records carry it, and so do its markers (their coordinator epoch).
+            (state_now,) = [
+                p
+                for t in metadata(survivors[0].bootstrap).topics
+                if t.name == "__transaction_state"
+                for p in t.partitions
+            ]
+            epoch = state_now.leader_epoch
+            assert epoch >= 1
+            state_log = segment_bytes(cluster.brokers[new].log_dir, "__transaction_state", 0)
+            assert [h.partition_leader_epoch for _, h in iter_batches(state_log)][-3:] == [
+                epoch
+            ] * 3  # its last records
+            data = segment_bytes(cluster.brokers[new].log_dir, TOPIC, 1)
+            markers = [
+                struct.unpack_from(">hi", record.value)[1]  # version, coordinator epoch
+                for pos, h in iter_batches(data)
+                if h.is_control
+                for record in iter_records(data[pos : pos + h.size])
+            ]
+            assert markers == [0, 0, epoch, epoch, epoch], markers
             print(f"the next transaction committed {took:.1f} s after the kill")
         finally:
             cluster.brokers[frozen].resume()
