@@ -406,6 +406,8 @@ class TransactionCoordinator:
         the remote coordinator (`txn_verification`)."""
         if not self.running or self.store.check(transactional_id or "") != ErrorCode.NONE:
             return None
+        if self.markers is not None and not self.store.topic_exists():
+            return None  # a cluster whose metadata has no state topic yet: ask the coordinator
         meta = self.txns.get(transactional_id or "")
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING
