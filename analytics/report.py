@@ -217,6 +217,7 @@ _GROUP_COLUMNS = (
     "status",
     "partitions",
     "total_lag_records",
+    "total_lag_committed",
     "max_lag_records",
     "max_lag_seconds",
     "warn_partitions",

@@ -12,6 +12,11 @@ Definitions (all per topic partition):
 - `lag_offsets` = log end offset at T - committed offset (what Burrow and
   kafka-consumer-groups call lag); `lag_records` counts the records actually stored in
   between, which differs on compacted topics (gaps) and transactional ones (markers).
+- last stable offset (LSO) at time T: the first offset of the earliest transaction still
+  open at T (its first data batch in the log, its COMMIT/ABORT marker not yet, by
+  maxTimestamp), else the log end offset at T: how far a read_committed consumer can read.
+- `lag_committed` = LSO at T - committed offset: the lag of a group that reads committed
+  (the log does not say which groups do; for the others `lag_offsets` is theirs).
 - report time: the earlier of the window's end and the present. A window that contains
   the present (today's report) measures lag now, not at a midnight hours ahead.
 - `lag_seconds` = T - timestamp of the first record not yet consumed, from the header of
@@ -36,6 +41,7 @@ __all__ = [
     "group_summary",
     "partition_state",
     "topic_throughput",
+    "transactions",
 ]
 
 BURROW_INTERVALS = 10  # Burrow's default `intervals`: commits kept per partition
@@ -80,6 +86,32 @@ def _is_data() -> Column:
     return ~(F.col("is_control") | F.col("is_aborted"))
 
 
+def transactions(batches: DataFrame) -> DataFrame:
+    """One row per transaction of a producer on a partition: `first_offset` (of its first
+    data batch) and `end_ms` (its marker's maxTimestamp; null while the transaction is
+    open). A producer's transactions on a partition follow one another, each ended by its
+    marker, so a transaction is the run of its batches up to and including a marker; a
+    marker with no data before it (one written again after a coordinator's restart) is
+    not a transaction."""
+    before = (
+        Window.partitionBy(*_TP, "producer_id")
+        .orderBy("base_offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    control = F.col("is_control")
+    return (
+        batches.filter(F.col("is_transactional"))
+        .withColumn("_seq", F.coalesce(F.sum(control.cast("int")).over(before), F.lit(0)))
+        .groupBy(*_TP, "producer_id", "_seq")
+        .agg(
+            F.min(F.when(~control, F.col("base_offset"))).alias("first_offset"),
+            F.max(F.when(control, F.col("max_timestamp"))).alias("end_ms"),
+        )
+        .filter(F.col("first_offset").isNotNull())
+        .select(*_TP, "producer_id", "first_offset", "end_ms")
+    )
+
+
 def batches_table(batches: DataFrame, window: ReportWindow) -> DataFrame:
     """The batches appended in the window, with their date (by maxTimestamp)."""
     return batches.filter(window.contains(F.col("max_timestamp"))).withColumn(
@@ -108,16 +140,23 @@ def partition_state(batches: DataFrame, segments: DataFrame, window: ReportWindo
         F.min(F.when(F.col("base_timestamp") >= 0, F.col("base_timestamp"))).alias("first_ts"),
         F.max(F.when(F.col("max_timestamp") >= 0, F.col("max_timestamp"))).alias("last_ts"),
     )
+    open_txns = (
+        transactions(batches)
+        .filter(F.col("end_ms").isNull())
+        .groupBy(*_TP)
+        .agg(F.min("first_offset").alias("open_first"))
+    )
+    leo = F.greatest("last_segment_offset", F.coalesce("next_offset", F.lit(0)))
     return (
         seg.join(data, _TP, "left")
+        .join(open_txns, _TP, "left")
         .select(
             *_TP,
             F.greatest("first_segment_offset", F.coalesce("start_checkpoint", F.lit(0))).alias(
                 "log_start_offset"
             ),
-            F.greatest("last_segment_offset", F.coalesce("next_offset", F.lit(0))).alias(
-                "log_end_offset"
-            ),
+            leo.alias("log_end_offset"),
+            F.least(leo, F.coalesce("open_first", leo)).alias("last_stable_offset"),
             F.coalesce("records", F.lit(0)).alias("records"),
             F.coalesce("batches", F.lit(0)).alias("batches"),
             "bytes",
@@ -229,6 +268,32 @@ def _with_log_end_at(events: DataFrame, positions: DataFrame) -> DataFrame:
     )
 
 
+def _with_open_transaction_at(events: DataFrame, txns: DataFrame) -> DataFrame:
+    """Add `_open_first`: the least first offset of the transactions not ended at each
+    event's time `t` (null when none). A transaction whose first batch came after `t`
+    starts at or after the log end offset at `t`, which bounds the LSO anyway, so only the
+    end needs comparing: walking time downwards, the transactions seen before an event are
+    those ended after it (or never), and a running minimum is the answer."""
+    side = txns.select(
+        *_TP,
+        F.coalesce("end_ms", F.lit(2**62)).cast("long").alias("t"),
+        F.lit(0).alias("_side"),  # ended exactly at t: no longer open at t
+        F.col("first_offset").alias("_first"),
+    )
+    ev = events.withColumn("_side", F.lit(1))
+    w = (
+        Window.partitionBy(*_TP)
+        .orderBy(F.col("t").desc(), F.col("_side").desc())
+        .rowsBetween(Window.unboundedPreceding, 0)
+    )
+    return (
+        ev.unionByName(side, allowMissingColumns=True)
+        .withColumn("_open_first", F.min("_first").over(w))
+        .filter(F.col("_side") == 1)
+        .drop("_side", "_first")
+    )
+
+
 def _with_first_unconsumed(events: DataFrame, positions: DataFrame) -> DataFrame:
     """Add `_b`: the first batch whose last offset is >= the committed offset."""
     side = positions.select(
@@ -292,6 +357,7 @@ def group_partition_lag(
     events = _commit_events(commits, window)
     events = _with_log_end_at(events, positions)
     events = _with_first_unconsumed(events, positions)
+    events = _with_open_transaction_at(events, transactions(batches))
     starts = F.broadcast(state.select(*_TP, "log_start_offset"))
     events = events.join(starts, _TP, "left")
 
@@ -309,9 +375,12 @@ def group_partition_lag(
         .otherwise(b.records_before + F.greatest(b.records - (b.last_offset - c + 1), F.lit(0)))
     )
     first_ts = F.when(b.log_append_time, b.max_timestamp).otherwise(b.base_timestamp)
+    lso = F.least(leo, F.coalesce("_open_first", leo))
     events = (
         events.withColumn("log_end_offset", leo)
+        .withColumn("last_stable_offset", lso)
         .withColumn("lag_offsets", lag)
+        .withColumn("lag_committed", F.greatest(lso - F.col("committed_offset"), F.lit(0)))
         .withColumn(
             "lag_records",
             F.when(F.col("lag_offsets") == 0, F.lit(0).cast("long")).otherwise(
@@ -373,7 +442,9 @@ def group_partition_lag(
         F.timestamp_millis("t").alias("timestamp"),
         "committed_offset",
         "log_end_offset",
+        "last_stable_offset",
         "lag_offsets",
+        "lag_committed",
         "lag_records",
         "lag_seconds",
         "consume_rate",
@@ -400,6 +471,7 @@ def group_summary(lag: DataFrame) -> DataFrame:
             worst.alias("_worst"),
             F.count("*").alias("partitions"),
             F.sum("lag_offsets").alias("total_lag_offsets"),
+            F.sum("lag_committed").alias("total_lag_committed"),
             F.sum("lag_records").alias("total_lag_records"),
             F.max("lag_records").alias("max_lag_records"),
             F.max("lag_seconds").alias("max_lag_seconds"),
@@ -416,6 +488,7 @@ def group_summary(lag: DataFrame) -> DataFrame:
             ).alias("status"),
             "partitions",
             "total_lag_offsets",
+            "total_lag_committed",
             "total_lag_records",
             "max_lag_records",
             "max_lag_seconds",

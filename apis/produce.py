@@ -21,6 +21,7 @@ from trio_broker.protocol._generated.produce_response import (
 )
 from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import Compression, InvalidRecords, validate_batches
+from trio_broker.server.requests import DELAYED
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
@@ -43,7 +44,13 @@ def _check_keys(records: memoryview) -> list[RecordError]:
 
 
 def _verify_transactional(
-    broker: Broker, transactional_id: str | None, topic: str, partition: int, header, log
+    broker: Broker,
+    transactional_id: str | None,
+    topic: str,
+    partition: int,
+    header,
+    log,
+    verified: dict | None = None,
 ) -> None:
     # A transactional batch must belong to the producer's ongoing transaction, i.e. the
     # partition was added with AddPartitionsToTxn (Kafka's transaction verification). A
@@ -56,6 +63,25 @@ def _verify_transactional(
         )
     if header.producer_id in log.producer_state.ongoing:
         return
+    if verified is not None and (topic, partition) in verified:
+        # Asked the remote coordinator (a cluster, KIP-890); the handler awaited since.
+        code, guard = verified[(topic, partition)]
+        if not code:
+            from trio_broker.cluster.txn_verification import txn_guard
+
+            if txn_guard(log, header.producer_id) != guard:
+                code = ErrorCode.NOT_ENOUGH_REPLICAS
+                raise KafkaError(
+                    code,
+                    f"a marker for producer {header.producer_id} reached {topic}-{partition} "
+                    "while its transaction was verified",
+                )
+            return
+        raise KafkaError(
+            code,
+            f"transactional batch of producer {header.producer_id} for {topic}-{partition}: "
+            f"verification with the coordinator answered {code.name}",
+        )
     txn = getattr(broker, "transaction_coordinator", None)
     code = None
     if txn is not None:
@@ -79,6 +105,7 @@ def append_partition(
     version: int,
     transactional_id: str | None = None,
     pending: list | None = None,
+    verified: dict | None = None,
 ) -> PartitionProduceResponse:
     answer = PartitionProduceResponse(index=partition, base_offset=-1, log_start_offset=-1)
     state = broker.metadata.topics.get(topic)
@@ -127,7 +154,7 @@ def append_partition(
                 ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce version 7 or later"
             )
         if header.is_transactional:
-            _verify_transactional(broker, transactional_id, topic, partition, header, log)
+            _verify_transactional(broker, transactional_id, topic, partition, header, log, verified)
         if "compact" in config.cleanup_policy:
             errors = _check_keys(records)
             if errors:
@@ -183,7 +210,6 @@ def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
 
 async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
     body = request.body
-    version = request.api_version
     acks = body.acks
     responses = []
     if acks not in (0, 1, -1):
@@ -200,6 +226,27 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
         ]
         return ProduceResponse(responses=responses)
     pending: list | None = [] if getattr(broker, "replica_manager", None) is not None else None
+    if pending is not None and body.transactional_id:
+        from trio_broker.cluster.txn_verification import verify_then_append
+
+        # A cluster: a batch opening a transaction here may need the remote coordinator's
+        # word first; then the request is answered from a task of its own (DELAYED).
+        if verify_then_append(
+            broker, request, lambda verified: _append_all(broker, request, pending, verified)
+        ):
+            return DELAYED
+    return _append_all(broker, request, pending, None)
+
+
+def _append_all(
+    broker: Broker, request: Request, pending: list | None, verified: dict | None
+) -> ProduceResponse | None | object:
+    """Append every partition's batch; the response, None (acks=0) or DELAYED (acks=-1 in
+    a cluster, waiting for the ISR)."""
+    body = request.body
+    version = request.api_version
+    acks = body.acks
+    responses = []
     for topic in body.topic_data:
         partitions = [
             append_partition(
@@ -211,6 +258,7 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
                 version,
                 body.transactional_id,
                 pending,
+                verified,
             )
             for p in topic.partition_data
         ]

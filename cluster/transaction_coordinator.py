@@ -38,6 +38,7 @@ from trio_broker.cluster.transaction_metadata import (
     TransactionState,
 )
 from trio_broker.cluster.transaction_store import TransactionStore
+from trio_broker.crash_points import crash_point
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.partition_log import wall_clock_ms
 
@@ -192,14 +193,21 @@ class TransactionCoordinator:
             return meta
         commit = meta.state == S.PREPARE_COMMIT
         partition = self.store.partition_for(meta.transactional_id)
-        results = write_markers(
-            self.broker,
-            sorted(meta.partitions),
-            producer_id=meta.producer_id,
-            producer_epoch=meta.producer_epoch,
-            coordinator_epoch=self.store.leader_epoch(partition),
-            commit=commit,
-        )
+        results = {}
+        for tp in sorted(meta.partitions):
+            if results:
+                crash_point("txn.after_first_marker")
+            results.update(
+                write_markers(
+                    self.broker,
+                    [tp],
+                    producer_id=meta.producer_id,
+                    producer_epoch=meta.producer_epoch,
+                    coordinator_epoch=self.store.leader_epoch(partition),
+                    commit=commit,
+                )
+            )
+        crash_point("txn.before_complete")
         for tp, code in results.items():
             if code not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
                 # Kafka retries until the leader takes it; on one broker a refusal is a
@@ -220,6 +228,7 @@ class TransactionCoordinator:
         if self.txns.get(meta.transactional_id) is not meta:
             return  # moved on (or away) meanwhile
         commit = meta.state == S.PREPARE_COMMIT
+        crash_point("txn.before_complete")
         if self._try(
             lambda: self._write(
                 meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
@@ -230,6 +239,7 @@ class TransactionCoordinator:
 
     def _end(self, meta: TransactionMetadata, commit: bool) -> TransactionMetadata:
         prepared = self._write(meta, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
+        crash_point("txn.after_prepare")
         return self._complete(prepared)
 
     def _fence_and_abort(self, meta: TransactionMetadata) -> TransactionMetadata:
@@ -392,10 +402,12 @@ class TransactionCoordinator:
         """Is a transactional batch for `tp` part of its producer's ongoing transaction?
         The codes are what Kafka's partition leader answers after asking the coordinator
         (AddPartitionsToTxn verify_only, with PRODUCER_FENCED as INVALID_PRODUCER_EPOCH).
-        None when this broker does not coordinate the id (the leader would ask the remote
-        coordinator; not built yet)."""
+        None when this broker does not coordinate the id: in a cluster the leader then asks
+        the remote coordinator (`txn_verification`)."""
         if not self.running or self.store.check(transactional_id or "") != ErrorCode.NONE:
             return None
+        if self.markers is not None and not self.store.topic_exists():
+            return None  # a cluster whose metadata has no state topic yet: ask the coordinator
         meta = self.txns.get(transactional_id or "")
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.INVALID_PRODUCER_ID_MAPPING

@@ -113,12 +113,48 @@ class TransactionMarkerChannelManager:
                 self._in_flight.clear()
                 nursery.cancel_scope.cancel()
 
+    async def send_to_broker(
+        self, broker_id: int, request: Any, *, min_version: int | None = None
+    ) -> Any:
+        """Another of the coordinator side's requests to a broker (transaction verification,
+        `txn_verification`) over this inter-broker client: the response, or None when
+        none came in time. Raises KafkaError when the connection fails or the broker does
+        not speak `min_version`."""
+        client = self._client
+        if client is None:
+            return None
+        client.set_nodes(
+            {node_id: (b.host, b.port) for node_id, b in self.broker.metadata.brokers.items()}
+        )
+        # A frozen broker accepts the connection and never answers (as for markers).
+        with trio.move_on_after(2 * self.timeout_ms / 1000 + 5):
+            version = await client.api_version(broker_id, request.API_KEY)
+            if min_version is not None and version < min_version:
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_VERSION,
+                    f"broker {broker_id} speaks {request.__class__.__name__} v{version}",
+                )
+            return await client.send(broker_id, request, version)
+        return None
+
     # -- transactions ----------------------------------------------------------------------
 
     def submit(self, meta: TransactionMetadata) -> bool:
         """Complete the prepared transaction `meta` in the background (once per id)."""
         if self._nursery is None or meta.transactional_id in self._in_flight:
+            logger.debug(
+                "markers of %s (%s) not submitted: %s",
+                meta.transactional_id,
+                meta.state.kafka_name,
+                "not running" if self._nursery is None else "already in flight",
+            )
             return False
+        logger.debug(
+            "markers of %s (%s) submitted for %s",
+            meta.transactional_id,
+            meta.state.kafka_name,
+            sorted(meta.partitions),
+        )
         scope = trio.CancelScope()
         self._in_flight[meta.transactional_id] = scope
         self._nursery.start_soon(self._complete, meta, scope)
@@ -150,6 +186,7 @@ class TransactionMarkerChannelManager:
         except Exception:
             logger.exception("completing the transaction of %s failed", txn_id)
         else:
+            logger.debug("markers of %s: completed %s", txn_id, completed)
             if not completed:
                 logger.info("transaction of %s not completed here (moved on or away)", txn_id)
         finally:
@@ -231,6 +268,12 @@ class TransactionMarkerChannelManager:
                         for leader, send in zip(by_leader, sends, strict=True)
                     },
                 )
+            logger.debug(
+                "markers of %s, round %d: %s",
+                meta.transactional_id,
+                rounds,
+                {leader: send.codes for leader, send in zip(by_leader, sends, strict=True)},
+            )
             for send in sends:
                 for tp, code in send.codes.items():
                     if code == ErrorCode.NONE:

@@ -39,20 +39,27 @@ def write_marker(
     state = broker.metadata.topics.get(topic)
     pstate = state.partitions.get(partition) if state is not None else None
     log = broker.topics.get_log(topic, partition)
-    if pstate is None or log is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if pstate.leader != broker.node_id:
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER
     replicas = getattr(broker, "replica_manager", None)
     leader = replicas.leader_partition(topic, partition) if replicas is not None else None
+    if log is None or (pstate is None and leader is None):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if replicas is not None:
-        # A cluster: appended as acks=-1, so the ISR must be large enough first.
+        # A cluster: the replica's own leadership and epoch, not the metadata cache's
+        # (UpdateMetadata follows LeaderAndIsr: just elected, the cache names the old
+        # leader and epoch, and the marker would carry a stale leader epoch).
         if leader is None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        leader_epoch = leader.leader_epoch
         from trio_broker.cluster.delayed_produce import _min_isr
 
+        # Appended as acks=-1, so the ISR must be large enough first.
         if len(leader.isr) < _min_isr(broker, topic):
             return ErrorCode.NOT_ENOUGH_REPLICAS
+    else:
+        assert pstate is not None
+        if pstate.leader != broker.node_id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        leader_epoch = pstate.leader_epoch
     batch = bytearray(
         build_marker_batch(
             producer_id=producer_id,
@@ -66,7 +73,7 @@ def write_marker(
         result = log.append_as_leader(
             batch,
             [read_header(batch)],
-            leader_epoch=pstate.leader_epoch,
+            leader_epoch=leader_epoch,
             log_append_time_ms=None,
             from_coordinator=True,
         )

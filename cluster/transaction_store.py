@@ -92,7 +92,15 @@ class TransactionStore:
         return True
 
     def leader_epoch(self, partition: int) -> int:
-        """The coordinator epoch of `partition`: the leader epoch of the state partition."""
+        """The coordinator epoch of `partition`: the leader epoch of the state partition,
+        in a cluster as this broker's replica has it (the metadata cache lags LeaderAndIsr:
+        a coordinator just elected would stamp its records and markers with the epoch of
+        the coordinator it replaces)."""
+        replicas = getattr(self.broker, "replica_manager", None)
+        if replicas is not None:
+            part = replicas.leader_partition(TRANSACTION_STATE_TOPIC, partition)
+            if part is not None:
+                return part.leader_epoch
         topic = self.broker.metadata.topics.get(TRANSACTION_STATE_TOPIC)
         state = topic.partitions.get(partition) if topic is not None else None
         return state.leader_epoch if state is not None else 0

@@ -524,6 +524,104 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
     assert sum(r["records"] for r in throughput) == 130
 
 
+def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker, tmp_path):
+    """A real transactional producer (confluent-kafka) commits a transaction, then leaves
+    one open, with plain records after it. A read_committed group can read only up to the
+    last stable offset; a read_uncommitted one reads to the end. The report computes from
+    the log the LSO the broker answers to ListOffsets(read_committed), and measures
+    `lag_committed` to it: 0 for the read_committed group, while its `lag_offsets` counts
+    what the open transaction holds back."""
+    import time
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    bootstrap = kafka_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic("pending", 1, 1)])["pending"].result(30)
+    plain = Producer({"bootstrap.servers": bootstrap})
+
+    def produce_plain(n: int, tag: bytes) -> None:
+        for i in range(n):
+            plain.produce("pending", b"%s-%d" % (tag, i))
+        assert plain.flush(30) == 0
+
+    produce_plain(10, b"plain")  # offsets 0-9
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "report-open-txn"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(20):
+        txn.produce("pending", b"committed-%d" % i)  # 10-29, the COMMIT marker at 30
+    txn.commit_transaction(30)
+    txn.begin_transaction()
+    for i in range(15):
+        txn.produce("pending", b"open-%d" % i)  # 31-45, no marker: open
+    assert txn.flush(30) == 0
+    produce_plain(5, b"after")  # 46-50
+    tp = TopicPartition("pending", 0)
+
+    def consume_and_commit(group: str, isolation: str, wanted: int) -> int:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "isolation.level": isolation,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition("pending", 0, 0)])
+            got = 0
+            deadline = time.monotonic() + 30
+            while got < wanted and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    got += 1
+            assert got == wanted
+            time.sleep(1)  # nothing more comes (a read_committed consumer waits at the LSO)
+            assert consumer.poll(0.5) is None
+            (position,) = consumer.position([tp])
+            consumer.commit(
+                offsets=[TopicPartition("pending", 0, position.offset)], asynchronous=False
+            )
+            marks = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            return position.offset, marks[1]
+        finally:
+            consumer.close()
+
+    rc_committed, broker_lso = consume_and_commit("rc-group", "read_committed", 30)
+    ru_committed, broker_hw = consume_and_commit("ru-group", "read_uncommitted", 50)
+    assert (broker_lso, broker_hw) == (31, 51)
+    assert rc_committed in (30, 31)  # after the last record read, or past the marker too
+    assert ru_committed == 51
+    now = int(time.time() * 1000)
+
+    options = ReportOptions(
+        log_dirs=(str(kafka_broker.log_dir),),
+        out=str(tmp_path / "out"),
+        since_ms=now - 3_600_000,
+        until_ms=now + 60_000,
+    )
+    result = run_report(spark, options)
+    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    # 31, not 10: the committed transaction (10-29, its marker at 30) is not open.
+    assert state[("pending", 0)]["last_stable_offset"] == broker_lso
+    assert state[("pending", 0)]["log_end_offset"] == broker_hw
+    lag = _read(spark, result, "group_partition_lag")
+    for kind in ("commit", "report"):
+        rows = {r["group"]: r for r in lag if r["topic"] == "pending" and r["kind"] == kind}
+        rc, ru = rows["rc-group"], rows["ru-group"]
+        assert (rc["last_stable_offset"], rc["log_end_offset"]) == (31, 51), kind
+        assert rc["lag_committed"] == 31 - rc_committed
+        assert rc["lag_offsets"] == 51 - rc_committed
+        assert (ru["lag_committed"], ru["lag_offsets"]) == (0, 0)
+    summary = {r["group"]: r for r in _read(spark, result, "group_summary")}
+    assert summary["rc-group"]["total_lag_committed"] == 31 - rc_committed
+    assert summary["ru-group"]["total_lag_committed"] == 0
+    txn.abort_transaction(30)
+
+
 # -- a cluster: every replica's log dir given, each partition read once ---------------------
 
 
@@ -538,6 +636,9 @@ def test_report_over_a_cluster_reads_each_partition_once(spark, kafka_cluster, t
 
     bootstrap = kafka_cluster.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 30  # every broker registered: RF 3 can be placed
+    while len(admin.list_topics(timeout=10).brokers) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
     admin.create_topics([NewTopic("replicated", 3, 3)])["replicated"].result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
     for i in range(600):

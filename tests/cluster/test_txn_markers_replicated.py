@@ -4,7 +4,7 @@ answers once every replica of its __transaction_state partition has its record."
 
 from __future__ import annotations
 
-from clustertest_helpers import eventually
+from clustertest_helpers import all_see, eventually
 from failover_helpers import create_topic, leader_of, wait_for_leaders
 from replication_helpers import raw, segment_bytes
 from wire import request_of
@@ -51,6 +51,7 @@ def test_write_txn_markers_answers_once_every_replica_has_the_marker(zookeeper, 
     overrides = {"replica.fetch.wait.max.ms": "500", "transaction.state.log.num.partitions": "1"}
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
         bootstrap = cluster.bootstrap
+        all_see(cluster.brokers)  # every broker registered: RF 3 can be placed
         create_topic(bootstrap, "marked", 1, 3, config={"min.insync.replicas": "2"})
         wait_for_leaders(bootstrap, "marked", 1, isr_size=3)
         leader = leader_of(bootstrap, "marked")
@@ -81,6 +82,7 @@ def test_coordinator_answers_once_every_replica_has_its_state_record(zookeeper, 
     }
     with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
         bootstrap = cluster.bootstrap
+        all_see(cluster.brokers)  # every broker registered: RF 3 can be placed
         create_topic(bootstrap, "marked", 1, 3)
         wait_for_leaders(bootstrap, "marked", 1, isr_size=3)
 

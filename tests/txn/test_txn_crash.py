@@ -1,21 +1,19 @@
-"""Crashes: kill -9 in the middle of a transaction, and a coordinator that wrote
-PrepareCommit but died before the markers. After the restart read_committed consumers see
-exactly the committed transactions, the .txnindex is rebuilt, and the LSO moves on."""
+"""Crashes: kill -9 in the middle of a transaction, and a broker process that dies at each
+step of a commit or an abort (TRIO_BROKER_CRASH_AT: after the Prepare record, between two
+partitions' markers, before the Complete record). After the restart the transaction ends
+the way it was decided, read_committed consumers see exactly the committed records, the
+.txnindex is rebuilt, and the last stable offset moves on."""
 
 from __future__ import annotations
 
 import socket
+import threading
 
-import attrs
-from confluent_kafka import Consumer, Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from txntest_helpers import consume_all, create_topic, read_txn_index
 from wire import roundtrip
 
-from trio_broker.broker import Broker
-from trio_broker.cluster.transaction_markers import write_marker
-from trio_broker.cluster.transaction_metadata import TransactionState
-from trio_broker.config import BrokerConfig
-from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.describe_producers_request import (
     DescribeProducersRequest,
     TopicRequest,
@@ -23,7 +21,8 @@ from trio_broker.protocol._generated.describe_producers_request import (
 from trio_broker.protocol._generated.describe_transactions_request import (
     DescribeTransactionsRequest,
 )
-from trio_broker.testing import BrokerProcess, BrokerThread
+from trio_broker.protocol.records import iter_batches
+from trio_broker.testing import BrokerProcess
 
 SMALL = {
     "offsets.topic.num.partitions": "3",
@@ -94,74 +93,145 @@ def test_kill_9_mid_transaction(tmp_path):
         broker.kill()
 
 
-def test_prepare_commit_with_missing_markers_completes_after_restart(tmp_path):
-    config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path), **SMALL}
-    with BrokerThread(config) as broker:
+def _end(producer: Producer, commit: bool, outcome: list) -> None:
+    """commit_transaction / abort_transaction until it succeeds or fails for good; what
+    happened goes into `outcome` (the broker dies and comes back meanwhile)."""
+    try:
+        for _attempt in range(30):
+            try:
+                (producer.commit_transaction if commit else producer.abort_transaction)(60)
+                outcome.append("done")
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable():
+                    raise
+                outcome.append(f"retried: {exc.args[0].str()}")
+        outcome.append("never ended")
+    except BaseException as exc:  # reported by the test
+        outcome.append(exc)
+
+
+def _markers(partition_dir) -> int:
+    """Control batches (transaction markers) in a partition's first segment on disk."""
+    data = (partition_dir / "00000000000000000000.log").read_bytes()
+    return sum(1 for _, header in iter_batches(data) if header.is_control)
+
+
+def _watermarks(bootstrap: str, partitions: int, isolation: str) -> list[tuple[int, int]]:
+    """(low, high) per partition from ListOffsets with `isolation`: for read_committed the
+    high mark is the last stable offset."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"marks-{isolation}",
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition("decided", p), timeout=10, cached=False)
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "commit"),
+    [
+        ("txn.after_prepare", True),
+        ("txn.after_first_marker", True),
+        ("txn.before_complete", True),
+        ("txn.after_prepare", False),
+        ("txn.after_first_marker", False),
+    ],
+)
+def test_broker_dies_at_each_step_of_ending_a_transaction(tmp_path, monkeypatch, crash_at, commit):
+    overrides = {"log.dirs": str(tmp_path), **SMALL}
+    monkeypatch.setenv("TRIO_BROKER_CRASH_AT", crash_at)
+    broker = BrokerProcess(overrides)  # this process only: the variable is read at start
+    monkeypatch.delenv("TRIO_BROKER_CRASH_AT")
+    producer = None
+    try:
         create_topic(broker.bootstrap, "decided", 2)
-        producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "dies"})
+        plain = Producer({"bootstrap.servers": broker.bootstrap})
+        plain.produce("decided", value=b"before", partition=1)
+        assert plain.flush(10) == 0
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "transactional.id": "dies",
+                "reconnect.backoff.max.ms": 200,
+            }
+        )
         producer.init_transactions(15)
         producer.begin_transaction()
-        for i in range(4):
-            producer.produce("decided", value=b"%d" % i, partition=i % 2)
-        producer.flush(15)
+        values = [b"txn-%d" % i for i in range(4)]
+        for i, value in enumerate(values):
+            producer.produce("decided", value=value, partition=i % 2)
+        assert producer.flush(15) == 0
         # Offsets committed in the transaction: pending until its marker.
         group = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-decided"})
         producer.send_offsets_to_transaction(
             [TopicPartition("decided", 0, 42)], group.consumer_group_metadata(), 15
         )
         group.close()
-    assert consume_all_offline_state(tmp_path, "dies") == TransactionState.ONGOING
 
-    # What the coordinator writes first when EndTxn(commit) arrives, then the crash: the
-    # PrepareCommit record is in __transaction_state, a marker in one partition only.
-    offline = Broker(BrokerConfig.from_properties(config))
-    try:
-        store = offline.transaction_coordinator.store
-        partition = store.partition_for("dies")
-        store.loaded.add(partition)
-        meta = store.read_partition(partition)["dies"]
-        prepared = attrs.evolve(meta, partitions=set(meta.partitions))
-        prepared.transition_to(TransactionState.PREPARE_COMMIT, meta.txn_last_update_timestamp_ms)
-        store.append(prepared)
-        # ... and the crash came between the two data partitions' markers.
-        code = write_marker(
-            offline,
-            "decided",
-            0,
-            producer_id=meta.producer_id,
-            producer_epoch=meta.producer_epoch,
-            coordinator_epoch=0,
-            commit=True,
+        outcome: list = []
+        ending = threading.Thread(target=_end, args=(producer, commit, outcome), daemon=True)
+        ending.start()
+        assert broker.proc.wait(30) == 137, "the broker did not stop at the crash point"
+        assert any(f"crash point {crash_at}" in line for line in broker.lines)
+        # What the crash left on disk: the data partitions' markers, none or both.
+        assert [_markers(tmp_path / f"decided-{p}") for p in (0, 1)] == (
+            [1, 1] if crash_at == "txn.before_complete" else [0, 0]
         )
-        assert code == ErrorCode.NONE
-    finally:
-        offline.log_manager.close()
+        if crash_at == "txn.after_first_marker":  # the first went to the offsets partition
+            assert sum(_markers(d) for d in tmp_path.glob("__consumer_offsets-*")) == 1
+        broker.start_again()
+        ending.join(90)
+        assert outcome and outcome[-1] == "done", outcome
 
-    with BrokerThread(config) as broker:
-        # Loading __transaction_state finishes the commit: markers, then CompleteCommit.
-        assert _state(broker.host, broker.port, "dies").transaction_state == "CompleteCommit"
+        host, port = broker.bootstrap.split(":")
+        ended = "CompleteCommit" if commit else "CompleteAbort"
+        assert _state(host, int(port), "dies").transaction_state == ended
         seen = consume_all(broker.bootstrap, "decided", 2, "read_committed")
-        assert sorted(v for _, _, v in seen) == [b"0", b"1", b"2", b"3"]
-        # The pending offsets were reloaded from __consumer_offsets and applied by the marker.
+        assert sorted(v for _, _, v in seen) == sorted([b"before", *(values if commit else [])])
+        everything = consume_all(broker.bootstrap, "decided", 2, "read_uncommitted")
+        assert sorted(v for _, _, v in everything) == sorted([b"before", *values])
+        # The last stable offset is the high watermark: no transaction is left open.
+        committed_marks = _watermarks(broker.bootstrap, 2, "read_committed")
+        assert committed_marks == _watermarks(broker.bootstrap, 2, "read_uncommitted")
+        # Each partition: its records and a marker, or two when the marker written before
+        # the crash is written again after it (the coordinator resends, as Kafka's does).
+        records = [2, 3]
+        assert all(
+            high - n in (1, 2) for (_, high), n in zip(committed_marks, records, strict=True)
+        ), committed_marks
         reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g-decided"})
         try:
-            (committed,) = reader.committed([TopicPartition("decided", 0)], timeout=10)
+            (offset,) = reader.committed([TopicPartition("decided", 0)], timeout=10)
         finally:
             reader.close()
-        assert committed.offset == 42
+        assert offset.offset == (42 if commit else -1001)  # -1001: no committed offset
         for p in (0, 1):
-            assert not (tmp_path / f"decided-{p}" / "00000000000000000000.txnindex").exists()
+            index = tmp_path / f"decided-{p}" / "00000000000000000000.txnindex"
+            assert index.exists() != commit
+            if not commit:
+                assert [(first, last) for _, _, first, last, _ in read_txn_index(index)] == [
+                    (p, p + 2)
+                ]
 
-
-def consume_all_offline_state(log_dir, txn_id: str) -> TransactionState:
-    """The state of `txn_id` as the stopped broker's __transaction_state holds it."""
-    offline = Broker(
-        BrokerConfig.from_properties(
-            {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(log_dir), **SMALL}
-        )
-    )
-    try:
-        store = offline.transaction_coordinator.store
-        return store.read_partition(store.partition_for(txn_id))[txn_id].state
+        # The same producer goes on: its next transaction is read, the LSO moves past it.
+        producer.begin_transaction()
+        producer.produce("decided", value=b"next", partition=0)
+        producer.commit_transaction(30)
+        seen = consume_all(broker.bootstrap, "decided", 2, "read_committed")
+        assert b"next" in [v for _, _, v in seen]
+        lso = _watermarks(broker.bootstrap, 2, "read_committed")[0][1]
+        assert lso == committed_marks[0][1] + 2  # the record and its marker
     finally:
-        offline.log_manager.close()
+        if producer is not None:
+            producer.flush(1)
+        if broker.alive:
+            broker.kill()
