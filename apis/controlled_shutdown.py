@@ -31,6 +31,10 @@ async def handle(broker: Broker, request: Request) -> ControlledShutdownResponse
     if controller is None:
         return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
     await controller.ready.wait()
+    # Kafka's check: a request from an earlier registration of that broker is stale.
+    node = controller.ctx.live_brokers.get(body.broker_id)
+    if body.broker_epoch != -1 and node is not None and body.broker_epoch < node.epoch:
+        return ControlledShutdownResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     remaining = await controller.controlled_shutdown(body.broker_id)
     if remaining is None:
         return ControlledShutdownResponse(error_code=ErrorCode.BROKER_NOT_AVAILABLE)

@@ -20,4 +20,8 @@ async def handle(broker: Broker, request: Request) -> Any:
     manager = getattr(broker, "replica_manager", None)
     if manager is None:
         return LeaderAndIsrResponse(error_code=ErrorCode.INVALID_REQUEST)
+    from trio_broker.cluster.broker_epoch import is_stale
+
+    if is_stale(broker, request.body.broker_epoch, "LeaderAndIsr"):
+        return LeaderAndIsrResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     return await manager.become_leader_or_follower(request.body, request.api_version)

@@ -28,6 +28,10 @@ async def handle(broker: Broker, request: Request) -> Any:
     version = request.api_version
     if body.controller_epoch < broker.metadata.controller_epoch:
         return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+    from trio_broker.cluster.broker_epoch import is_stale
+
+    if is_stale(broker, body.broker_epoch, "StopReplica"):
+        return StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     broker.metadata.controller_epoch = body.controller_epoch
     todo: list[tuple[str, int, int, bool]] = []
     if version == 0:

@@ -42,6 +42,10 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
     meta = broker.metadata
     if not meta.zk_mode:
         return UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    from trio_broker.cluster.broker_epoch import is_stale
+
+    if is_stale(broker, body.broker_epoch, "UpdateMetadata"):
+        return UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     if body.controller_epoch < meta.controller_epoch:
         logger.warning(
             "UpdateMetadata from controller %d with stale epoch %d (current %d)",

@@ -60,7 +60,8 @@ async def controlled_shutdown(broker: Broker) -> bool:
             client.set_nodes({controller: (node.host, node.port)})
             try:
                 response = await client.send(
-                    controller, ControlledShutdownRequest(broker_id=node_id, broker_epoch=-1)
+                    controller,
+                    ControlledShutdownRequest(broker_id=node_id, broker_epoch=broker.broker_epoch),
                 )
             except KafkaError as exc:
                 logger.info("controlled shutdown request to broker %d failed: %s", controller, exc)

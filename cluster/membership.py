@@ -201,6 +201,11 @@ class BrokerMembership:
                 with trio.move_on_at(deadline):
                     await gone.wait()
         self.registrations += 1
+        # This incarnation's broker epoch: requests the controller built for an earlier
+        # registration carry a smaller one and are refused (STALE_BROKER_EPOCH).
+        stat = await self.zk.exists(path)
+        if stat is not None:
+            self.broker.broker_epoch = stat.czxid
         logger.info(
             "registered broker %d at %s with endpoints %s (session 0x%x)",
             self.node_id,

@@ -56,6 +56,9 @@ class Broker:
 
         self.config = config
         self.zk = zk  # the ZooKeeperSession of a cluster, or None for a lone broker
+        # Kafka's broker epoch (KIP-380): the czxid of this broker's /brokers/ids znode,
+        # set at each registration; -1 for a lone broker.
+        self.broker_epoch = -1
         self._cluster_id = cluster_id
         self.node_id = config.node_id
         self.started_at_ms = int(time.time() * 1000)

@@ -215,3 +215,39 @@ def log_bytes(log_dir: Path, topic: str, partition: int) -> bytes:
     """A replica's record batches: its segment files concatenated in offset order."""
     d = log_dir / f"{topic}-{partition}"
     return b"".join(p.read_bytes() for p in sorted(d.glob("*.log")))
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: int, expected: set[bytes], budget_s: float = 40
+) -> dict[int, list]:
+    """partition -> values a read_committed consumer reads of `topic` from the start: until
+    every expected value came and nothing more for 3 s."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"checker-{time.monotonic_ns()}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    out: dict[int, list] = {p: [] for p in range(partitions)}
+    seen: set[bytes] = set()
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        deadline = time.monotonic() + budget_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if expected <= seen and time.monotonic() - last > 3:
+                    break
+                continue
+            if msg.error() is not None:
+                raise KafkaException(msg.error())
+            out[msg.partition()].append(msg.value())
+            seen.add(msg.value())
+            last = time.monotonic()
+    finally:
+        consumer.close()
+    return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
+from pathlib import Path
 
 from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -251,6 +252,55 @@ def test_a_stale_controller_epoch_is_refused(kafka_cluster, zk_view):
         assert roundtrip(sock, stale, 8).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     # And the cache is untouched: every broker is still listed.
     assert len(metadata(kafka_cluster.brokers[1].bootstrap).brokers) == 3
+
+
+def test_requests_for_an_earlier_registration_are_refused(kafka_cluster, zk_view):
+    # KIP-380: a broker's epoch is the czxid of its registration; the controller's requests
+    # carry it, and one built for an earlier registration (smaller) is STALE_BROKER_EPOCH.
+    from trio_broker.protocol._generated.leader_and_isr_request import (
+        LeaderAndIsrPartitionState,
+        LeaderAndIsrTopicState,
+    )
+
+    all_see(kafka_cluster.brokers)
+    controller_epoch = zk_view.controller_epoch()
+    controller_id = zk_view.controller()
+    target = next(n for n in kafka_cluster.brokers if n != controller_id)
+    epoch = zk_view.client.exists(f"{zk_view.root}/brokers/ids/{target}").czxid
+    stale = epoch - 1
+
+    def call(node: int, request, version: int):
+        host, port = kafka_cluster.brokers[node].bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            return roundtrip(sock, request, version)
+
+    ghost = LeaderAndIsrPartitionState(
+        partition_index=0, controller_epoch=controller_epoch, leader=target, leader_epoch=0,
+        isr=[target], partition_epoch=0, replicas=[target], is_new=True,
+    )  # fmt: skip
+    leader_and_isr = request_of(
+        4, controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=stale,
+        topic_states=[LeaderAndIsrTopicState(topic_name="ghost", partition_states=[ghost])],
+        live_leaders=[],
+    )  # fmt: skip
+    assert call(target, leader_and_isr, 4).error_code == ErrorCode.STALE_BROKER_EPOCH
+    update = request_of(
+        6, controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=stale,
+        live_brokers=[],
+    )  # fmt: skip
+    assert call(target, update, 8).error_code == ErrorCode.STALE_BROKER_EPOCH
+    stop = request_of(
+        5, controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=stale,
+        delete_partitions=True, topic_states=[],
+    )  # fmt: skip
+    assert call(target, stop, 3).error_code == ErrorCode.STALE_BROKER_EPOCH
+    shutdown = request_of(7, broker_id=target, broker_epoch=stale)
+    assert call(controller_id, shutdown, 3).error_code == ErrorCode.STALE_BROKER_EPOCH
+    # None of them applied: no ghost partition, every broker still listed.
+    log_dir = kafka_cluster.brokers[target].config.log_dirs[0]
+    assert not (Path(log_dir) / "ghost-0").exists()
+    assert len(metadata(kafka_cluster.brokers[target].bootstrap).brokers) == 3
+    # (The current epoch is what the controller's own requests carry: every cluster test.)
 
 
 def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(

@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from clustertest_helpers import FAST_SESSION, eventually
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from failover_helpers import create_topic, partitions, wait_for_leaders
+from confluent_kafka import KafkaException, Producer
+from failover_helpers import create_topic, partitions, read_committed, wait_for_leaders
 
 from trio_broker.cluster.transaction_records import partition_for
 from trio_broker.testing import KafkaCluster
@@ -126,40 +126,6 @@ class TransactionalRunner:
         self._thread.join(120)
 
 
-def read_committed(bootstrap: str, expected: set[bytes], budget_s: float = 40) -> dict[int, list]:
-    """partition -> values a read_committed consumer reads from the start: until every
-    expected value came and nothing more for 3 s."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"checker-{time.monotonic_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-    seen: set[bytes] = set()
-    try:
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + budget_s
-        last = time.monotonic()
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                if expected <= seen and time.monotonic() - last > 3:
-                    break
-                continue
-            if msg.error() is not None:
-                raise KafkaException(msg.error())
-            out[msg.partition()].append(msg.value())
-            seen.add(msg.value())
-            last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
-
-
 def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeeper, tmp_path):
     overrides = {
         **FAST_SESSION,
@@ -208,7 +174,7 @@ def test_coordinator_killed_mid_stream_every_committed_record_read_once(zookeepe
         assert moved.leader not in (-1, coordinator.leader)
 
         committed = set(runner.committed)
-        read = read_committed(live.bootstrap, committed)
+        read = read_committed(live.bootstrap, TOPIC, PARTITIONS, committed)
         values = [v for records in read.values() for v in records]
         missing = committed - set(values)
         assert not missing, f"{len(missing)} committed records lost: {sorted(missing)[:5]}"

@@ -23,8 +23,8 @@ import struct
 import time
 
 from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from failover_helpers import create_topic, partitions, wait_for_leaders
+from confluent_kafka import Producer
+from failover_helpers import create_topic, partitions, read_committed, wait_for_leaders
 from replication_helpers import segment_bytes
 
 from trio_broker.protocol.record_codec import iter_records
@@ -34,40 +34,6 @@ from trio_broker.testing import KafkaCluster
 TOPIC = "ledger"
 PARTITIONS = 4
 TXN_ID = "ledger-writer"
-
-
-def read_committed(bootstrap: str, expected: set[bytes], budget_s: float = 40) -> dict[int, list]:
-    """partition -> values a read_committed consumer reads from the start: until every
-    expected value came and nothing more for 3 s."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"checker-{time.monotonic_ns()}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
-    seen: set[bytes] = set()
-    try:
-        consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        deadline = time.monotonic() + budget_s
-        last = time.monotonic()
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                if expected <= seen and time.monotonic() - last > 3:
-                    break
-                continue
-            if msg.error() is not None:
-                raise KafkaException(msg.error())
-            out[msg.partition()].append(msg.value())
-            seen.add(msg.value())
-            last = time.monotonic()
-    finally:
-        consumer.close()
-    return out
 
 
 def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zookeeper, tmp_path):
@@ -171,7 +137,9 @@ def test_markers_pending_when_the_coordinator_dies_are_sent_by_the_new_one(zooke
             ), "the new coordinator found no prepared transaction"
 
             expected = {v for _, v in committed}
-            read = read_committed(",".join(b.bootstrap for b in survivors), expected)
+            read = read_committed(
+                ",".join(b.bootstrap for b in survivors), TOPIC, PARTITIONS, expected
+            )
             values = [v for records in read.values() for v in records]
             assert set(values) == expected
             assert len(values) == len(expected)
