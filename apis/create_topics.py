@@ -166,8 +166,8 @@ async def _wait_for_leaders(
 
 async def handle(broker: Broker, request: Request) -> CreateTopicsResponse:
     body = request.body
-    if broker.topics.zk_topics is not None:
-        return await _handle_in_cluster(broker, request)
+    # A cluster creates through ZooKeeper and answers once leaders are known.
+    in_cluster = broker.topics.zk_topics is not None
     counts = Counter(t.name for t in body.topics)
     results: list[CreatableTopicResult] = []
     answered: set[str] = set()
@@ -179,29 +179,13 @@ async def handle(broker: Broker, request: Request) -> CreateTopicsResponse:
             results.append(_error(topic.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
             continue
         try:
-            results.append(_create(broker, topic, body.validate_only))
+            if in_cluster:
+                results.append(await _create_in_cluster(broker, topic, body.validate_only))
+            else:
+                results.append(_create(broker, topic, body.validate_only))
         except KafkaError as exc:
             results.append(_error(topic.name, exc.code, exc.message))
-    return CreateTopicsResponse(topics=results)
-
-
-async def _handle_in_cluster(broker: Broker, request: Request) -> CreateTopicsResponse:
-    body = request.body
-    counts = Counter(t.name for t in body.topics)
-    results: list[CreatableTopicResult] = []
-    answered: set[str] = set()
-    for topic in body.topics:
-        if topic.name in answered:
-            continue
-        answered.add(topic.name)
-        if counts[topic.name] > 1:
-            results.append(_error(topic.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
-            continue
-        try:
-            results.append(await _create_in_cluster(broker, topic, body.validate_only))
-        except KafkaError as exc:
-            results.append(_error(topic.name, exc.code, exc.message))
-    if not body.validate_only:
+    if in_cluster and not body.validate_only:
         await _wait_for_leaders(broker, results, body.timeout_ms)
     return CreateTopicsResponse(topics=results)
 

@@ -282,17 +282,12 @@ def _leadership_errors(
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
     if version < 16:
         return
-    from trio_broker.cluster.delayed_produce import node_endpoints
+    from trio_broker.cluster.delayed_produce import moved_leader_endpoints
     from trio_broker.protocol._generated.fetch_response import NodeEndpoint
 
-    leaders = {
-        d.current_leader.leader_id
-        for t in response.responses
-        for d in t.partitions
-        if d.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and d.current_leader.leader_id >= 0
-    }
-    if leaders:
-        response.node_endpoints = node_endpoints(broker, leaders, NodeEndpoint)
+    answers = (d for t in response.responses for d in t.partitions)
+    if endpoints := moved_leader_endpoints(broker, answers, NodeEndpoint):
+        response.node_endpoints = endpoints
 
 
 async def handle(broker: Broker, request: Request) -> Any:

@@ -47,6 +47,19 @@ class PartitionLeadership:
             zk_version=zk_version,
         )
 
+    def succeeded_by(
+        self, leader: int, isr: tuple[int, ...], controller_epoch: int
+    ) -> PartitionLeadership:
+        """The state a controller writes over this one: the next leader epoch, conditional
+        on this znode version (so the written one is the next)."""
+        return PartitionLeadership(
+            leader=leader,
+            leader_epoch=self.leader_epoch + 1,
+            isr=isr,
+            controller_epoch=controller_epoch,
+            zk_version=self.zk_version + 1,
+        )
+
     def znode(self) -> zk_data.LeaderIsrState:
         return zk_data.LeaderIsrState(
             leader=self.leader,

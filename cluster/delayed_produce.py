@@ -10,6 +10,7 @@ key by high watermark moves, ISR changes and leadership changes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.server.requests import Request
 
-__all__ = ["DelayedProduce", "after_replication", "finish_produce", "node_endpoints"]
+__all__ = ["DelayedProduce", "after_replication", "finish_produce", "moved_leader_endpoints"]
 
 
 @attrs.define
@@ -92,7 +93,16 @@ def _min_isr(broker: Broker, topic: str) -> int:
     return int(text) if text is not None else broker.config.min_insync_replicas
 
 
-def node_endpoints(broker: Broker, leaders: set[int], endpoint_class: Any) -> list[Any]:
+def moved_leader_endpoints(
+    broker: Broker, answers: Iterable[Any], endpoint_class: Any
+) -> list[Any]:
+    """KIP-951 (Produce v10+, Fetch v16+): the endpoints of the leaders that partition
+    answers with NOT_LEADER_OR_FOLLOWER name, so that clients need no Metadata round."""
+    leaders = {
+        a.current_leader.leader_id
+        for a in answers
+        if a.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and a.current_leader.leader_id >= 0
+    }
     out = []
     for node_id in sorted(leaders):
         node = broker.metadata.brokers.get(node_id)
@@ -109,14 +119,9 @@ def add_node_endpoints(broker: Broker, request: Request, response: Any) -> None:
         return
     from trio_broker.protocol._generated.produce_response import NodeEndpoint
 
-    leaders = {
-        p.current_leader.leader_id
-        for t in response.responses
-        for p in t.partition_responses
-        if p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and p.current_leader.leader_id >= 0
-    }
-    if leaders:
-        response.node_endpoints = node_endpoints(broker, leaders, NodeEndpoint)
+    answers = (p for t in response.responses for p in t.partition_responses)
+    if endpoints := moved_leader_endpoints(broker, answers, NodeEndpoint):
+        response.node_endpoints = endpoints
 
 
 def finish_produce(

@@ -187,13 +187,7 @@ async def elect(
             if choice is None:
                 break
             leader, isr = choice
-            new = PartitionLeadership(
-                leader=leader,
-                leader_epoch=state.leader_epoch + 1,
-                isr=isr,
-                controller_epoch=ctx.epoch,
-                zk_version=state.zk_version + 1,
-            )
+            new = state.succeeded_by(leader, isr, ctx.epoch)
             path = zk_data.partition_state_path(topic, partition)
             results = await zk.transaction(
                 [
@@ -255,13 +249,7 @@ async def update(
         if choice is None:
             return False
         leader, isr = choice
-        new = PartitionLeadership(
-            leader=leader,
-            leader_epoch=state.leader_epoch + 1,
-            isr=isr,
-            controller_epoch=ctx.epoch,
-            zk_version=state.zk_version + 1,
-        )
+        new = state.succeeded_by(leader, isr, ctx.epoch)
         results = await zk.transaction(
             [
                 _epoch_check(ctx),

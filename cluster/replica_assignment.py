@@ -13,7 +13,7 @@ whose rack already holds a replica of the partition until every rack holds one.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from trio_broker.errors import ErrorCode, KafkaError
 
@@ -87,6 +87,21 @@ def assign_replicas(
     )
 
 
+def _positions(
+    count: int, partitions: int, start_partition: int, fixed: int, rng: random.Random
+) -> Iterator[tuple[int, int, int]]:
+    """Kafka's walk over the brokers: (partition, index of its first replica, shift of the
+    followers), from a random start (or `fixed`), the shift growing every `count` partitions."""
+    start = fixed if fixed >= 0 else rng.randrange(count)
+    shift = fixed if fixed >= 0 else rng.randrange(count)
+    partition = max(0, start_partition)
+    for _ in range(partitions):
+        if partition > 0 and partition % count == 0:
+            shift += 1
+        yield partition, (partition + start) % count, shift
+        partition += 1
+
+
 def _rack_unaware(
     ids: list[int],
     partitions: int,
@@ -96,18 +111,11 @@ def _rack_unaware(
     rng: random.Random,
 ) -> dict[int, tuple[int, ...]]:
     count = len(ids)
-    start = fixed if fixed >= 0 else rng.randrange(count)
-    shift = fixed if fixed >= 0 else rng.randrange(count)
-    partition = max(0, start_partition)
     out: dict[int, tuple[int, ...]] = {}
-    for _ in range(partitions):
-        if partition > 0 and partition % count == 0:
-            shift += 1
-        first = (partition + start) % count
+    for partition, first, shift in _positions(count, partitions, start_partition, fixed, rng):
         replicas = [ids[first]]
         replicas += [ids[_replica_index(first, shift, j, count)] for j in range(factor - 1)]
         out[partition] = tuple(replicas)
-        partition += 1
     return out
 
 
@@ -122,14 +130,8 @@ def _rack_aware(
     arranged = rack_alternated_brokers(racks)
     count = len(arranged)
     rack_count = len(set(racks.values()))
-    start = fixed if fixed >= 0 else rng.randrange(count)
-    shift = fixed if fixed >= 0 else rng.randrange(count)
-    partition = max(0, start_partition)
     out: dict[int, tuple[int, ...]] = {}
-    for _ in range(partitions):
-        if partition > 0 and partition % count == 0:
-            shift += 1
-        first = (partition + start) % count
+    for partition, first, shift in _positions(count, partitions, start_partition, fixed, rng):
         leader = arranged[first]
         replicas = [leader]
         used_racks = {racks[leader]}
@@ -148,5 +150,4 @@ def _rack_aware(
                     used.add(broker_id)
                     break
         out[partition] = tuple(replicas)
-        partition += 1
     return out

@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import attrs
@@ -36,7 +36,11 @@ from trio_broker.log.producer_state import (
     increment_sequence,
 )
 from trio_broker.log.segment import LogSegment, SegmentStateUnknown
-from trio_broker.log.transactions import end_txn_marker, record_completed_txn
+from trio_broker.log.transactions import (
+    end_txn_marker,
+    record_completed_txn,
+    replay_data_batch,
+)
 from trio_broker.protocol.records import (
     BatchHeader,
     set_base_offset,
@@ -343,27 +347,9 @@ class PartitionLog:
         except OSError as exc:
             raise self._storage_error(exc, "append") from exc
 
-        self.log_end_offset = last_offset + 1
-        for info in updates.values():
-            self.producer_state.update(info)
-        for txn in completed:
-            record_completed_txn(self, self.active_segment, txn)
-        self.producer_state.update_map_end_offset(self.log_end_offset)
-        if leader_epoch >= 0:
-            try:
-                self.leader_epoch_cache.assign(leader_epoch, first_offset)
-            except OSError as exc:
-                # The records are in; the cache in memory is right, and the checkpoint is
-                # written again by the next flush (and rebuilt from batches by recovery).
-                logger.warning("log %s: leader epoch checkpoint not written: %s", self.name, exc)
-        self.unflushed_messages += record_count
-        return AppendResult(
-            first_offset=first_offset,
-            last_offset=last_offset,
-            log_append_time_ms=append_time,
-            log_start_offset=self.log_start_offset,
-            record_count=record_count,
-            flush_needed=self.unflushed_messages >= self.config.flush_messages,
+        epochs = ((leader_epoch, first_offset),) if leader_epoch >= 0 else ()
+        return self._appended(
+            updates, completed, epochs, first_offset, last_offset, record_count, append_time
         )
 
     def append_as_follower(self, records: bytearray | memoryview) -> AppendResult:
@@ -426,16 +412,7 @@ class PartitionLog:
                     if done is not None:
                         completed.append((done, i))
                 else:
-                    info.append_data_batch(
-                        epoch=header.producer_epoch,
-                        first_seq=header.base_sequence,
-                        last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
-                        first_offset=header.base_offset,
-                        last_offset=header.last_offset,
-                        timestamp=header.max_timestamp,
-                        validate=False,
-                        is_transactional=header.is_transactional,
-                    )
+                    replay_data_batch(info, header)
             epoch = header.partition_leader_epoch
             if epoch >= 0 and (latest is None or epoch > latest):
                 epochs.append((epoch, header.base_offset))
@@ -454,22 +431,46 @@ class PartitionLog:
             self.active_segment.append(view, index_entries)
         except OSError as exc:
             raise self._storage_error(exc, "append") from exc
+        return self._appended(
+            updates,
+            [txn for txn, _ in completed],
+            epochs,
+            first_offset,
+            last_offset,
+            record_count,
+            -1,
+        )
+
+    def _appended(
+        self,
+        updates: dict[int, ProducerAppendInfo],
+        completed: Iterable[CompletedTxn],
+        epochs: Iterable[tuple[int, int]],
+        first_offset: int,
+        last_offset: int,
+        record_count: int,
+        append_time: int,
+    ) -> AppendResult:
+        """What follows an append that is in the segment (leader's or follower's): the log
+        end, the producers' states and ended transactions, the leader epochs."""
         self.log_end_offset = last_offset + 1
         for info in updates.values():
             self.producer_state.update(info)
-        for txn, _ in completed:
+        for txn in completed:
             record_completed_txn(self, self.active_segment, txn)
         self.producer_state.update_map_end_offset(self.log_end_offset)
         for epoch, start in epochs:
             try:
                 self.leader_epoch_cache.assign(epoch, start)
             except OSError as exc:
+                # The records are in; the cache in memory is right, and the checkpoint is
+                # written again by the next flush (and rebuilt from batches by recovery).
                 logger.warning("log %s: leader epoch checkpoint not written: %s", self.name, exc)
         self.unflushed_messages += record_count
         return AppendResult(
             first_offset=first_offset,
             last_offset=last_offset,
-            log_append_time_ms=-1,
+            log_append_time_ms=append_time,
             log_start_offset=self.log_start_offset,
             record_count=record_count,
             flush_needed=self.unflushed_messages >= self.config.flush_messages,

@@ -71,6 +71,21 @@ def record_completed_txn(log: PartitionLog, segment: LogSegment, txn: CompletedT
     )
 
 
+def replay_data_batch(info: ProducerAppendInfo, header: BatchHeader) -> None:
+    """A data batch already in the log (a follower's copy, recovery) into a producer's
+    state, as it stands: no sequence check."""
+    info.append_data_batch(
+        epoch=header.producer_epoch,
+        first_seq=header.base_sequence,
+        last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
+        first_offset=header.base_offset,
+        last_offset=header.last_offset,
+        timestamp=header.max_timestamp,
+        validate=False,
+        is_transactional=header.is_transactional,
+    )
+
+
 def replay_batch(
     log: PartitionLog, segment: LogSegment, position: int, header: BatchHeader, index: bool
 ) -> None:
@@ -88,14 +103,5 @@ def replay_batch(
             if not entries or entries[-1].last_offset < done.last_offset:
                 record_completed_txn(log, segment, done)
         return
-    info.append_data_batch(
-        epoch=header.producer_epoch,
-        first_seq=header.base_sequence,
-        last_seq=increment_sequence(header.base_sequence, header.last_offset_delta),
-        first_offset=header.base_offset,
-        last_offset=header.last_offset,
-        timestamp=header.max_timestamp,
-        validate=False,
-        is_transactional=header.is_transactional,
-    )
+    replay_data_batch(info, header)
     state.update(info)
