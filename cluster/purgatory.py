@@ -22,6 +22,7 @@ import itertools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Hashable, Iterable
+from typing import Any
 
 import attrs
 import trio
@@ -132,7 +133,15 @@ class Purgatory:
         op.done = True
         self._waiting -= 1
         self._unwatch(op)
+        complete = op.complete
+        # An answered operation may stay in the expiry heap until its deadline: it must
+        # not keep its request (a produce's frame is a megabyte) alive that long.
+        op.try_complete = op.complete = _answered
         try:
-            await op.complete()
+            await complete()
         except Exception:
             logger.exception("delayed operation in %s failed to complete", self.name)
+
+
+def _answered() -> Any:
+    raise AssertionError("an answered delayed operation was run again")

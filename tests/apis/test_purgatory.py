@@ -86,3 +86,36 @@ async def test_many_parked_then_answered_keep_nothing(purgatory, autojump_clock)
     again = Op(purgatory, (("t", 0),), wait_s=2)
     await trio.sleep(2.5)
     assert [a for _, a in again.answers] == [0]
+
+
+async def test_answered_operation_lets_go_of_its_request(purgatory, autojump_clock):
+    # An answered operation stays in the expiry heap until its deadline (30 s for a
+    # produce); what it answered (a produce's request, its megabyte frame) must not.
+    import gc
+    import weakref
+
+    class Frame:  # stands for a request's frame buffer
+        pass
+
+    frame = Frame()
+    held = weakref.ref(frame)
+    answers = []
+
+    async def complete(frame=frame):
+        answers.append(frame)
+
+    purgatory.park(
+        DelayedOperation(
+            keys=(("t", 0),),
+            deadline=trio.current_time() + 30,
+            try_complete=lambda: True,
+            complete=complete,
+        )
+    )
+    del frame, complete
+    purgatory.wake([("t", 0)])
+    await trio.sleep(0.001)
+    assert len(answers) == 1
+    answers.clear()
+    gc.collect()
+    assert held() is None

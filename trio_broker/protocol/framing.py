@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -49,6 +50,22 @@ NEED_MEMORY = _NeedData.NEED_MEMORY
 # request at once costs one copy of an eighth of it, while one that announces 100 MB and
 # sends a little makes the broker hold at most twice that little (or 8x, past an eighth).
 _EXACT_FRACTION = 8
+
+# Large buffers handed out with frames are kept (up to this many, each up to the reader's
+# `spare_max_bytes`) and filled again once nothing refers to them any more: a 1 MiB
+# produce request or fetch response then costs no fresh allocation, which on the
+# replication path was a third of the leader's time (py-spy: `bytearray(size)` zeroing and
+# faulting in a new mapping for every request).
+_KEPT = 2
+
+
+def _refs(kept: list[bytearray], i: int) -> int:
+    return sys.getrefcount(kept[i])
+
+
+# What `_refs` counts for a buffer only the list refers to (measured, not assumed: the
+# interpreter's own count of a call's borrowed references differs between versions).
+_FREE_REFS = _refs([bytearray(1)], 0)
 
 
 class InvalidFrame(Exception):
@@ -94,8 +111,10 @@ class FrameReader:
         "_credit",
         "_end",
         "_frame_charge",
+        "_kept",
         "_need",
         "_pool",
+        "_spare_max",
         "_start",
         "max_frame_bytes",
         "memory_wanted",
@@ -107,10 +126,15 @@ class FrameReader:
         max_frame_bytes: int,
         chunk_bytes: int = 64 * 1024,
         pool: RequestMemory | None = None,
+        spare_max_bytes: int = 2 * 1024 * 1024,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._chunk = chunk_bytes
         self._pool = pool
+        # Large buffers lent out with frames, to be filled again once free (see _KEPT).
+        # Not charged to the pool while idle: at most _KEPT x spare_max_bytes a reader.
+        self._kept: list[bytearray] = []
+        self._spare_max = spare_max_bytes
         self._buf = bytearray()  # allocated on first receive: idle connections cost nothing
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
@@ -151,8 +175,17 @@ class FrameReader:
         charge = self._frame_charge + self._buf_charge + self._credit
         self._frame_charge = self._buf_charge = self._credit = 0
         self._buf = bytearray()
+        self._kept = []
         self._start = self._end = 0
         self._release(charge)
+
+    def _reuse(self, size: int) -> bytearray | None:
+        """A kept buffer of at least `size` bytes that nothing refers to any more."""
+        kept = self._kept
+        for i in range(len(kept)):
+            if len(kept[i]) >= size and _refs(kept, i) == _FREE_REFS:
+                return kept.pop(i)
+        return None
 
     def _take(self, size: int) -> bool:
         if self._pool is None:
@@ -194,14 +227,18 @@ class FrameReader:
         # A large frame outgrew its buffer: grow it only as far as its bytes justify.
         if arrived < 0:
             arrived = pending + (queued() if queued is not None else 0)
-        if arrived * _EXACT_FRACTION >= total:
+        # A kept buffer holds the whole frame at no new cost (charged as the frame's size).
+        fresh = self._reuse(total) if self._kept else None
+        if fresh is not None or arrived * _EXACT_FRACTION >= total:
             size = total
         else:
             size = min(total, max(2 * arrived, 2 * self._chunk))
         if not self._take(size):
+            if fresh is not None:
+                self._kept.append(fresh)
             return False
         old = self._buf_charge
-        self._move_to(bytearray(size))
+        self._move_to(fresh if fresh is not None else bytearray(size))
         self._buf_charge = size
         self._release(old)
         return True
@@ -214,6 +251,10 @@ class FrameReader:
         gets its exact buffer at once instead of growing step by step."""
         if not self._make_room(queued):
             return None
+        if self._buf_charge and self._need >= 0:
+            # A frame's own buffer, perhaps a kept one larger than the frame: the next
+            # frame's bytes must not land in it.
+            return memoryview(self._buf)[self._end : 4 + self._need]
         return memoryview(self._buf)[self._end :]
 
     def received(self, n: int) -> None:
@@ -254,16 +295,21 @@ class FrameReader:
         end = start + 4 + self._need
         if self._end < end:
             return NEED_DATA
-        if start == 0 and end == len(buf):
+        charge = self._buf_charge
+        if start == 0 and (end == len(buf) or (charge and end == self._end)):
             # The frame fills its buffer (always so for a large one): hand it over whole.
-            charge = self._buf_charge
             if not charge:
                 if not self._take(self._need):
                     return NEED_MEMORY
                 charge = self._need
+            elif len(buf) <= self._spare_max:
+                kept = self._kept
+                if len(kept) == _KEPT:
+                    del kept[0]
+                kept.append(buf)
             self._frame_charge += charge
             self._need = -1
-            frame = memoryview(buf)[4:]
+            frame = memoryview(buf)[4:end]
             self._buf = bytearray()
             self._buf_charge = 0
             self._start = self._end = 0

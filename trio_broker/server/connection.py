@@ -258,6 +258,9 @@ class Connection:
                         await held.add(self.io, response.buf)
                 if metrics is not None:
                     metrics.request_done(request, response, len(frame))
+                # Nothing of this request may outlive it here: its frame's buffer is
+                # filled again once no view of it is left (FrameReader._reuse).
+                del frame, parsed, request, response
                 self.in_flight = False
                 self.last_active = trio.current_time()
                 if self.throttled_until:

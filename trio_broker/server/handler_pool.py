@@ -97,5 +97,6 @@ class HandlerPool:
                             return
                         continue
                     await handle_one(index, request, self._dispatch)
+                    del request  # not held while waiting: its frame's buffer is reused
         finally:
             self._running.discard(index)
