@@ -12,7 +12,8 @@ subprocesses (librdkafka clients), identical for both brokers. Workloads:
     c  consume a log written beforehand (16 KiB records); only records read back count
     d  end-to-end latency, produce -> fetch, paced at 5,000 records/s
     e  broker CPU seconds per GB (produce in a, consume in c) and peak RSS (VmHWM)
-    m  machine limits: file append with and without fsync, os.sendfile over loopback.
+    m  machine limits: file append with and without fsync, os.sendfile over loopback (MB/s,
+       and the sending thread's CPU per GB: the least (e) consumed can cost here).
        The append limit is measured the way the broker writes: 1 MiB writes into fresh
        segment-sized files (new page cache, never a rewrite of warm pages), for as many
        bytes as (a) writes in this run, so "(a) / append limit" compares like with like.
@@ -280,15 +281,19 @@ def _append_rate(workdir: Path, nbytes: int, fsync_every: int) -> float:
 
 def _machine_limits_once(workdir: Path, sizes: Sizes) -> dict[str, float]:
     volume = append_volume(sizes)
+    sendfile_mb_s, sendfile_cpu_s_gb = _sendfile_rate(workdir, sizes.machine_bytes)
     return {
         "append_mb_s": _append_rate(workdir, volume, 0),
         "append_fsync_mb_s": _append_rate(workdir, volume, 8 * MiB),
         "append_bytes": float(volume),
-        "sendfile_mb_s": _sendfile_rate(workdir, sizes.machine_bytes),
+        "sendfile_mb_s": sendfile_mb_s,
+        "sendfile_cpu_s_gb": sendfile_cpu_s_gb,
     }
 
 
-def _sendfile_rate(workdir: Path, nbytes: int) -> float:
+def _sendfile_rate(workdir: Path, nbytes: int) -> tuple[float, float]:
+    """MB/s of os.sendfile from the page cache to a loopback reader, and the sending
+    thread's CPU seconds per GB: the least a broker can spend serving a GB to consumers."""
     size = min(nbytes, 256 * MiB)
     path = workdir / "sendfile.bin"
     with open(path, "wb") as f:
@@ -313,10 +318,12 @@ def _sendfile_rate(workdir: Path, nbytes: int) -> float:
     sock = socket.create_connection(server.getsockname())
     fd = os.open(path, os.O_RDONLY)
     start = time.perf_counter()
+    cpu = time.thread_time()
     for _ in range(rounds):
         offset = 0
         while offset < size:
             offset += os.sendfile(sock.fileno(), fd, offset, min(MiB, size - offset))
+    cpu = time.thread_time() - cpu
     sock.shutdown(socket.SHUT_WR)
     reader.join()
     elapsed = time.perf_counter() - start
@@ -324,7 +331,7 @@ def _sendfile_rate(workdir: Path, nbytes: int) -> float:
     sock.close()
     server.close()
     path.unlink()
-    return received[0] / elapsed / 1e6
+    return received[0] / elapsed / 1e6, cpu / (rounds * size / 1e9)
 
 
 # ---------------------------------------------------------------- the run
@@ -487,6 +494,11 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
         t.add("machine: append, no fsync, MB/s", {TRIO: machine["append_mb_s"]})
         t.add("machine: append, fsync/8 MiB, MB/s", {TRIO: machine["append_fsync_mb_s"]})
         t.add("machine: sendfile loopback, MB/s", {TRIO: machine["sendfile_mb_s"]})
+        t.add(
+            "machine: sendfile CPU s per GB sent",
+            {TRIO: machine["sendfile_cpu_s_gb"]},
+            "{:.2f}",
+        )
         trio = results.get(TRIO, {})
         if trio.get("a1_mb_s"):
             t.add("trio-broker (a) 1 part / append limit",
@@ -499,6 +511,10 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
             if b and c:
                 t.add(f"CPU ceiling for {figure} on {cores} cores, MB/s",
                       {TRIO: cores / (b + c) * 1000})  # fmt: skip
+        if trio.get("e_consume_cpu_s_gb"):
+            # Serving a GB costs at least the kernel's sendfile of it.
+            t.add("trio-broker (e) consumed / sendfile CPU",
+                  {TRIO: trio["e_consume_cpu_s_gb"] / machine["sendfile_cpu_s_gb"]}, "{:.2f}")  # fmt: skip
         if trio.get("c_mb_s"):
             t.add("trio-broker (c) / sendfile limit",
                   {TRIO: trio["c_mb_s"] / machine["sendfile_mb_s"]}, "{:.2f}")  # fmt: skip
