@@ -160,3 +160,26 @@ def test_buffers_beyond_the_spare_limit_are_not_kept():
     [frame] = _feed(reader, frames(b"\x02" * 150_000))
     assert bytes(frame) == b"\x02" * 150_000
     assert len(frame.obj) == 4 + 150_000  # a buffer of its own, the 300 KB one was let go
+
+
+def test_readers_sharing_a_spare_budget_keep_no_more_than_it_allows():
+    from trio_broker.protocol.framing import SpareBudget
+
+    budget = SpareBudget(limit=350_000)
+    a = FrameReader(max_frame_bytes=1 << 20, spares=budget)
+    b = FrameReader(max_frame_bytes=1 << 20, spares=budget)
+    [frame] = _feed(a, frames(b"\x01" * 300_000))
+    del frame
+    assert budget.held == 300_004  # a keeps its buffer
+    [frame] = _feed(b, frames(b"\x02" * 300_000))
+    del frame
+    assert budget.held == 300_004  # b's would pass the limit: let go
+    [frame] = _feed(b, frames(b"\x03" * 150_000))
+    assert len(frame.obj) == 4 + 150_000  # so b allocates anew
+    del frame
+    [frame] = _feed(a, frames(b"\x04" * 150_000))
+    assert len(frame.obj) == 300_004 and bytes(frame) == b"\x04" * 150_000  # a reuses its own
+    del frame
+    a.close()
+    b.close()
+    assert budget.held == 0

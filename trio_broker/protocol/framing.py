@@ -32,6 +32,7 @@ __all__ = [
     "FrameTooLarge",
     "InvalidFrame",
     "RequestMemory",
+    "SpareBudget",
 ]
 
 _SIZE = struct.Struct(">i")
@@ -66,6 +67,17 @@ def _refs(kept: list[bytearray], i: int) -> int:
 # What `_refs` counts for a buffer only the list refers to (measured, not assumed: the
 # interpreter's own count of a call's borrowed references differs between versions).
 _FREE_REFS = _refs([bytearray(1)], 0)
+
+
+class SpareBudget:
+    """What all the readers sharing it may keep in spare buffers together (a broker's
+    connections share one, so a thousand idle producers do not hold a gigabyte)."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
 
 
 class InvalidFrame(Exception):
@@ -115,6 +127,7 @@ class FrameReader:
         "_need",
         "_pool",
         "_spare_max",
+        "_spares",
         "_start",
         "max_frame_bytes",
         "memory_wanted",
@@ -127,14 +140,17 @@ class FrameReader:
         chunk_bytes: int = 64 * 1024,
         pool: RequestMemory | None = None,
         spare_max_bytes: int = 2 * 1024 * 1024,
+        spares: SpareBudget | None = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._chunk = chunk_bytes
         self._pool = pool
         # Large buffers lent out with frames, to be filled again once free (see _KEPT).
-        # Not charged to the pool while idle: at most _KEPT x spare_max_bytes a reader.
+        # Not charged to the pool while idle: at most _KEPT x spare_max_bytes a reader,
+        # and no more than `spares` allows all the readers sharing it.
         self._kept: list[bytearray] = []
         self._spare_max = spare_max_bytes
+        self._spares = spares
         self._buf = bytearray()  # allocated on first receive: idle connections cost nothing
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
@@ -175,16 +191,37 @@ class FrameReader:
         charge = self._frame_charge + self._buf_charge + self._credit
         self._frame_charge = self._buf_charge = self._credit = 0
         self._buf = bytearray()
+        self._unkeep(sum(len(b) for b in self._kept))
         self._kept = []
         self._start = self._end = 0
         self._release(charge)
+
+    def _keep(self, buf: bytearray) -> None:
+        size = len(buf)
+        if size > self._spare_max:
+            return
+        kept = self._kept
+        if len(kept) == _KEPT:
+            self._unkeep(len(kept.pop(0)))
+        spares = self._spares
+        if spares is not None:
+            if spares.held + size > spares.limit:
+                return
+            spares.held += size
+        kept.append(buf)
+
+    def _unkeep(self, size: int) -> None:
+        if self._spares is not None:
+            self._spares.held -= size
 
     def _reuse(self, size: int) -> bytearray | None:
         """A kept buffer of at least `size` bytes that nothing refers to any more."""
         kept = self._kept
         for i in range(len(kept)):
             if len(kept[i]) >= size and _refs(kept, i) == _FREE_REFS:
-                return kept.pop(i)
+                buf = kept.pop(i)
+                self._unkeep(len(buf))
+                return buf
         return None
 
     def _take(self, size: int) -> bool:
@@ -235,7 +272,7 @@ class FrameReader:
             size = min(total, max(2 * arrived, 2 * self._chunk))
         if not self._take(size):
             if fresh is not None:
-                self._kept.append(fresh)
+                self._keep(fresh)
             return False
         old = self._buf_charge
         self._move_to(fresh if fresh is not None else bytearray(size))
@@ -302,11 +339,8 @@ class FrameReader:
                 if not self._take(self._need):
                     return NEED_MEMORY
                 charge = self._need
-            elif len(buf) <= self._spare_max:
-                kept = self._kept
-                if len(kept) == _KEPT:
-                    del kept[0]
-                kept.append(buf)
+            else:
+                self._keep(buf)
             self._frame_charge += charge
             self._need = -1
             frame = memoryview(buf)[4:end]

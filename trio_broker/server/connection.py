@@ -108,7 +108,7 @@ class Connection:
         self.listener = listener
         self.supported = supported
         self.pool = pool
-        self.reader = FrameReader(max_frame_bytes=max_request_bytes, pool=pool)
+        self.reader = FrameReader(max_frame_bytes=max_request_bytes, pool=pool, spares=pool.spares)
         self._bad_frames = bad_frames
         self.scope = trio.CancelScope()
         self.client_id: str | None = None

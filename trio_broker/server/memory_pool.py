@@ -22,7 +22,11 @@ import collections
 
 import trio
 
+from trio_broker.protocol.framing import SpareBudget
+
 __all__ = ["MemoryPool"]
+
+SPARE_BYTES = 64 * 1024 * 1024
 
 
 class _Waiter:
@@ -41,6 +45,11 @@ class MemoryPool:
     def __init__(self, size_bytes: int) -> None:
         self.size_bytes = size_bytes
         self.bounded = size_bytes > 0
+        # Large request buffers the connections keep to fill again (FrameReader): not
+        # requests, so not charged here, but bounded for all connections together.
+        self.spares = SpareBudget(
+            min(SPARE_BYTES, size_bytes // 4) if self.bounded else SPARE_BYTES
+        )
         self.used = 0
         self._waiters: collections.deque[_Waiter] = collections.deque()
         self._waiters_hold = 0  # bytes reserved by connections now waiting here
