@@ -1,6 +1,7 @@
 import struct
 
 import pytest
+from test_memory_pool import feed  # writes into the reader's own buffers, as a socket does
 
 from trio_broker.protocol.framing import NEED_DATA, FrameReader, FrameTooLarge, InvalidFrame
 
@@ -100,28 +101,13 @@ def test_large_frame_refused_before_its_buffer_exists():
         reader.next_frame()
 
 
-def _feed(reader: FrameReader, data: bytes, step: int = 200_000) -> list[memoryview]:
-    """Write `data` into the reader's own buffers as a socket would, `step` bytes at most
-    per receive; returns the frames in order."""
-    view, pos, got = memoryview(data), 0, []
-    while pos < len(view):
-        target = reader.receive_buffer()
-        n = min(len(target), step, len(view) - pos)
-        target[:n] = view[pos : pos + n]
-        reader.received(n)
-        pos += n
-        while (frame := reader.next_frame()) is not NEED_DATA:
-            got.append(frame)
-    return got
-
-
 def test_large_frame_buffer_is_filled_again_once_free():
     first, second = b"\x01" * 300_000, b"\x02" * 250_000
     reader = FrameReader(max_frame_bytes=1 << 20)
-    [frame] = _feed(reader, frames(first))
+    [frame] = feed(reader, frames(first), 200_000)
     assert bytes(frame) == first
     del frame  # the request is done with it
-    [frame] = _feed(reader, frames(second))
+    [frame] = feed(reader, frames(second), 200_000)
     assert bytes(frame) == second
     # Handed over in the first frame's buffer (no new allocation): its tail is still there.
     assert len(frame.obj) == 4 + len(first)
@@ -131,11 +117,11 @@ def test_large_frame_buffer_is_filled_again_once_free():
 def test_large_frame_still_referenced_is_never_overwritten():
     first, second, third = b"\x01" * 300_000, b"\x02" * 300_000, b"\x03" * 300_000
     reader = FrameReader(max_frame_bytes=1 << 20)
-    [a] = _feed(reader, frames(first))
+    [a] = feed(reader, frames(first), 200_000)
     record_view = a[1000:2000]  # e.g. a record batch someone still holds
     del a
-    [b] = _feed(reader, frames(second))
-    [c] = _feed(reader, frames(third))
+    [b] = feed(reader, frames(second), 200_000)
+    [c] = feed(reader, frames(third), 200_000)
     assert bytes(record_view) == first[1000:2000]
     assert record_view.obj is not b.obj and record_view.obj is not c.obj
     assert (bytes(b), bytes(c)) == (second, third)
@@ -144,20 +130,20 @@ def test_large_frame_still_referenced_is_never_overwritten():
 def test_kept_buffer_larger_than_the_frame_leaves_the_next_frames_intact():
     big, smaller = bytes(range(256)) * 1200, bytes(range(255, -1, -1)) * 400  # 300 KiB, 100 KiB
     reader = FrameReader(max_frame_bytes=1 << 20)
-    [frame] = _feed(reader, frames(big))
+    [frame] = feed(reader, frames(big), 200_000)
     del frame
     # The smaller frame goes into the larger kept buffer; the frames right behind it (sent
     # in the same bursts) must not be swallowed by that buffer's spare room.
     bodies = [smaller, b"next", smaller[:90_000], b""]
-    got = _feed(reader, frames(*bodies), step=1 << 20)
+    got = feed(reader, frames(*bodies), 1 << 20)
     assert [bytes(f) for f in got] == bodies
 
 
 def test_buffers_beyond_the_spare_limit_are_not_kept():
     reader = FrameReader(max_frame_bytes=1 << 22, spare_max_bytes=200_000)
-    [frame] = _feed(reader, frames(b"\x01" * 300_000))
+    [frame] = feed(reader, frames(b"\x01" * 300_000), 200_000)
     del frame
-    [frame] = _feed(reader, frames(b"\x02" * 150_000))
+    [frame] = feed(reader, frames(b"\x02" * 150_000), 200_000)
     assert bytes(frame) == b"\x02" * 150_000
     assert len(frame.obj) == 4 + 150_000  # a buffer of its own, the 300 KB one was let go
 
@@ -168,16 +154,16 @@ def test_readers_sharing_a_spare_budget_keep_no_more_than_it_allows():
     budget = SpareBudget(limit=350_000)
     a = FrameReader(max_frame_bytes=1 << 20, spares=budget)
     b = FrameReader(max_frame_bytes=1 << 20, spares=budget)
-    [frame] = _feed(a, frames(b"\x01" * 300_000))
+    [frame] = feed(a, frames(b"\x01" * 300_000), 200_000)
     del frame
     assert budget.held == 300_004  # a keeps its buffer
-    [frame] = _feed(b, frames(b"\x02" * 300_000))
+    [frame] = feed(b, frames(b"\x02" * 300_000), 200_000)
     del frame
     assert budget.held == 300_004  # b's would pass the limit: let go
-    [frame] = _feed(b, frames(b"\x03" * 150_000))
+    [frame] = feed(b, frames(b"\x03" * 150_000), 200_000)
     assert len(frame.obj) == 4 + 150_000  # so b allocates anew
     del frame
-    [frame] = _feed(a, frames(b"\x04" * 150_000))
+    [frame] = feed(a, frames(b"\x04" * 150_000), 200_000)
     assert len(frame.obj) == 300_004 and bytes(frame) == b"\x04" * 150_000  # a reuses its own
     del frame
     a.close()
