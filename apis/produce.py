@@ -70,9 +70,8 @@ def _verify_transactional(
             from trio_broker.cluster.txn_verification import txn_guard
 
             if txn_guard(log, header.producer_id) != guard:
-                code = ErrorCode.NOT_ENOUGH_REPLICAS
                 raise KafkaError(
-                    code,
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
                     f"a marker for producer {header.producer_id} reached {topic}-{partition} "
                     "while its transaction was verified",
                 )

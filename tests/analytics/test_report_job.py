@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -211,6 +212,21 @@ def report(spark, tmp_path_factory):
 
 def _read(spark, result, table):
     return [r.asDict() for r in spark.read.parquet(str(result.out / table)).collect()]
+
+
+def _report_last_hour(spark, log_dirs, out):
+    """The report over live log directories, for the hour up to now; with partition_state
+    by (topic, partition)."""
+    now = int(time.time() * 1000)
+    options = ReportOptions(
+        log_dirs=tuple(str(d) for d in log_dirs),
+        out=str(out),
+        since_ms=now - 3_600_000,
+        until_ms=now + 60_000,
+    )
+    result = run_report(spark, options)
+    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    return result, state
 
 
 def _at_report(spark, result):
@@ -420,7 +436,6 @@ def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
     records behind, produced 5 s ago, is 5 s behind now, and consuming (not STOP)."""
     import argparse
     import datetime as dt
-    import time
 
     from trio_broker.analytics.job import options_from_args
 
@@ -476,7 +491,6 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
     """A real transactional producer (confluent-kafka) commits 3 transactions of 40 records
     and aborts 2 of 25, beside 10 plain records: the report counts 130 records, as a
     read_committed consumer would read, though the log holds the aborted ones and markers."""
-    import time
 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -499,7 +513,6 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
         txn.flush(30)  # in the log before the abort (else librdkafka drops them unsent)
         txn.commit_transaction(30) if commit else txn.abort_transaction(30)
     txn.flush(30)
-    now = int(time.time() * 1000)
 
     rows = [r for s in list_segments([kafka_broker.log_dir]) if s.topic == "txns"
             for r in scan_batch_headers(s)]  # fmt: skip
@@ -510,14 +523,7 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
     markers = sum(1 for r in rows if r[is_control])
     assert (aborted, markers) == (50, 5)  # what the log holds besides committed data
 
-    options = ReportOptions(
-        log_dirs=(str(kafka_broker.log_dir),),
-        out=str(tmp_path / "out"),
-        since_ms=now - 3_600_000,
-        until_ms=now + 60_000,
-    )
-    result = run_report(spark, options)
-    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    result, state = _report_last_hour(spark, [kafka_broker.log_dir], tmp_path / "out")
     assert state[("txns", 0)]["records"] == 130
     assert state[("txns", 0)]["log_end_offset"] == 10 + 3 * 40 + 2 * 25 + 5
     throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "txns"]
@@ -531,7 +537,6 @@ def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker
     the log the LSO the broker answers to ListOffsets(read_committed), and measures
     `lag_committed` to it: 0 for the read_committed group, while its `lag_offsets` counts
     what the open transaction holds back."""
-    import time
 
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -595,16 +600,8 @@ def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker
     assert (broker_lso, broker_hw) == (31, 51)
     assert rc_committed in (30, 31)  # after the last record read, or past the marker too
     assert ru_committed == 51
-    now = int(time.time() * 1000)
 
-    options = ReportOptions(
-        log_dirs=(str(kafka_broker.log_dir),),
-        out=str(tmp_path / "out"),
-        since_ms=now - 3_600_000,
-        until_ms=now + 60_000,
-    )
-    result = run_report(spark, options)
-    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    result, state = _report_last_hour(spark, [kafka_broker.log_dir], tmp_path / "out")
     # 31, not 10: the committed transaction (10-29, its marker at 30) is not open.
     assert state[("pending", 0)]["last_stable_offset"] == broker_lso
     assert state[("pending", 0)]["log_end_offset"] == broker_hw
@@ -629,7 +626,6 @@ def test_report_over_a_cluster_reads_each_partition_once(spark, kafka_cluster, t
     """Three brokers holding three replicas of every partition: the report over all their
     log dirs counts each record once (not three times), and each partition's end offset is
     its high watermark."""
-    import time
 
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -662,15 +658,7 @@ def test_report_over_a_cluster_reads_each_partition_once(spark, kafka_cluster, t
         if all(sizes.values()) and all(len({sizes[(d, p)] for d in dirs}) == 1 for p in range(3)):
             break
         time.sleep(0.1)
-    now = int(time.time() * 1000)
-    options = ReportOptions(
-        log_dirs=tuple(str(d) for d in dirs),
-        out=str(tmp_path / "out"),
-        since_ms=now - 3_600_000,
-        until_ms=now + 60_000,
-    )
-    result = run_report(spark, options)
-    state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
+    result, state = _report_last_hour(spark, dirs, tmp_path / "out")
     for p in range(3):
         assert state[("replicated", p)]["records"] == 200
         assert state[("replicated", p)]["log_end_offset"] == hw[p]

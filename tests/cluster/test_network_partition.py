@@ -240,6 +240,17 @@ class IsolatedBroker:
             proxy.close()
 
 
+def _assert_acks_all_refused(isolated: RawProducer, value: bytes, *, timeout_ms: int) -> None:
+    """The cut-off leader cannot reach its followers, and without ZooKeeper its ISR cannot
+    shrink: an acks=all produce times out or finds too few replicas."""
+    code, _ = isolated.produce("split", value, acks=-1, timeout_ms=timeout_ms)
+    assert code in (
+        ErrorCode.REQUEST_TIMED_OUT,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ), ErrorCode(code)
+
+
 def _assert_clients_told_client_ports(brokers: dict) -> None:
     """Metadata on the CLIENT listener names every broker's CLIENT address (the others
     lead through the proxies, where a client must never be sent)."""
@@ -329,12 +340,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
                 acks1.append((offset, b"cut-%d" % i))
             # ... acks=all is not: the followers are out of reach and the ISR cannot
             # shrink without ZooKeeper.
-            code, _ = isolated.produce("split", b"isolated-all", acks=-1, timeout_ms=3000)
-            assert code in (
-                ErrorCode.REQUEST_TIMED_OUT,
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-            ), ErrorCode(code)
+            _assert_acks_all_refused(isolated, b"isolated-all", timeout_ms=3000)
 
             # The majority side: the session expires, a new leader is elected.
             eventually(
@@ -367,12 +373,7 @@ def test_isolated_leader_loses_leadership_and_truncates_after_the_heal(
                     assert code == 0, ErrorCode(code)
                 new_leader.close()
                 # Still cut off, the old leader still refuses acks=all.
-                code, _ = isolated.produce("split", b"isolated-all-2", acks=-1, timeout_ms=2000)
-                assert code in (
-                    ErrorCode.REQUEST_TIMED_OUT,
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-                ), ErrorCode(code)
+                _assert_acks_all_refused(isolated, b"isolated-all-2", timeout_ms=2000)
                 isolated.close()
                 stalled = producer.acks_after(cut_at + 5)
 
