@@ -9,8 +9,9 @@ its deadline passes it answers anyway. Answers go to the request's processor thr
 
 As in Kafka's DelayedOperationPurgatory, a parked operation costs no task of its own: two
 long-lived tasks serve them all. The completer takes woken operations from a channel and
-answers those that can complete; the reaper sleeps until the earliest deadline (a heap,
-entries of answered operations dropped lazily) and answers what has expired. A tailing
+answers those that can complete; the reaper sleeps until the earliest deadline of an
+operation still waiting (a heap: answered operations leave it when they reach its head)
+and answers what has expired. A tailing
 consumer parks a fetch for every record produced, so a task, a cancel scope and an event
 per fetch would be a large part of what a small fetch costs.
 """
@@ -119,7 +120,9 @@ class Purgatory:
     async def _reap(self) -> None:
         while True:
             now = trio.current_time()
-            while self._expiry and self._expiry[0][0] <= now:
+            # Expired operations are answered; answered ones at the head are dropped, so
+            # the sleep below lasts until an operation still waiting is due.
+            while self._expiry and (self._expiry[0][0] <= now or self._expiry[0][2].done):
                 _, _, op = heapq.heappop(self._expiry)
                 if not op.done:
                     await self._answer(op)
@@ -133,6 +136,7 @@ class Purgatory:
         op.done = True
         self._waiting -= 1
         self._unwatch(op)
+        self._forget_answered()
         complete = op.complete
         # An answered operation may stay in the expiry heap until its deadline: it must
         # not keep its request (a produce's frame is a megabyte) alive that long.
@@ -141,6 +145,19 @@ class Purgatory:
             await complete()
         except Exception:
             logger.exception("delayed operation in %s failed to complete", self.name)
+
+    def _forget_answered(self) -> None:
+        """Drop answered operations off the head of the expiry heap and let the reaper sleep
+        until the first one still waiting. Otherwise it wakes, a cancellation in trio, at
+        the deadline of every answered one: a follower's fetch, parked for up to
+        replica.fetch.wait.max.ms and answered by the next append, is thousands a second."""
+        expiry = self._expiry
+        if not expiry or not expiry[0][2].done:
+            return
+        while expiry and expiry[0][2].done:
+            heapq.heappop(expiry)
+        if self._reaper_scope is not None:
+            self._reaper_scope.deadline = expiry[0][0] if expiry else math.inf
 
 
 def _answered() -> Any:

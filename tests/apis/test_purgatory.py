@@ -119,3 +119,35 @@ async def test_answered_operation_lets_go_of_its_request(purgatory, autojump_clo
     answers.clear()
     gc.collect()
     assert held() is None
+
+
+async def test_answered_operations_do_not_wake_the_reaper(purgatory, autojump_clock):
+    # A follower's or a tailing consumer's fetch is parked for up to its max wait and
+    # nearly always answered by the next append: the reaper (a task that sleeps until the
+    # earliest deadline) must not wake at the deadline of each one already answered.
+    class ReaperSteps(trio.abc.Instrument):
+        steps = 0
+
+        def before_task_step(self, task):
+            if task.name.endswith("Purgatory._reap"):
+                ReaperSteps.steps += 1
+
+    trio.lowlevel.add_instrument(instrument := ReaperSteps())
+    try:
+        ops = []
+        for _ in range(200):
+            op = Op(purgatory, (("t", 0),), wait_s=0.5)
+            await trio.sleep(0.01)
+            op.available = 1
+            purgatory.wake([("t", 0)])
+            await trio.sleep(0.001)
+            ops.append(op)
+        await trio.sleep(1)  # every deadline has passed
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
+    assert all(len(op.answers) == 1 for op in ops)
+    assert ReaperSteps.steps <= 5, ReaperSteps.steps
+    # And one that is not answered still expires on time.
+    late = Op(purgatory, (("t", 1),), wait_s=0.5)
+    await trio.sleep(0.6)
+    assert late.answers == [(pytest.approx(trio.current_time() - 0.1, abs=0.01), 0)]
