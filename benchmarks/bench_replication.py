@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as bench  # noqa: E402  (benchmarks/run.py: cpu_seconds, progress)
+import run as bench  # noqa: E402  (benchmarks/run.py: cpu_user_system, progress)
 
 from trio_broker.testing import BrokerProcess, ZooKeeperServer, wait_all_see  # noqa: E402
 
@@ -99,25 +99,18 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
         path.unlink()
 
 
-def _user_system(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of process `pid` so far (as run.cpu_seconds, split)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()
-    return int(fields[11]) / bench.CLK_TCK, int(fields[12]) / bench.CLK_TCK
-
-
 def _phase(brokers, leader, topic, n, size, acks, warm: Path | None) -> dict[str, float]:
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
         warm_page_cache(warm, int(n * size * replicas * 1.1))
-    before = {node: _user_system(b.proc.pid) for node, b in brokers.items()}
+    before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
     seconds = _produce(leader.bootstrap, topic, n, size, acks)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
     gb = n * size / 1e9
     out = {"MB/s": n * size / 1e6 / seconds, "seconds": seconds}
     for node, broker in brokers.items():
-        user_after, system_after = _user_system(broker.proc.pid)
+        user_after, system_after = bench.cpu_user_system(broker.proc.pid)
         user, system = user_after - before[node][0], system_after - before[node][1]
         out[f"broker {node} CPU s/GB"] = (user + system) / gb
         out[f"broker {node} system s/GB"] = system / gb

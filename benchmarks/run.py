@@ -97,12 +97,17 @@ def tansu_binary() -> Path | None:
     return path if path.is_file() else None
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds process `pid` has used so far (user + system)."""
+def cpu_user_system(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds process `pid` has used so far."""
     # utime and stime, fields 14 and 15 of /proc/<pid>/stat, counted after the "(comm)".
     text = Path(f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds process `pid` has used so far (user + system)."""
+    return sum(cpu_user_system(pid))
 
 
 def progress(text: str) -> None:

@@ -28,6 +28,9 @@ def test_replication_benchmark_smoke():
     lines = out.stdout.splitlines()
     assert lines[0].split() == ["acks=1", "RF1", "acks=all", "RF3"]
     assert lines[1].startswith("MB/s")
+    # Each broker's CPU per GB with the kernel's share; both phases on recycled page cache.
+    assert any(line.startswith("broker 3 system s/GB") for line in lines)
+    assert "page cache before each phase: warmed" in lines
     sendfile = [line for line in lines if line.startswith("broker 1 sendfile to followers")]
     # Two followers copied the leader's 5 MB.
     assert sendfile and float(sendfile[0].split()[7]) >= 10.0
