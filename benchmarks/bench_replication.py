@@ -102,6 +102,7 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
 def _phase(brokers, leader, topic, n, size, acks, warm: Path | None) -> dict[str, float]:
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
+        # A tenth more than the records themselves: batch headers and index entries.
         warm_page_cache(warm, int(n * size * replicas * 1.1))
     before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
     seconds = _produce(leader.bootstrap, topic, n, size, acks)

@@ -11,9 +11,9 @@ As in Kafka's DelayedOperationPurgatory, a parked operation costs no task of its
 long-lived tasks serve them all. The completer takes woken operations from a channel and
 answers those that can complete; the reaper sleeps until the earliest deadline of an
 operation still waiting (a heap: answered operations leave it when they reach its head)
-and answers what has expired. A tailing
-consumer parks a fetch for every record produced, so a task, a cancel scope and an event
-per fetch would be a large part of what a small fetch costs.
+and answers what has expired. A tailing consumer parks a fetch for every record produced,
+so a task, a cancel scope and an event per fetch would be a large part of what a small
+fetch costs.
 """
 
 from __future__ import annotations
@@ -120,9 +120,9 @@ class Purgatory:
     async def _reap(self) -> None:
         while True:
             now = trio.current_time()
-            # Expired operations are answered; answered ones at the head are dropped, so
-            # the sleep below lasts until an operation still waiting is due.
-            while self._expiry and (self._expiry[0][0] <= now or self._expiry[0][2].done):
+            # The head is never an answered operation (_answer drops those), so the sleep
+            # below lasts until an operation still waiting is due.
+            while self._expiry and self._expiry[0][0] <= now:
                 _, _, op = heapq.heappop(self._expiry)
                 if not op.done:
                     await self._answer(op)
