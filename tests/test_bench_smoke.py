@@ -6,6 +6,7 @@ wheel) the runner is still exercised against trio-broker alone.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,10 +64,17 @@ def test_smoke_trio_broker_alone_every_workload() -> None:
         "machine: append into fresh files, MiB",
         "machine: append, no fsync, MB/s",
         "machine: sendfile loopback, MB/s",
+        "machine: Trio round trip via the hops, CPU us",
+        "(d) broker CPU while producing, % of a core",
     ):
         assert figure in rows, figure
         trio, tansu, _ratio = rows[figure]
         assert trio != "-" and tansu == "-"
+    # The broker did work while the paced producer ran, and no process uses more than the
+    # machine's cores; Trio's round trip costs some CPU.
+    busy = float(rows["(d) broker CPU while producing, % of a core"][0].replace(",", ""))
+    assert 0 < busy <= 100 * (os.cpu_count() or 1)
+    assert float(rows["machine: Trio round trip via the hops, CPU us"][0]) > 0
     # Everything written in (c) is read back from trio-broker's log.
     assert rows["(c) records read back"][0] == rows["(c) records acked when written"][0] == "128"
 
