@@ -11,7 +11,10 @@ As in Kafka's DelayedOperationPurgatory, a parked operation costs no task of its
 long-lived tasks serve them all. The completer takes woken operations from a channel and
 answers those that can complete; the reaper sleeps until the earliest deadline of an
 operation still waiting (a heap: answered operations leave it when they reach its head)
-and answers what has expired. A tailing consumer parks a fetch for every record produced,
+and answers what has expired. What a Produce or Fetch handler wakes (its append, its
+follower's progress) does not go through the completer: that handler task answers it
+once it has answered its own request, as Kafka's request handlers run their action queue
+(`server/requests.py`). A tailing consumer parks a fetch for every record produced,
 so a task, a cancel scope and an event per fetch would be a large part of what a small
 fetch costs.
 """
@@ -27,6 +30,8 @@ from typing import Any
 
 import attrs
 import trio
+
+from trio_broker.server.requests import action_queue
 
 logger = logging.getLogger(__name__)
 
@@ -85,11 +90,18 @@ class Purgatory:
             heapq.heapify(self._expiry)
 
     def wake(self, keys: Iterable[Hashable]) -> None:
+        # In a Produce or Fetch handler, its task answers them once it has answered its own
+        # request (server/requests.py: Kafka's action queue); elsewhere, the completer.
+        actions = action_queue()
         for key in keys:
             ops = self._watchers.pop(key, None)
             if ops:
-                for op in ops:
-                    self._woken_send.send_nowait(op)
+                if actions is not None:
+                    complete = self._complete_one
+                    actions.extend((complete, op) for op in ops)
+                else:
+                    for op in ops:
+                        self._woken_send.send_nowait(op)
 
     def _watch(self, op: DelayedOperation) -> None:
         for key in op.keys:
@@ -105,17 +117,21 @@ class Purgatory:
 
     async def _complete_woken(self, woken: trio.MemoryReceiveChannel[DelayedOperation]) -> None:
         async for op in woken:
-            if op.done:
-                continue  # woken under two keys, or expired meanwhile
-            try:
-                ready = op.try_complete()
-            except Exception:
-                logger.exception("delayed operation in %s failed its check", self.name)
-                ready = True  # answer it (as expired) rather than leave it waiting
-            if ready:
-                await self._answer(op)
-            else:
-                self._watch(op)
+            await self._complete_one(op)
+
+    async def _complete_one(self, op: DelayedOperation) -> None:
+        """A woken operation: answer it if it can complete now, else watch it again."""
+        if op.done:
+            return  # woken under two keys, or expired meanwhile
+        try:
+            ready = op.try_complete()
+        except Exception:
+            logger.exception("delayed operation in %s failed its check", self.name)
+            ready = True  # answer it (as expired) rather than leave it waiting
+        if ready:
+            await self._answer(op)
+        else:
+            self._watch(op)
 
     async def _reap(self) -> None:
         while True:

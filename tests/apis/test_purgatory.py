@@ -151,3 +151,63 @@ async def test_answered_operations_do_not_wake_the_reaper(purgatory, autojump_cl
     late = Op(purgatory, (("t", 1),), wait_s=0.5)
     await trio.sleep(0.6)
     assert late.answers == [(pytest.approx(trio.current_time() - 0.1, abs=0.01), 0)]
+
+
+async def test_a_handler_answers_the_fetches_its_produce_wakes(tmp_path):
+    # Kafka's action queue: a tailing consumer's fetch, parked until the next append, is
+    # answered by the handler task that appended, right after it answered the produce; the
+    # purgatory's own task is not scheduled for it (one scheduler pass less per record).
+    import socket
+    import threading
+    import time
+
+    from test_produce_raw import batch, create_topic, fetch, produce
+
+    from trio_broker import serve
+    from trio_broker.protocol.record_codec import iter_records
+
+    class CompleterSteps(trio.abc.Instrument):
+        steps = 0
+
+        def before_task_step(self, task):
+            if task.name.endswith("Purgatory._complete_woken"):
+                CompleterSteps.steps += 1
+
+    config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}
+    async with trio.open_nursery() as nursery:
+        host, port = (await nursery.start(serve, config))[0][:2]
+
+        def tail_and_produce():
+            producer = socket.create_connection((host, port), timeout=20)
+            consumer = socket.create_connection((host, port), timeout=20)
+            create_topic(producer, "tail")
+            waited, values = [], []
+            for i in range(10):
+                started = time.monotonic()
+                result = {}
+
+                def parked_fetch(offset=i, result=result):
+                    result["data"] = fetch(consumer, "tail", offset, max_wait_ms=20000, min_bytes=1)
+
+                reader = threading.Thread(target=parked_fetch)
+                reader.start()
+                time.sleep(0.2)  # the fetch finds nothing and is parked
+                assert produce(producer, "tail", batch([b"record %d" % i])).base_offset == i
+                reader.join(20)
+                waited.append(time.monotonic() - started)
+                data = result["data"]
+                assert data.error_code == 0
+                values += [(r.offset, r.value) for r in iter_records(data.records)]
+            return waited, values
+
+        trio.lowlevel.add_instrument(instrument := CompleterSteps())
+        try:
+            waited, values = await trio.to_thread.run_sync(tail_and_produce)
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+        nursery.cancel_scope.cancel()
+    assert values == [(i, b"record %d" % i) for i in range(10)]
+    # Each fetch waited for its produce (it was parked, not answered at once)...
+    assert all(0.15 < w < 15 for w in waited), waited
+    # ...and the handler answered it: the purgatory's task never ran.
+    assert CompleterSteps.steps == 0, CompleterSteps.steps

@@ -8,6 +8,8 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
 - one response channel per processor: whoever completes a request (a handler task, or
   later the purgatory for a delayed one) sends `(connection, Response)` there, and the
   processor's response task hands it to the connection, the only writer of its socket.
+- a delayed request that a Produce or Fetch makes answerable is answered by that
+  request's handler task once it has answered its own (Kafka's action queue, below).
 """
 
 from __future__ import annotations
@@ -98,6 +100,24 @@ class Request:
 # which will call request.respond() itself later.
 DELAYED: Any = object()
 
+# Kafka's action queue. The delayed operations a Produce or Fetch makes answerable (the
+# fetches its append can fill, the acks=all produces its follower's progress commits) are
+# answered by the same handler task right after it answers its own request, rather than
+# handed to the purgatory's task for a later scheduler pass. Only for these two APIs: their
+# handlers never wait after waking others, so nothing they wake waits for them to return
+# (an OffsetCommit, say, may append and then wait for the followers it would be holding
+# back). A wake in any other task goes to the purgatory's task as before.
+# Handler task -> [(complete, operation)], while that task handles a Produce or a Fetch.
+_ACTIONS: dict[Any, list[tuple[Callable[[Any], Awaitable[None]], Any]]] = {}
+_DEFERRING_APIS = frozenset({0, 1})  # Produce, Fetch
+
+
+def action_queue() -> list[tuple[Callable[[Any], Awaitable[None]], Any]] | None:
+    """The action queue of the current task if it is handling a Produce or Fetch, else
+    None: what is appended here is run by that task once it has answered."""
+    return _ACTIONS.get(trio.lowlevel.current_task()) if _ACTIONS else None
+
+
 Dispatch = Callable[[Request], Awaitable[Any]]
 
 
@@ -115,6 +135,21 @@ async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
     timing = request.timing
     if timing is not None:
         timing.dequeue = time.perf_counter()
+    if request.api_key not in _DEFERRING_APIS:
+        await _handle(index, request, dispatch)
+        return
+    task = trio.lowlevel.current_task()
+    actions = _ACTIONS[task] = []
+    try:
+        await _handle(index, request, dispatch)
+    finally:
+        del _ACTIONS[task]
+        # Other requests' answers: run even when this one failed.
+        for complete, operation in actions:
+            await complete(operation)
+
+
+async def _handle(index: int, request: Request, dispatch: Dispatch) -> None:
     try:
         response = await dispatch(request)
     except Exception:
@@ -130,6 +165,7 @@ async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
         )
         request.connection.close()
         return
+    timing = request.timing
     if timing is not None:
         timing.local = time.perf_counter()
     if response is not DELAYED:
