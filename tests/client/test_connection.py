@@ -240,3 +240,100 @@ async def test_broker_closing_during_api_versions_is_a_connection_error(nursery)
         except KafkaConnectionError as exc:
             assert "closed" in str(exc)
         assert not client.is_connected(where)
+
+
+async def test_submit_writes_a_lone_request_itself_and_queues_behind_a_partial_write(tmp_path):
+    # With nothing queued, submit() writes the frame to the socket itself (no wake of the
+    # writer task). A frame larger than the socket takes at once is finished by the
+    # writer, and a request submitted right after it queues behind it: the broker gets
+    # both whole and in order, and the records come back byte for byte.
+    from trio_broker.protocol._generated.fetch_request import (
+        FetchPartition,
+        FetchRequest,
+        FetchTopic,
+    )
+    from trio_broker.protocol._generated.produce_request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from trio_broker.protocol.record_codec import build_batch, iter_records
+
+    class WriterSteps(trio.abc.Instrument):
+        steps = 0
+
+        def before_task_step(self, task):
+            # Both of a connection's tasks run _guarded(loop); tell the writer by its loop.
+            frame = getattr(task.coro, "cr_frame", None)
+            loop = frame.f_locals.get("loop") if frame is not None else None
+            if getattr(loop, "__name__", None) == "_write_loop":
+                WriterSteps.steps += 1
+
+    config = {**_broker_config(tmp_path), "message.max.bytes": str(16 << 20)}
+    async with trio_broker.open_broker(config) as bootstrap:
+        async with _client(bootstrap, max_in_flight_requests_per_connection=5) as client:
+            connection = await client.connection(bootstrap)
+            created = await client.send(
+                bootstrap,
+                CreateTopicsRequest(
+                    topics=[CreatableTopic(name="big", num_partitions=1, replication_factor=1)],
+                    timeout_ms=5000,
+                ),
+            )
+            assert created.topics[0].error_code == 0
+            # Sequential small requests: the writer task never runs.
+            trio.lowlevel.add_instrument(instrument := WriterSteps())
+            try:
+                for _ in range(20):
+                    meta = await client.send(bootstrap, MetadataRequest(topics=None))
+                    assert meta.brokers
+            finally:
+                trio.lowlevel.remove_instrument(instrument)
+            assert WriterSteps.steps == 0, WriterSteps.steps
+
+            values = [bytes([i]) * (1 << 20) for i in range(12)]  # 12 MiB in one batch
+            batch = build_batch([(None, v, (), 1_700_000_000_000) for v in values])
+            produce = connection.submit(
+                ProduceRequest(
+                    acks=1,
+                    timeout_ms=10000,
+                    topic_data=[
+                        TopicProduceData(
+                            name="big",
+                            partition_data=[PartitionProduceData(index=0, records=batch)],
+                        )
+                    ],
+                )
+            )
+            behind = connection.submit(MetadataRequest(topics=[MetadataRequestTopic(name="big")]))
+            produced = await produce.wait()
+            part = produced.responses[0].partition_responses[0]
+            assert (part.error_code, part.base_offset) == (0, 0)
+            meta = await behind.wait()
+            assert [t.name for t in meta.topics] == ["big"]
+
+            fetched = await client.send(
+                bootstrap,
+                FetchRequest(
+                    max_wait_ms=0,
+                    min_bytes=1,
+                    max_bytes=64 << 20,
+                    session_epoch=-1,
+                    topics=[
+                        FetchTopic(
+                            topic="big",
+                            partitions=[
+                                FetchPartition(
+                                    partition=0, fetch_offset=0, partition_max_bytes=64 << 20
+                                )
+                            ],
+                        )
+                    ],
+                ),
+                version=12,  # topics by name
+            )
+            data = fetched.responses[0].partitions[0]
+            assert data.error_code == 0
+            assert [(r.offset, r.value) for r in iter_records(data.records)] == list(
+                enumerate(values)
+            )

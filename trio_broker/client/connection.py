@@ -7,10 +7,12 @@ order, so a response is matched to the oldest request and checked by its correla
 A request unanswered after `request.timeout.ms` closes the connection (as Kafka does),
 failing everything in flight on it.
 
-It is two tasks: a writer (the only task that writes to the socket) fed by a bounded
-channel, and a reader that completes requests in order. `submit()` queues a request and
-returns its `InFlightRequest` without waiting for the answer, so a caller (the producer's
-sender) keeps the order of its requests.
+It is two tasks: a writer fed by a bounded channel, and a reader that completes requests
+in order. `submit()` queues a request and returns its `InFlightRequest` without waiting
+for the answer, so a caller (the producer's sender) keeps the order of its requests. When
+nothing is queued for the writer, `submit()` writes the frame to the (non-blocking) socket
+itself and hands the writer only what the socket did not take, so the socket's bytes stay
+in submit order and a lone request costs no wake of the writer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -161,11 +164,15 @@ class BrokerConnection:
         self._slot_waiters = trio.lowlevel.ParkingLot()
         # (frame, the acks=0 request it carries, or None when a response will come)
         self._send_channel, self._receive_channel = trio.open_memory_channel[
-            tuple[bytearray, InFlightRequest | None]
+            tuple[bytearray | memoryview, InFlightRequest | None]
         ](self._max_in_flight)
         self._reader = FrameReader(max_frame_bytes=config.receive_max_bytes)
         self._read_scope: trio.CancelScope | None = None
         self._scope = trio.CancelScope()
+        # Frames given to the write loop and not yet written: a new frame queues behind
+        # them. With none, submit() writes a frame itself (plain TCP: the socket's fd).
+        self._queued = 0
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
 
     def __repr__(self) -> str:
         host, port = self.address
@@ -265,6 +272,19 @@ class BrokerConnection:
                 scope.deadline = pending.deadline
         else:
             self._unwritten.append(pending)
+        if expect_response and not self._queued and self._fd >= 0:
+            # Nothing waits to be written: write it now rather than wake the write loop for
+            # it, a scheduler pass per request (a follower's fetch is one request per round
+            # trip). The socket is non-blocking; what it does not take goes to the loop, as
+            # does an error, which the loop meets again and fails the connection with.
+            try:
+                n = os.write(self._fd, frame)
+            except OSError:
+                n = 0
+            if n == len(frame):
+                return pending
+            frame = memoryview(frame)[n:]
+        self._queued += 1
         # Cannot block: the channel holds max_in_flight frames and each has a slot.
         self._send_channel.send_nowait((frame, None if expect_response else pending))
         return pending
@@ -327,6 +347,7 @@ class BrokerConnection:
                 await stream.send_all(item[0])
             else:
                 await stream.send_all(b"".join([frame for frame, _ in items]))
+            self._queued -= len(items)
             written = [pending for _, pending in items if pending is not None]
             if written:
                 # acks=0 requests are done once written (Kafka completes them on send).
