@@ -2,16 +2,22 @@
 factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
 
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 1000000]
-        [--record-size 1024] [--cold]
+        [--record-size 1024] [--partitions 1] [--cold]
 
 The RF1 phase runs on a lone broker process first. For RF3 the cluster's controller
 creates the topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One
 confluent-kafka producer writes --records records of --record-size bytes to partition 0,
 with acks=1 to the lone broker, then with acks=all to broker 1 (the followers fetch from
 it). "broker 1" of the RF1 column is the lone broker. Reported: MB/s of records offered,
-each broker's CPU seconds per GB produced (and the kernel's share of them), and the
-`os.sendfile` calls broker 1 made against the bytes they moved (in the RF3 phase, all of
-its sendfile traffic serves the two followers: nothing consumes). No assertion on speed.
+the producer's CPU seconds per GB (this process: the load shares the two cores with the
+brokers), each broker's CPU seconds per GB produced (and the kernel's share of them), and
+the `os.sendfile` calls the RF3 brokers made against the bytes they moved (all of it serves
+followers: nothing consumes). No assertion on speed.
+
+`--partitions N` (N > 1) adds a second layout after the first: N partitions, records
+spread round them, on the lone broker and then with replicas [1, 2, 3] rotated per
+partition so that the three brokers lead in turn (Kafka's own acks=all benchmark used six
+partitions). Each layout is its own pair of columns.
 
 Each phase starts on recycled page cache: just before it, a scratch file as large as what
 the phase appends on all its brokers (records x replicas) is written and deleted. A broker
@@ -44,28 +50,38 @@ CHROOT = "/bench"
 MiB = 1 << 20
 
 
-def _create_rf3(bootstrap: str, topic: str, replicas: list[int]) -> None:
-    """CreateTopics with the assignment `replicas` (the first leads); returns once the
-    controller made it so: broker 1 leads with all three in the ISR."""
+def assignment(partitions: int) -> list[list[int]]:
+    """Partition p's replicas: [1, 2, 3] rotated by p, so leadership goes round the brokers
+    (Kafka's round-robin assignment, without its random start)."""
+    return [[(p + i) % 3 + 1 for i in range(3)] for p in range(partitions)]
+
+
+def _create_rf3(bootstrap: str, topic: str, replicas: list[list[int]]) -> None:
+    """CreateTopics with the assignment `replicas` (per partition, the first leads); returns
+    once the controller made it so: each partition's first replica leads with all three in
+    the ISR."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(topic, 1, replica_assignment=[replicas])], operation_timeout=30
+        [NewTopic(topic, len(replicas), replica_assignment=replicas)], operation_timeout=30
     )
     futures[topic].result(60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and 0 in md.partitions:
-            p = md.partitions[0]
-            if p.leader == replicas[0] and len(p.isrs) == len(replicas):
+        if md is not None and md.error is None and len(md.partitions) == len(replicas):
+            parts = md.partitions
+            if all(
+                parts[p].leader == r[0] and len(parts[p].isrs) == len(r)
+                for p, r in enumerate(replicas)
+            ):
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"{topic} has no leader {replicas[0]} with a full ISR")
+    raise RuntimeError(f"{topic}: not every partition has its first replica leading a full ISR")
 
 
-def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
+def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str, partitions: int) -> float:
     from confluent_kafka import Producer
 
     producer = Producer(
@@ -73,10 +89,10 @@ def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str) -> float:
     )
     value = b"x" * size
     started = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
         while True:
             try:
-                producer.produce(topic, value=value, partition=0)
+                producer.produce(topic, value=value, partition=i % partitions)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -99,17 +115,24 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
         path.unlink()
 
 
-def _phase(brokers, leader, topic, n, size, acks, warm: Path | None) -> dict[str, float]:
+def _phase(brokers, leader, topic, n, size, acks, partitions, warm: Path | None) -> dict:
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
         # A tenth more than the records themselves: batch headers and index entries.
         warm_page_cache(warm, int(n * size * replicas * 1.1))
     before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
-    seconds = _produce(leader.bootstrap, topic, n, size, acks)
+    producer_before = os.times()
+    seconds = _produce(leader.bootstrap, topic, n, size, acks, partitions)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
     gb = n * size / 1e9
     out = {"MB/s": n * size / 1e6 / seconds, "seconds": seconds}
+    # This process is the producer (confluent-kafka: its Python loop and librdkafka's
+    # threads); the time.sleep above costs nothing.
+    producer_after = os.times()
+    out["producer CPU s/GB"] = (
+        producer_after.user + producer_after.system - producer_before.user - producer_before.system
+    ) / gb
     for node, broker in brokers.items():
         user_after, system_after = bench.cpu_user_system(broker.proc.pid)
         user, system = user_after - before[node][0], system_after - before[node][1]
@@ -126,24 +149,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cold", action="store_true", help="no page cache warm-up before each phase"
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="with more than 1, a second layout of this many partitions, their leaders "
+        "round the three brokers (Kafka's own acks=all benchmark used 6)",
+    )
     args = parser.parse_args(argv)
     n = 5_000 if args.smoke else args.records
     size = args.record_size
+    layouts = [1] if args.partitions == 1 else [1, args.partitions]
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
     warm = None if args.cold else workdir
     brokers: dict[int, BrokerProcess] = {}
     alone = None
+    one: dict[int, dict[str, float]] = {}
+    three: dict[int, dict[str, float]] = {}
     try:
         # acks=1 RF1: a lone broker (until UpdateMetadata, a cluster's brokers other than
         # a topic's replicas do not know the topic, and clients may ask them).
         alone = BrokerProcess({"log.dirs": str(workdir / "alone")})
         from trio_broker.perf import ensure_topic
 
-        ensure_topic(alone.bootstrap, "rf1", 1)
-        bench.progress(f"acks=1 RF1 on a lone broker: {n} records of {size} bytes")
-        one = _phase({1: alone}, alone, "rf1", n, size, "1", warm)
-        for node in (2, 3):
-            one[f"broker {node} CPU s/GB"] = one[f"broker {node} system s/GB"] = 0.0
+        for parts in layouts:
+            ensure_topic(alone.bootstrap, f"rf1-{parts}", parts)
+            bench.progress(
+                f"acks=1 RF1 on a lone broker, {parts} partition(s): {n} records of {size} bytes"
+            )
+            one[parts] = _phase({1: alone}, alone, f"rf1-{parts}", n, size, "1", parts, warm)
+            for node in (2, 3):
+                one[parts][f"broker {node} CPU s/GB"] = 0.0
+                one[parts][f"broker {node} system s/GB"] = 0.0
         alone.stop()
         with ZooKeeperServer() as zookeeper:
             bench.progress(f"ZooKeeper on {zookeeper.connect}")
@@ -157,38 +194,44 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                 )
             wait_all_see(brokers)  # else broker 1 may not know broker 3 yet
-            _create_rf3(brokers[1].bootstrap, "rf3", [1, 2, 3])
-            bench.progress(f"acks=all RF3: {n} records of {size} bytes")
-            three = _phase(brokers, brokers[1], "rf3", n, size, "all", warm)
+            for parts in layouts:
+                _create_rf3(brokers[1].bootstrap, f"rf3-{parts}", assignment(parts))
+                bench.progress(f"acks=all RF3, {parts} partition(s): {n} records of {size} bytes")
+                three[parts] = _phase(
+                    brokers, brokers[1], f"rf3-{parts}", n, size, "all", parts, warm
+                )
             for node in (3, 2, 1):
                 brokers[node].stop()
-            stats = None
-            for line in brokers[1].lines:
-                m = re.search(r"sendfile: (\d+) calls, (\d+) bytes", line)
-                if m:
-                    stats = (int(m.group(1)), int(m.group(2)))
-            fetches = 0
-            for node in (2, 3):
+            calls = moved = fetches = 0
+            for node in (1, 2, 3):
                 for line in brokers[node].lines:
-                    m = re.search(r"fetched (\d+) times", line)
+                    m = re.search(r"fetched (\d+) times.*sendfile: (\d+) calls, (\d+) bytes", line)
                     if m:
                         fetches += int(m.group(1))
-        keys = ["MB/s", "seconds"] + [
+                        calls += int(m.group(2))
+                        moved += int(m.group(3))
+        keys = ["MB/s", "seconds", "producer CPU s/GB"] + [
             f"broker {b} {kind} s/GB" for b in (1, 2, 3) for kind in ("CPU", "system")
         ]
-        print(f"{'':28} {'acks=1 RF1':>12} {'acks=all RF3':>13}")
+        print(f"{'':28}" + "".join(f"{f'{parts} partition(s)':>27}" for parts in layouts))
+        print(f"{'':28}" + f"{'acks=1 RF1':>13} {'acks=all RF3':>13}" * len(layouts))
         for key in keys:
-            print(f"{key:28} {one[key]:12.2f} {three[key]:13.2f}")
-        print(f"{'acks=all RF3 / acks=1 RF1':28} {three['MB/s'] / one['MB/s']:26.0%}")
+            print(
+                f"{key:28}"
+                + "".join(f"{one[parts][key]:13.2f} {three[parts][key]:13.2f}" for parts in layouts)
+            )
+        print(
+            f"{'acks=all RF3 / acks=1 RF1':28}"
+            + "".join(f"{three[parts]['MB/s'] / one[parts]['MB/s']:27.0%}" for parts in layouts)
+        )
         print(
             "page cache before each phase: " + ("as found (--cold)" if warm is None else "warmed")
         )
-        if stats is not None:
-            calls, moved = stats
-            print(
-                f"broker 1 sendfile to followers: {calls} calls, {moved / 1e6:.1f} MB, "
-                f"{moved / max(calls, 1) / 1024:.0f} KiB per call; {fetches} follower fetches"
-            )
+        print(
+            f"sendfile to followers, all RF3 phases and brokers: {calls} calls, "
+            f"{moved / 1e6:.1f} MB, {moved / max(calls, 1) / 1024:.0f} KiB per call; "
+            f"{fetches} follower fetches"
+        )
         return 0
     finally:
         for broker in [*brokers.values(), *([alone] if alone else [])]:
