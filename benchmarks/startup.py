@@ -74,6 +74,22 @@ def main() -> None:
     print(f"import + first serve() to listening: median {statistics.median(first):.1f} ms")
     print(f"serve() to listening, later starts:  median {statistics.median(warm):.1f} ms")
     print(f"process start to first answer:       median {statistics.median(answer):.1f} ms")
+    if not _bytecode_cached():
+        # PYTHONDONTWRITEBYTECODE with an editable install: each start above compiled the
+        # sources, which an installed wheel (compiled by pip) never does.
+        print(
+            "bytecode: not cached, so every start compiled the sources; run "
+            "`python -m compileall -q trio_broker apis cluster log analytics` first"
+        )
+
+
+def _bytecode_cached() -> bool:
+    import importlib.util
+    import os
+
+    import trio_broker.broker
+
+    return os.path.exists(importlib.util.cache_from_source(trio_broker.broker.__file__))
 
 
 if __name__ == "__main__":
