@@ -101,6 +101,12 @@ def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str, partition
     return time.perf_counter() - started
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process, librdkafka's threads included."""
+    times = os.times()
+    return times.user + times.system
+
+
 def warm_page_cache(directory: Path, nbytes: int) -> None:
     """Write `nbytes` into a scratch file in `directory` and delete it: the next writes
     (the brokers') reuse the page cache it freed (see the module docstring)."""
@@ -115,13 +121,15 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
         path.unlink()
 
 
-def _phase(brokers, leader, topic, n, size, acks, partitions, warm: Path | None) -> dict:
+def _phase(
+    brokers, leader, topic, n, size, acks, partitions, warm: Path | None
+) -> dict[str, float]:
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
         # A tenth more than the records themselves: batch headers and index entries.
         warm_page_cache(warm, int(n * size * replicas * 1.1))
     before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
-    producer_before = os.times()
+    producer_before = _cpu_seconds()
     seconds = _produce(leader.bootstrap, topic, n, size, acks, partitions)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
@@ -129,10 +137,7 @@ def _phase(brokers, leader, topic, n, size, acks, partitions, warm: Path | None)
     out = {"MB/s": n * size / 1e6 / seconds, "seconds": seconds}
     # This process is the producer (confluent-kafka: its Python loop and librdkafka's
     # threads); the time.sleep above costs nothing.
-    producer_after = os.times()
-    out["producer CPU s/GB"] = (
-        producer_after.user + producer_after.system - producer_before.user - producer_before.system
-    ) / gb
+    out["producer CPU s/GB"] = (_cpu_seconds() - producer_before) / gb
     for node, broker in brokers.items():
         user_after, system_after = bench.cpu_user_system(broker.proc.pid)
         user, system = user_after - before[node][0], system_after - before[node][1]
