@@ -321,9 +321,8 @@ class ReplicaManager:
         log_config = resolve_log_config(configs, self.config)
         log = self.broker.log_manager.get_log(topic, index)
         if log is None:
+            # Writes partition.metadata when topic_id is given (load_log).
             log = self.broker.log_manager.create_log(topic, index, topic_id, log_config)
-            if topic_id is not None:
-                log.write_partition_metadata()
         else:
             log.update_config(log_config)
             if log.topic_id is None and topic_id is not None:

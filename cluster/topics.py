@@ -16,6 +16,7 @@ from trio_broker.cluster.metadata import ClusterMetadata, PartitionState, TopicS
 from trio_broker.cluster.topic_config import resolve_log_config, validate_topic_configs
 from trio_broker.config import BrokerConfig
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.checkpoints import PendingSyncs
 
 if TYPE_CHECKING:
     from trio_broker.cluster.zk_topics import ZkTopics
@@ -211,11 +212,15 @@ class TopicManager:
         )
         cfg = resolve_log_config(topic.configs, self.config)
         created = []
+        # The partitions' directories and partition.metadata files are fsynced together
+        # once all are written (checkpoints.PendingSyncs), before the topic is saved.
+        pending = PendingSyncs()
         try:
             for index in range(num_partitions):
                 topic.partitions[index] = self._new_partition(name, index)
-                self.logs.create_log(name, index, topic.topic_id, cfg)
+                self.logs.create_log(name, index, topic.topic_id, cfg, pending=pending)
                 created.append(index)
+            pending.sync()
             self.metadata.topics[name] = topic
             self.metadata.save()
         except (KafkaError, OSError) as exc:

@@ -29,6 +29,7 @@ __all__ = [
     "RECOVERY_POINT_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
     "CorruptCheckpointError",
+    "PendingSyncs",
     "atomic_write",
     "fsync_dir",
     "read_epoch_checkpoint",
@@ -66,6 +67,42 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class PendingSyncs:
+    """fsyncs put off until a batch of creations is written, then done in one pass.
+
+    Creating a topic's partitions one after another, each file fsynced as it is written,
+    makes the file system commit its journal once per file: fifty partitions of
+    `__consumer_offsets` were a hundred commits. Written first and fsynced after, the first
+    fsync commits what all of them wrote and the rest find little left to do. Nothing
+    relies on the files until `sync()` returns (the topic is not in the metadata yet).
+    """
+
+    def __init__(self) -> None:
+        self.files: list[Path] = []
+        self.dirs: dict[Path, None] = {}  # ordered, without repeats
+
+    def add_file(self, path: Path) -> None:
+        """`path` was written and renamed into place: its data and its dir entry."""
+        self.files.append(path)
+        self.dirs[path.parent] = None
+
+    def add_dir(self, path: Path) -> None:
+        """An entry was created (or renamed) in the directory `path`."""
+        self.dirs[path] = None
+
+    def sync(self) -> None:
+        for path in self.files:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for path in self.dirs:
+            fsync_dir(path)
+        self.files.clear()
+        self.dirs.clear()
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
@@ -161,9 +198,15 @@ def topic_id_from_str(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
-def write_partition_metadata(partition_dir: str | os.PathLike[str], topic_id: uuid.UUID) -> None:
+def write_partition_metadata(
+    partition_dir: str | os.PathLike[str], topic_id: uuid.UUID, *, sync: bool = True
+) -> Path:
+    """Write the partition's `partition.metadata`; with `sync=False` the caller fsyncs the
+    file and its directory (returned) before anyone relies on them."""
     text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}"
-    atomic_write(Path(partition_dir) / PARTITION_METADATA, text.encode())
+    path = Path(partition_dir) / PARTITION_METADATA
+    atomic_write(path, text.encode(), sync=sync)
+    return path
 
 
 def read_partition_metadata(partition_dir: str | os.PathLike[str]) -> uuid.UUID | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trio_broker.log.checkpoints import (
     CorruptCheckpointError,
+    PendingSyncs,
     fsync_dir,
     read_partition_metadata,
 )
@@ -56,45 +57,37 @@ def load_log(
     high_watermark: int = 0,
     clean_shutdown: bool = True,
     topic_id: uuid.UUID | None = None,
+    pending: PendingSyncs | None = None,
 ) -> PartitionLog:
-    """Open (creating if needed) the partition directory `directory` and load its log."""
+    """Open (creating if needed) the partition directory `directory` and load its log.
+
+    With `pending`, the fsyncs that make a new directory and its `partition.metadata`
+    durable are left to the caller's `pending.sync()` (a topic's partitions, created
+    together); without, they happen here."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     try:
-        stored_id = read_partition_metadata(directory)
-    except CorruptCheckpointError:
-        logger.warning("ignoring corrupt partition.metadata in %s", directory)
-        stored_id = None
+        directory.mkdir(parents=True)
+        fresh = True  # nothing to find, recover or clean up in a directory just made
+    except FileExistsError:
+        fresh = False
+    stored_id = None
+    if not fresh:
+        try:
+            stored_id = read_partition_metadata(directory)
+        except CorruptCheckpointError:
+            logger.warning("ignoring corrupt partition.metadata in %s", directory)
     log = PartitionLog(
         directory, topic, partition, config, now_ms=now_ms, topic_id=topic_id or stored_id
     )
+    if fresh and pending is not None:
+        pending.add_dir(directory.parent)
     if topic_id is not None and stored_id != topic_id:
-        log.write_partition_metadata()
+        written = log.write_partition_metadata(sync=pending is None)
+        if pending is not None and written is not None:
+            pending.add_file(written)
 
-    complete_swaps(directory)
-    for path in directory.iterdir():
-        if path.name.endswith(_LEFTOVER_SUFFIXES):
-            logger.info("removing leftover file %s", path)
-            path.unlink(missing_ok=True)
-    for path in sorted(directory.glob("*" + LOG_SUFFIX)):
-        if not path.stem.isdigit():
-            continue
-        log._add_segment(
-            LogSegment(
-                directory,
-                int(path.stem),
-                index_interval_bytes=config.index_interval_bytes,
-                max_index_size=config.segment_index_bytes,
-                created_ms=now_ms(),
-            )
-        )
-    # Index files whose segment is gone are orphans.
-    bases = set(log._bases)
-    for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
-        for path in directory.glob("*" + suffix):
-            if path.stem.isdigit() and int(path.stem) not in bases:
-                path.unlink(missing_ok=True)
-
+    if not fresh:
+        _find_segments(log, directory, config, now_ms)
     if not log.segments:
         log._new_segment(max(log_start_offset, 0))
     _recover(log, recovery_point, clean_shutdown)
@@ -121,6 +114,35 @@ def load_log(
         log.high_watermark,
     )
     return log
+
+
+def _find_segments(
+    log: PartitionLog, directory: Path, config: LogConfig, now_ms: Callable[[], int]
+) -> None:
+    """Steps 1 and 2 of the outline: finish swaps, remove leftovers, open each segment."""
+    complete_swaps(directory)
+    for path in directory.iterdir():
+        if path.name.endswith(_LEFTOVER_SUFFIXES):
+            logger.info("removing leftover file %s", path)
+            path.unlink(missing_ok=True)
+    for path in sorted(directory.glob("*" + LOG_SUFFIX)):
+        if not path.stem.isdigit():
+            continue
+        log._add_segment(
+            LogSegment(
+                directory,
+                int(path.stem),
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_size=config.segment_index_bytes,
+                created_ms=now_ms(),
+            )
+        )
+    # Index files whose segment is gone are orphans.
+    bases = set(log._bases)
+    for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
+        for path in directory.glob("*" + suffix):
+            if path.stem.isdigit() and int(path.stem) not in bases:
+                path.unlink(missing_ok=True)
 
 
 def complete_swaps(directory: Path) -> list[int]:

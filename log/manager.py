@@ -28,6 +28,7 @@ from trio_broker.log.checkpoints import (
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     CorruptCheckpointError,
+    PendingSyncs,
     atomic_write,
     read_meta_properties,
     read_offset_checkpoint,
@@ -256,8 +257,11 @@ class LogManager:
         partition: int,
         topic_id: uuid.UUID | None = None,
         config: LogConfig | None = None,
+        *,
+        pending: PendingSyncs | None = None,
     ) -> PartitionLog:
-        """The log of (topic, partition), created in the least loaded log dir if missing."""
+        """The log of (topic, partition), created in the least loaded log dir if missing.
+        `pending`: see `load_log` (the caller then fsyncs before relying on the log)."""
         existing = self.logs.get((topic, partition))
         if existing is not None:
             if topic_id is not None and existing.topic_id not in (None, topic_id):
@@ -272,12 +276,15 @@ class LogManager:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"no online log dir for {topic}-{partition}: {self.offline_dirs}",
             )
-        counts = {d: 0 for d in online}
-        for log in self.logs.values():
-            parent = log.dir.parent
-            if parent in counts:
-                counts[parent] += 1
-        log_dir = min(online, key=lambda d: counts[d])
+        if len(online) == 1:
+            log_dir = online[0]
+        else:
+            counts = {d: 0 for d in online}
+            for log in self.logs.values():
+                parent = log.dir.parent
+                if parent in counts:
+                    counts[parent] += 1
+            log_dir = min(online, key=lambda d: counts[d])
         path = log_dir / f"{topic}-{partition}"
         existed = path.exists()
         try:
@@ -288,6 +295,7 @@ class LogManager:
                 config or self.default_config,
                 now_ms=self.now_ms,
                 topic_id=topic_id,
+                pending=pending,
             )
         except OSError as exc:
             # A full disk: nothing half-made stays behind, and the caller gets an error

@@ -737,9 +737,11 @@ class PartitionLog:
     def remove_expired_producers(self, now_ms: int) -> None:
         self.producer_state.remove_expired_producers(now_ms, self.config.producer_id_expiration_ms)
 
-    def write_partition_metadata(self) -> None:
-        if self.topic_id is not None:
-            write_partition_metadata(self.dir, self.topic_id)
+    def write_partition_metadata(self, *, sync: bool = True) -> Path | None:
+        """The file written, or None without a topic id; `sync`: see checkpoints."""
+        if self.topic_id is None:
+            return None
+        return write_partition_metadata(self.dir, self.topic_id, sync=sync)
 
     def close(self) -> None:
         """Clean close: trim indexes, snapshot producer state at the log end, fsync."""

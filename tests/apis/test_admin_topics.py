@@ -3,6 +3,7 @@ kafka-python's admin clients, and by raw request where no client reaches."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import time
 import uuid
@@ -83,6 +84,33 @@ def test_create_topics_confluent(kafka_broker):
     # A second create of the same name.
     again = client.create_topics([NewTopic("orders", 1, 1)])
     assert error_of(again["orders"]) == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+def test_created_partitions_hold_kafkas_files_and_keep_their_topic_id(kafka_broker):
+    """Each partition of a new topic is a directory with its first segment and a
+    partition.metadata naming the topic id the broker answered (created together, fsynced
+    together: see checkpoints.PendingSyncs), and a restart finds the same id."""
+    response = raw(
+        kafka_broker,
+        19,
+        7,
+        topics=[CreatableTopic(name="ids", num_partitions=4, replication_factor=1)],
+        timeout_ms=10000,
+    )
+    (created,) = response.topics
+    assert created.error_code == ErrorCode.NONE
+    encoded = base64.urlsafe_b64encode(created.topic_id.bytes).rstrip(b"=").decode()
+    assert partition_dirs(kafka_broker, "ids") == [f"ids-{p}" for p in range(4)]
+    for p in range(4):
+        d = kafka_broker.log_dir / f"ids-{p}"
+        assert (d / "partition.metadata").read_text() == f"version: 0\ntopic_id: {encoded}"
+        assert {"00000000000000000000.log", "00000000000000000000.index"} <= {
+            f.name for f in d.iterdir()
+        }
+        assert not [f.name for f in d.iterdir() if f.name.endswith(".tmp")]
+    kafka_broker.restart()
+    meta = raw(kafka_broker, 3, 12, topics=None, allow_auto_topic_creation=False)
+    assert {t.name: t.topic_id for t in meta.topics}["ids"] == created.topic_id
 
 
 def test_create_validate_only_creates_nothing(kafka_broker):
