@@ -20,7 +20,9 @@ keeps its fast path and never imports this module.
 
 from __future__ import annotations
 
+import errno
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -30,6 +32,7 @@ from trio_broker.cluster.partition import Partition
 from trio_broker.cluster.purgatory import Purgatory
 from trio_broker.cluster.replica_fetcher import ReplicaFetcherManager
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.checkpoints import PendingSyncs
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
@@ -185,6 +188,9 @@ class ReplicaManager:
         errors: dict[TopicPartition, int] = {}
         topic_ids: dict[str, Any] = {}
         await self.started.wait()
+        # New logs' directories and partition.metadata files are fsynced together, after
+        # all are written and before the controller hears back (checkpoints.PendingSyncs).
+        pending = PendingSyncs()
         async with self._state_lock:
             metadata.controller_epoch = body.controller_epoch
             for state, topic_id in states:
@@ -192,10 +198,14 @@ class ReplicaManager:
                 if topic_id is not None:
                     topic_ids[key[0]] = topic_id
                 try:
-                    errors[key] = await self._apply(state, topic_id)
+                    errors[key] = await self._apply(state, topic_id, pending)
                 except KafkaError as exc:
                     logger.error("LeaderAndIsr for %s-%s failed: %s", key[0], key[1], exc)
                     errors[key] = exc.code
+            try:
+                pending.sync()
+            except OSError as exc:
+                self._new_logs_not_durable(exc, errors)
         if version >= 5:
             by_topic: dict[str, list[Any]] = {}
             for (topic, p), code in errors.items():
@@ -217,7 +227,23 @@ class ReplicaManager:
             ],
         )
 
-    async def _apply(self, state: Any, topic_id: Any) -> int:
+    def _new_logs_not_durable(self, exc: OSError, errors: dict[TopicPartition, int]) -> None:
+        """An fsync of new logs failed: as when creating a log fails, its log dir goes
+        offline (unless full) and the partitions there answer KAFKA_STORAGE_ERROR."""
+        manager = self.broker.log_manager
+        failed = Path(exc.filename or "")
+        log_dir = next((d for d in manager.log_dirs if d == failed or d in failed.parents), None)
+        logger.error("LeaderAndIsr: new logs in %s not durable: %s", log_dir, exc)
+        if log_dir is None:
+            return
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            manager.mark_dir_offline(log_dir, exc)
+        for key in errors:
+            log = manager.get_log(*key)
+            if log is not None and log.dir.parent == log_dir:
+                errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
+
+    async def _apply(self, state: Any, topic_id: Any, pending: PendingSyncs | None = None) -> int:
         topic, index = state.topic_name, state.partition_index
         key = (topic, index)
         if self.node_id not in state.replicas:
@@ -256,7 +282,7 @@ class ReplicaManager:
                     # half-way): fetch now.
                     self.fetchers.add_partition(part)
                 return ErrorCode.NONE
-        log = await self._ensure_log(topic, index, topic_id)
+        log = await self._ensure_log(topic, index, topic_id, pending)
         if part is None:
             part = self.partitions[key] = Partition(topic, index, log, self.node_id)
         was_leader = part.is_leader
@@ -303,7 +329,9 @@ class ReplicaManager:
         self._wake(key)
         return ErrorCode.NONE
 
-    async def _ensure_log(self, topic: str, index: int, topic_id: Any) -> Any:
+    async def _ensure_log(
+        self, topic: str, index: int, topic_id: Any, pending: PendingSyncs | None = None
+    ) -> Any:
         from trio_broker.cluster.topic_config import resolve_log_config
         from trio_broker.protocol.primitives import ZERO_UUID
 
@@ -322,7 +350,9 @@ class ReplicaManager:
         log = self.broker.log_manager.get_log(topic, index)
         if log is None:
             # Writes partition.metadata when topic_id is given (load_log).
-            log = self.broker.log_manager.create_log(topic, index, topic_id, log_config)
+            log = self.broker.log_manager.create_log(
+                topic, index, topic_id, log_config, pending=pending
+            )
         else:
             log.update_config(log_config)
             if log.topic_id is None and topic_id is not None:

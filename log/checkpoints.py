@@ -93,14 +93,20 @@ class PendingSyncs:
         self.dirs[path] = None
 
     def sync(self) -> None:
-        for path in self.files:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for path in self.dirs:
-            fsync_dir(path)
+        """fsync every file, then every directory; an OSError names the path that failed."""
+        try:
+            for path in self.files:
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for path in self.dirs:
+                fsync_dir(path)
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = str(path)
+            raise
         self.files.clear()
         self.dirs.clear()
 
