@@ -62,6 +62,13 @@ class _Fetch:
     follower: bool = False
     response: FetchResponse | None = None
     total_bytes: int = 0
+    # The last build could answer (min_bytes reached, or an error): `answer` sends that
+    # response rather than reading every partition again.
+    ready: bool = False
+    # What the last build puts in the response, for the session's cached offsets: they
+    # change only when a response goes out (`take_response`), so that a build whose
+    # answer is dropped (a woken fetch that must wait on) does not hide its news.
+    _news: list[tuple[CachedPartition, PartitionData]] = attrs.Factory(list)
 
     def build(self) -> bool:
         """Read every partition; returns whether the answer can go now (min_bytes reached)."""
@@ -71,6 +78,7 @@ class _Fetch:
         any_error = bool(self.errors)
         version = self.request.api_version
         replicas = getattr(self.broker, "replica_manager", None)
+        news = []
         for p in self.partitions:
             key = (p.topic, p.partition)
             # Empty, never null: librdkafka refuses a null record set (MessageSetSize -1).
@@ -136,10 +144,9 @@ class _Fetch:
                     data.current_leader.leader_epoch = epoch
             if self.incremental and not _changed(p, data):
                 continue
-            p.high_watermark = data.high_watermark
-            p.log_start_offset = data.log_start_offset
-            p.last_stable_offset = data.last_stable_offset
+            news.append((p, data))
             topics.setdefault((p.topic, p.topic_id), []).append(data)
+        self._news = news
         self.total_bytes = total
         self.response = FetchResponse(
             error_code=ErrorCode.NONE,
@@ -149,13 +156,27 @@ class _Fetch:
                 for (name, topic_id), parts in topics.items()
             ],
         )
-        return any_error or total >= self.min_bytes
+        self.ready = any_error or total >= self.min_bytes
+        return self.ready
+
+    def take_response(self) -> FetchResponse:
+        """The response of the last build, going out now: the session remembers what the
+        client was told (Kafka's CachedPartition.maybeUpdateResponseData)."""
+        for p, data in self._news:
+            p.high_watermark = data.high_watermark
+            p.log_start_offset = data.log_start_offset
+            p.last_stable_offset = data.last_stable_offset
+        self._news = []
+        assert self.response is not None
+        return self.response
 
     async def answer(self) -> None:
-        self.build()
+        if not self.ready:  # its wait ran out: what there is now
+            self.build()
+        response = self.take_response()
         if self.broker.metrics is not None:
-            _count_bytes_out(self.broker.metrics, self.response)
-        await self.request.respond(self.response)
+            _count_bytes_out(self.broker.metrics, response)
+        await self.request.respond(response)
 
 
 def _count_bytes_out(metrics: Any, response: FetchResponse) -> None:
@@ -343,11 +364,12 @@ async def handle(broker: Broker, request: Request) -> Any:
         follower=replica_id >= 0,
     )
     if fetch.build() or body.max_wait_ms <= 0 or not partitions:
+        response = fetch.take_response()
         if replicas is not None:
-            _add_node_endpoints(broker, version, fetch.response)
+            _add_node_endpoints(broker, version, response)
         if broker.metrics is not None:
-            _count_bytes_out(broker.metrics, fetch.response)
-        return fetch.response
+            _count_bytes_out(broker.metrics, response)
+        return response
     broker.fetch_purgatory.park(
         DelayedOperation(
             keys=tuple((p.topic, p.partition) for p in partitions),

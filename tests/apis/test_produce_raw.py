@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from wire import encode_request, request_of, roundtrip
+from wire import encode_request, read_response, request_of, roundtrip
 
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.produce_request import (
@@ -303,3 +303,61 @@ def test_incremental_fetch_session(kafka_broker):
     # A stale epoch is refused.
     assert session_fetch(2, full.session_id, [], 23).error_code == 71  # INVALID_FETCH_SESSION_EPOCH
     assert session_fetch(1, 12345, [], 24).error_code == 70  # FETCH_SESSION_ID_NOT_FOUND
+
+
+def test_incremental_session_sends_a_high_watermark_seen_while_waiting(kafka_broker):
+    """A parked read_committed fetch is woken by a transactional append to sess-b: the high
+    watermark moves, but nothing is committed, so it waits on. When sess-a's records
+    complete it, sess-b's new high watermark is in the answer: the session remembers only
+    what went out (the wake's discarded read must not count as told)."""
+    from confluent_kafka import Producer
+
+    sock = connect(kafka_broker)
+    other = connect(kafka_broker)
+    create_topic(sock, "hw-a")
+    create_topic(sock, "hw-b")
+
+    def request(epoch, session_id, max_wait_ms):
+        return FetchRequest(
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=1,  # READ_COMMITTED
+            session_id=session_id,
+            session_epoch=epoch,
+            topics=[
+                FetchTopic(
+                    topic=t,
+                    partitions=[
+                        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+                    ],
+                )
+                for t in ("hw-a", "hw-b")
+            ],
+        )
+
+    full = roundtrip(sock, request(0, 0, 0), FETCH_V, 30)
+    assert full.error_code == 0 and full.session_id > 0
+    hw = {t.topic: t.partitions[0].high_watermark for t in full.responses}
+    assert hw == {"hw-a": 0, "hw-b": 0}
+    sock.sendall(encode_request(request(1, full.session_id, 20_000), FETCH_V, 31))
+    time.sleep(0.3)  # parked
+
+    txn = Producer({"bootstrap.servers": kafka_broker.bootstrap, "transactional.id": "hw-b"})
+    txn.init_transactions(20)
+    txn.begin_transaction()
+    txn.produce("hw-b", b"undecided")
+    txn.flush(20)
+    time.sleep(0.3)  # the wake has read sess-b and gone back to waiting
+    produce(other, "hw-a", batch([b"a0"]))
+
+    sock.settimeout(20)
+    cid, answer = read_response(sock, 1, FETCH_V)
+    assert cid == 31 and answer.error_code == 0
+    parts = {t.topic: t.partitions[0] for t in answer.responses}
+    assert [r.value for r in iter_records(parts["hw-a"].records)] == [b"a0"]
+    # sess-b: no record (not committed), but its news: high watermark 1, stable offset 0.
+    assert "hw-b" in parts, "the high watermark seen while waiting was never sent"
+    assert (parts["hw-b"].high_watermark, parts["hw-b"].last_stable_offset) == (1, 0)
+    assert not parts["hw-b"].records
+    txn.abort_transaction(20)
