@@ -246,7 +246,7 @@ class RequestBatch:
 
     def _to(self, broker_id: int, request: Any) -> Any:
         node = self.context.live_brokers.get(broker_id)
-        return attrs.evolve(request, broker_epoch=node.epoch) if node is not None else request
+        return request.replace(broker_epoch=node.epoch) if node is not None else request
 
     def _leader_and_isr_request(
         self, entries: dict[tuple[str, int], LeaderAndIsrPartitionState]

@@ -83,3 +83,45 @@ def test_parse_versions(text, expected) -> None:
 )
 def test_snake_case(name: str, snake: str) -> None:
     assert generator.snake_case(name) == snake
+
+
+def test_generated_classes_behave_as_the_attrs_classes_they_replace() -> None:
+    """Keyword-only construction with the spec's defaults, a new list or struct for each
+    instance, equality by value and class, unhashable, attrs' repr, and `replace`."""
+    from trio_broker.protocol._generated.fetch_response import (
+        FetchableTopicResponse,
+        FetchResponse,
+        PartitionData,
+    )
+    from trio_broker.protocol._generated.metadata_request import MetadataRequest
+
+    a, b = PartitionData(), PartitionData()
+    assert (a.high_watermark, a.preferred_read_replica, a.aborted_transactions) == (0, -1, [])
+    assert a.aborted_transactions is not b.aborted_transactions
+    assert a.current_leader is not b.current_leader  # a struct default is made per instance
+    assert (a.current_leader.leader_id, a.current_leader.leader_epoch) == (-1, -1)
+    t1, t2 = FetchableTopicResponse(), FetchableTopicResponse()
+    t1.partitions.append(a)
+    assert t2.partitions == []  # a list default too
+    assert MetadataRequest(topics=None).topics is None  # a null array stays null
+    with pytest.raises(TypeError):
+        PartitionData(0)  # keyword-only
+    with pytest.raises(TypeError):
+        PartitionData(no_such_field=1)
+
+    assert PartitionData(partition_index=3) == PartitionData(partition_index=3)
+    assert PartitionData(partition_index=3) != PartitionData(partition_index=4)
+    assert FetchResponse() != PartitionData()
+    with pytest.raises(TypeError):
+        hash(PartitionData())
+    assert repr(FetchResponse(throttle_time_ms=5)).startswith(
+        "FetchResponse(throttle_time_ms=5, error_code=0, session_id=0, responses=[]"
+    )
+    moved = a.replace(high_watermark=7)
+    assert (moved.high_watermark, a.high_watermark, moved.current_leader) == (
+        7,
+        0,
+        a.current_leader,
+    )
+    with pytest.raises(TypeError):
+        a.replace(no_such_field=1)

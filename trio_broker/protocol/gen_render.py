@@ -1,6 +1,7 @@
 """The text of the generator's output files: message modules, the index, error codes.
 
-A message module holds one attrs class per struct (leaf first), the `struct.Struct`
+A message module holds one class per struct (leaf first; `primitives.Struct` below them,
+with `__slots__`, `__init__` and `__eq__` written out here), the `struct.Struct`
 objects and encoder/decoder functions from `gen_codec`, and the version tables
 that `primitives.Message` dispatches on. The text is written as ruff format
 would write it, so the output needs no formatter to be reproducible.
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from trio_broker.protocol.gen_codec import Layout, Layouts, StructFormats, render_codec
 from trio_broker.protocol.gen_schema import (
     MessageSpec,
     Range,
-    attr_default,
+    StructSpec,
+    init_default,
     intersect,
     py_str,
     type_hint,
@@ -33,15 +36,12 @@ def _range_repr(r: Range | None) -> str:
 
 
 def _class_lines(msg: MessageSpec) -> list[str]:
-    # Classes, leaf first so that defaults (attrs.Factory(Nested)) can name them.
+    # Classes, leaf first so that defaults (a new Nested()) can name them.
     class_lines: list[str] = []
     for st in msg.structs:
         is_root = st is msg.root
-        base = "(Message)" if is_root else ""
-        class_lines += [
-            "@attrs.define(kw_only=True, slots=True, eq=True)",
-            f"class {st.name}{base}:",
-        ]
+        base = "Message" if is_root else "Struct"
+        class_lines.append(f"class {st.name}({base}):")
         if is_root:
             flex_min = msg.flexible[0] if msg.flexible else None
             kind = {"request": "request", "response": "response", "header": "header"}.get(
@@ -75,10 +75,40 @@ def _class_lines(msg: MessageSpec) -> list[str]:
         else:
             class_lines.append("    _SCHEMA = ()")
         class_lines.append("")
-        for f in st.fields:
-            class_lines.append(f"    {f.attr}: {type_hint(f)} = {attr_default(f, msg)}")
+        class_lines += _methods(st, msg)
         class_lines += ["", ""]
     return class_lines
+
+
+def _methods(st: StructSpec, msg: MessageSpec) -> list[str]:
+    """`__slots__`, a keyword-only `__init__` and `__eq__` (attrs' define(kw_only=True,
+    slots=True, eq=True), written out)."""
+    names = [f.attr for f in st.fields]
+    slots = ", ".join(py_str(n) for n in names) + ("," if len(names) == 1 else "")
+    lines = [f"    __slots__ = ({slots})", ""]
+    params = "".join(f", {f.attr}: {type_hint(f)} = {init_default(f, msg)[0]}" for f in st.fields)
+    lines.append(f"    def __init__(self{', *' if names else ''}{params}) -> None:")
+    for f in st.fields:
+        factory = init_default(f, msg)[1]
+        value = f.attr if factory is None else f"{factory} if {f.attr} is DEFAULT else {f.attr}"
+        lines.append(f"        self.{f.attr} = {value}")
+    if not names:
+        lines.append("        pass")
+    lines.append("")
+    lines.append("    def __eq__(self, other: object) -> bool:")
+    lines.append("        if other.__class__ is not self.__class__:")
+    lines.append("            return NotImplemented")
+    if names:
+        mine = ", ".join(f"self.{n}" for n in names)
+        theirs = ", ".join(f"other.{n}" for n in names)
+        if len(names) > 1:
+            mine, theirs = f"({mine})", f"({theirs})"
+        lines.append(f"        return {mine} == {theirs}  # type: ignore[attr-defined]")
+    else:
+        lines.append("        return True")
+    lines.append("")
+    lines.append("    __hash__ = None  # type: ignore[assignment]")
+    return lines
 
 
 def render_message(msg: MessageSpec) -> str:
@@ -111,10 +141,8 @@ def render_message(msg: MessageSpec) -> str:
         "import uuid",
         "from typing import Any",
         "",
-        "import attrs",
-        "",
         "from trio_broker.protocol import primitives as _p",
-        "from trio_broker.protocol.primitives import ZERO_UUID, Message",
+        "from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct",
         "",
         "__all__ = [" + ", ".join(py_str(st.name) for st in msg.structs) + "]",
         "",
@@ -132,6 +160,16 @@ def render_message(msg: MessageSpec) -> str:
     out.append(f"{msg.name}._ENCODERS = {{{enc}}}")
     out.append(f"{msg.name}._DECODERS = {{{dec}}}")
     text = "\n".join(out).rstrip("\n") + "\n"
+    # Import only the names a module uses.
+    body = text.split("from trio_broker.protocol.primitives import ", 1)[1].split("\n", 1)[1]
+    names = ["DEFAULT", "ZERO_UUID", "Message", "Struct"]
+    body = body.replace("struct.Struct(", "")  # the module's struct.Struct formats
+    used = [n for n in names if re.search(rf"\b{n}\b", body)]
+    text = text.replace(
+        "from trio_broker.protocol.primitives import " + ", ".join(names),
+        "from trio_broker.protocol.primitives import " + ", ".join(used),
+        1,
+    )
     # `uuid` and `Any` appear only in some modules' hints; keep the imports meaningful.
     if "uuid." not in text.split("from typing import Any", 1)[1]:
         text = text.replace("import uuid\n", "", 1)

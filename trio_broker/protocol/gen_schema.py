@@ -291,11 +291,14 @@ def type_hint(f: FieldSpec) -> str:
     return hint
 
 
-def attr_default(f: FieldSpec, msg: MessageSpec) -> str:
-    """The default as an attrs field default: mutable ones become factories."""
+def init_default(f: FieldSpec, msg: MessageSpec) -> tuple[str, str | None]:
+    """The default of the field's `__init__` parameter, and for a mutable one (a list, a
+    struct) the expression that makes a new value when the caller passes none (the
+    parameter's default is then `DEFAULT`)."""
     d = default_expr(f, msg)
     if d == "[]":
-        return "attrs.Factory(list)"
+        return "DEFAULT", "[]"
     if d.startswith("_DEFAULT_"):
-        return f"attrs.Factory({f.struct.name})"
-    return d
+        assert f.struct is not None
+        return "DEFAULT", f"{f.struct.name}()"
+    return d, None

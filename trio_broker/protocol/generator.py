@@ -4,8 +4,9 @@
 
 Reads `../shared/kafka-protocol` beside the checkout (or `--spec-dir`, or the
 `TRIO_BROKER_KAFKA_PROTOCOL_DIR` environment variable) and writes one module per
-message file into `trio_broker/protocol/_generated/`: attrs classes plus one
-straight-line encoder and decoder per distinct wire layout. `--check` regenerates
+message file into `trio_broker/protocol/_generated/`: slotted classes (their `__init__`
+and `__eq__` written out, not made by attrs at import time) plus one straight-line
+encoder and decoder per distinct wire layout. `--check` regenerates
 into memory and exits 1, naming the stale files, if the committed ones differ.
 
 The output depends only on the spec files, so it is byte-for-byte reproducible

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["AddOffsetsToTxnRequest"]
 
 _S_qh = struct.Struct(">qh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddOffsetsToTxnRequest(Message):
     """AddOffsetsToTxnRequest: Kafka request, versions 0-4, flexible from 3."""
 
@@ -31,10 +28,20 @@ class AddOffsetsToTxnRequest(Message):
         ("group_id", "string", (0, 32767), None),
     )
 
-    transactional_id: str = ""
-    producer_id: int = 0
-    producer_epoch: int = 0
-    group_id: str = ""
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id")
+
+    def __init__(self, *, transactional_id: str = "", producer_id: int = 0, producer_epoch: int = 0, group_id: str = "") -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.group_id = group_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.producer_id, self.producer_epoch, self.group_id) == (other.transactional_id, other.producer_id, other.producer_epoch, other.group_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AddOffsetsToTxnRequest_v0(o, buf, regions, _pk_qh=_S_qh.pack, _write_string=_p.write_string):

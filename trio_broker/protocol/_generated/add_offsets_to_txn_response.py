@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["AddOffsetsToTxnResponse"]
 
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddOffsetsToTxnResponse(Message):
     """AddOffsetsToTxnResponse: Kafka response, versions 0-4, flexible from 3."""
 
@@ -29,8 +26,18 @@ class AddOffsetsToTxnResponse(Message):
         ("error_code", "int16", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
+    __slots__ = ("throttle_time_ms", "error_code")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code) == (other.throttle_time_ms, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AddOffsetsToTxnResponse_v0(o, buf, regions, _pk_ih=_S_ih.pack):

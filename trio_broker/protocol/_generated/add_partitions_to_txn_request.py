@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AddPartitionsToTxnTopic", "AddPartitionsToTxnTransaction", "AddPartitionsToTxnRequest"]
 
@@ -16,19 +14,27 @@ _S_qh = struct.Struct(">qh")
 _S_qho = struct.Struct(">qh?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AddPartitionsToTxnTopic:
+class AddPartitionsToTxnTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AddPartitionsToTxnTransaction:
+class AddPartitionsToTxnTransaction(Struct):
     _SCHEMA = (
         ("transactional_id", "string", (4, 32767), None),
         ("producer_id", "int64", (4, 32767), None),
@@ -37,14 +43,23 @@ class AddPartitionsToTxnTransaction:
         ("topics", "[]AddPartitionsToTxnTopic", (4, 32767), None),
     )
 
-    transactional_id: str = ""
-    producer_id: int = 0
-    producer_epoch: int = 0
-    verify_only: bool = False
-    topics: list[AddPartitionsToTxnTopic] = attrs.Factory(list)
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "verify_only", "topics")
+
+    def __init__(self, *, transactional_id: str = "", producer_id: int = 0, producer_epoch: int = 0, verify_only: bool = False, topics: list[AddPartitionsToTxnTopic] = DEFAULT) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.verify_only = verify_only
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.producer_id, self.producer_epoch, self.verify_only, self.topics) == (other.transactional_id, other.producer_id, other.producer_epoch, other.verify_only, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddPartitionsToTxnRequest(Message):
     """AddPartitionsToTxnRequest: Kafka request, versions 0-5, flexible from 3."""
 
@@ -61,11 +76,21 @@ class AddPartitionsToTxnRequest(Message):
         ("v3_and_below_topics", "[]AddPartitionsToTxnTopic", (0, 3), None),
     )
 
-    transactions: list[AddPartitionsToTxnTransaction] = attrs.Factory(list)
-    v3_and_below_transactional_id: str = ""
-    v3_and_below_producer_id: int = 0
-    v3_and_below_producer_epoch: int = 0
-    v3_and_below_topics: list[AddPartitionsToTxnTopic] = attrs.Factory(list)
+    __slots__ = ("transactions", "v3_and_below_transactional_id", "v3_and_below_producer_id", "v3_and_below_producer_epoch", "v3_and_below_topics")
+
+    def __init__(self, *, transactions: list[AddPartitionsToTxnTransaction] = DEFAULT, v3_and_below_transactional_id: str = "", v3_and_below_producer_id: int = 0, v3_and_below_producer_epoch: int = 0, v3_and_below_topics: list[AddPartitionsToTxnTopic] = DEFAULT) -> None:
+        self.transactions = [] if transactions is DEFAULT else transactions
+        self.v3_and_below_transactional_id = v3_and_below_transactional_id
+        self.v3_and_below_producer_id = v3_and_below_producer_id
+        self.v3_and_below_producer_epoch = v3_and_below_producer_epoch
+        self.v3_and_below_topics = [] if v3_and_below_topics is DEFAULT else v3_and_below_topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactions, self.v3_and_below_transactional_id, self.v3_and_below_producer_id, self.v3_and_below_producer_epoch, self.v3_and_below_topics) == (other.transactions, other.v3_and_below_transactional_id, other.v3_and_below_producer_id, other.v3_and_below_producer_epoch, other.v3_and_below_topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AddPartitionsToTxnTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

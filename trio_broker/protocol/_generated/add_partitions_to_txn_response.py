@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AddPartitionsToTxnPartitionResult", "AddPartitionsToTxnTopicResult", "AddPartitionsToTxnResult", "AddPartitionsToTxnResponse"]
 
@@ -16,40 +14,66 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AddPartitionsToTxnPartitionResult:
+class AddPartitionsToTxnPartitionResult(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("partition_error_code", "int16", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    partition_error_code: int = 0
+    __slots__ = ("partition_index", "partition_error_code")
+
+    def __init__(self, *, partition_index: int = 0, partition_error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.partition_error_code = partition_error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.partition_error_code) == (other.partition_index, other.partition_error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AddPartitionsToTxnTopicResult:
+class AddPartitionsToTxnTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("results_by_partition", "[]AddPartitionsToTxnPartitionResult", (0, 32767), None),
     )
 
-    name: str = ""
-    results_by_partition: list[AddPartitionsToTxnPartitionResult] = attrs.Factory(list)
+    __slots__ = ("name", "results_by_partition")
+
+    def __init__(self, *, name: str = "", results_by_partition: list[AddPartitionsToTxnPartitionResult] = DEFAULT) -> None:
+        self.name = name
+        self.results_by_partition = [] if results_by_partition is DEFAULT else results_by_partition
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.results_by_partition) == (other.name, other.results_by_partition)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AddPartitionsToTxnResult:
+class AddPartitionsToTxnResult(Struct):
     _SCHEMA = (
         ("transactional_id", "string", (4, 32767), None),
         ("topic_results", "[]AddPartitionsToTxnTopicResult", (4, 32767), None),
     )
 
-    transactional_id: str = ""
-    topic_results: list[AddPartitionsToTxnTopicResult] = attrs.Factory(list)
+    __slots__ = ("transactional_id", "topic_results")
+
+    def __init__(self, *, transactional_id: str = "", topic_results: list[AddPartitionsToTxnTopicResult] = DEFAULT) -> None:
+        self.transactional_id = transactional_id
+        self.topic_results = [] if topic_results is DEFAULT else topic_results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.topic_results) == (other.transactional_id, other.topic_results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddPartitionsToTxnResponse(Message):
     """AddPartitionsToTxnResponse: Kafka response, versions 0-5, flexible from 3."""
 
@@ -65,10 +89,20 @@ class AddPartitionsToTxnResponse(Message):
         ("results_by_topic_v3_and_below", "[]AddPartitionsToTxnTopicResult", (0, 3), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    results_by_transaction: list[AddPartitionsToTxnResult] = attrs.Factory(list)
-    results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "results_by_transaction", "results_by_topic_v3_and_below")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results_by_transaction: list[AddPartitionsToTxnResult] = DEFAULT, results_by_topic_v3_and_below: list[AddPartitionsToTxnTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results_by_transaction = [] if results_by_transaction is DEFAULT else results_by_transaction
+        self.results_by_topic_v3_and_below = [] if results_by_topic_v3_and_below is DEFAULT else results_by_topic_v3_and_below
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.results_by_transaction, self.results_by_topic_v3_and_below) == (other.throttle_time_ms, other.error_code, other.results_by_transaction, other.results_by_topic_v3_and_below)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AddPartitionsToTxnPartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["Listener", "AddRaftVoterRequest"]
 
@@ -17,20 +15,28 @@ _S_H = struct.Struct(">H")
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Listener:
+class Listener(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("host", "string", (0, 32767), None),
         ("port", "uint16", (0, 32767), None),
     )
 
-    name: str = ""
-    host: str = ""
-    port: int = 0
+    __slots__ = ("name", "host", "port")
+
+    def __init__(self, *, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.host, self.port) == (other.name, other.host, other.port)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddRaftVoterRequest(Message):
     """AddRaftVoterRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -47,11 +53,21 @@ class AddRaftVoterRequest(Message):
         ("listeners", "[]Listener", (0, 32767), None),
     )
 
-    cluster_id: str | None = ""
-    timeout_ms: int = 0
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
-    listeners: list[Listener] = attrs.Factory(list)
+    __slots__ = ("cluster_id", "timeout_ms", "voter_id", "voter_directory_id", "listeners")
+
+    def __init__(self, *, cluster_id: str | None = "", timeout_ms: int = 0, voter_id: int = 0, voter_directory_id: uuid.UUID = ZERO_UUID, listeners: list[Listener] = DEFAULT) -> None:
+        self.cluster_id = cluster_id
+        self.timeout_ms = timeout_ms
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+        self.listeners = [] if listeners is DEFAULT else listeners
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.cluster_id, self.timeout_ms, self.voter_id, self.voter_directory_id, self.listeners) == (other.cluster_id, other.timeout_ms, other.voter_id, other.voter_directory_id, other.listeners)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_Listener_v0(o, buf, regions, _pk_H=_S_H.pack, _write_compact_string=_p.write_compact_string):

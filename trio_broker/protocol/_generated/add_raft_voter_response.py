@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["AddRaftVoterResponse"]
 
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AddRaftVoterResponse(Message):
     """AddRaftVoterResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -30,9 +27,19 @@ class AddRaftVoterResponse(Message):
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("throttle_time_ms", "error_code", "error_message")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message) == (other.throttle_time_ms, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AddRaftVoterResponse_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):

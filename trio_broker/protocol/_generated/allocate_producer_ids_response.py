@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["AllocateProducerIdsResponse"]
 
 _S_ihqi = struct.Struct(">ihqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AllocateProducerIdsResponse(Message):
     """AllocateProducerIdsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -31,10 +28,20 @@ class AllocateProducerIdsResponse(Message):
         ("producer_id_len", "int32", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    producer_id_start: int = 0
-    producer_id_len: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "producer_id_start", "producer_id_len")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, producer_id_start: int = 0, producer_id_len: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id_start = producer_id_start
+        self.producer_id_len = producer_id_len
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.producer_id_start, self.producer_id_len) == (other.throttle_time_ms, other.error_code, other.producer_id_start, other.producer_id_len)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AllocateProducerIdsResponse_v0(o, buf, regions, _pk_ihqi=_S_ihqi.pack):

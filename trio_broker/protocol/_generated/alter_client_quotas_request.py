@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["EntityData", "OpData", "EntryData", "AlterClientQuotasRequest"]
 
@@ -16,42 +14,68 @@ _S_do = struct.Struct(">d?")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntityData:
+class EntityData(Struct):
     _SCHEMA = (
         ("entity_type", "string", (0, 32767), None),
         ("entity_name", "string", (0, 32767), (0, 32767)),
     )
 
-    entity_type: str = ""
-    entity_name: str | None = ""
+    __slots__ = ("entity_type", "entity_name")
+
+    def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity_type, self.entity_name) == (other.entity_type, other.entity_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OpData:
+class OpData(Struct):
     _SCHEMA = (
         ("key", "string", (0, 32767), None),
         ("value", "float64", (0, 32767), None),
         ("remove", "bool", (0, 32767), None),
     )
 
-    key: str = ""
-    value: float = 0.0
-    remove: bool = False
+    __slots__ = ("key", "value", "remove")
+
+    def __init__(self, *, key: str = "", value: float = 0.0, remove: bool = False) -> None:
+        self.key = key
+        self.value = value
+        self.remove = remove
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.key, self.value, self.remove) == (other.key, other.value, other.remove)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntryData:
+class EntryData(Struct):
     _SCHEMA = (
         ("entity", "[]EntityData", (0, 32767), None),
         ("ops", "[]OpData", (0, 32767), None),
     )
 
-    entity: list[EntityData] = attrs.Factory(list)
-    ops: list[OpData] = attrs.Factory(list)
+    __slots__ = ("entity", "ops")
+
+    def __init__(self, *, entity: list[EntityData] = DEFAULT, ops: list[OpData] = DEFAULT) -> None:
+        self.entity = [] if entity is DEFAULT else entity
+        self.ops = [] if ops is DEFAULT else ops
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity, self.ops) == (other.entity, other.ops)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterClientQuotasRequest(Message):
     """AlterClientQuotasRequest: Kafka request, versions 0-1, flexible from 1."""
 
@@ -65,8 +89,18 @@ class AlterClientQuotasRequest(Message):
         ("validate_only", "bool", (0, 32767), None),
     )
 
-    entries: list[EntryData] = attrs.Factory(list)
-    validate_only: bool = False
+    __slots__ = ("entries", "validate_only")
+
+    def __init__(self, *, entries: list[EntryData] = DEFAULT, validate_only: bool = False) -> None:
+        self.entries = [] if entries is DEFAULT else entries
+        self.validate_only = validate_only
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entries, self.validate_only) == (other.entries, other.validate_only)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EntityData_v0(o, buf, regions, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

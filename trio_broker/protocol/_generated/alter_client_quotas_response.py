@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["EntityData", "EntryData", "AlterClientQuotasResponse"]
 
@@ -16,31 +14,48 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntityData:
+class EntityData(Struct):
     _SCHEMA = (
         ("entity_type", "string", (0, 32767), None),
         ("entity_name", "string", (0, 32767), (0, 32767)),
     )
 
-    entity_type: str = ""
-    entity_name: str | None = ""
+    __slots__ = ("entity_type", "entity_name")
+
+    def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity_type, self.entity_name) == (other.entity_type, other.entity_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntryData:
+class EntryData(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
         ("entity", "[]EntityData", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    entity: list[EntityData] = attrs.Factory(list)
+    __slots__ = ("error_code", "error_message", "entity")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", entity: list[EntityData] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entity = [] if entity is DEFAULT else entity
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.entity) == (other.error_code, other.error_message, other.entity)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterClientQuotasResponse(Message):
     """AlterClientQuotasResponse: Kafka response, versions 0-1, flexible from 1."""
 
@@ -54,8 +69,18 @@ class AlterClientQuotasResponse(Message):
         ("entries", "[]EntryData", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    entries: list[EntryData] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "entries")
+
+    def __init__(self, *, throttle_time_ms: int = 0, entries: list[EntryData] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.entries = [] if entries is DEFAULT else entries
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.entries) == (other.throttle_time_ms, other.entries)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EntityData_v0(o, buf, regions, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

@@ -5,39 +5,54 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ReassignablePartition", "ReassignableTopic", "AlterPartitionReassignmentsRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReassignablePartition:
+class ReassignablePartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("replicas", "[]int32", (0, 32767), (0, 32767)),
     )
 
-    partition_index: int = 0
-    replicas: list[int] | None = None
+    __slots__ = ("partition_index", "replicas")
+
+    def __init__(self, *, partition_index: int = 0, replicas: list[int] | None = None) -> None:
+        self.partition_index = partition_index
+        self.replicas = replicas
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.replicas) == (other.partition_index, other.replicas)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReassignableTopic:
+class ReassignableTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]ReassignablePartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[ReassignablePartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[ReassignablePartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterPartitionReassignmentsRequest(Message):
     """AlterPartitionReassignmentsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -51,8 +66,18 @@ class AlterPartitionReassignmentsRequest(Message):
         ("topics", "[]ReassignableTopic", (0, 32767), None),
     )
 
-    timeout_ms: int = 60000
-    topics: list[ReassignableTopic] = attrs.Factory(list)
+    __slots__ = ("timeout_ms", "topics")
+
+    def __init__(self, *, timeout_ms: int = 60000, topics: list[ReassignableTopic] = DEFAULT) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.timeout_ms, self.topics) == (other.timeout_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ReassignablePartition_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):

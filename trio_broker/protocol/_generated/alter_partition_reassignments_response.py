@@ -5,41 +5,56 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ReassignablePartitionResponse", "ReassignableTopicResponse", "AlterPartitionReassignmentsResponse"]
 
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReassignablePartitionResponse:
+class ReassignablePartitionResponse(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("partition_index", "error_code", "error_message")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.error_message) == (other.partition_index, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReassignableTopicResponse:
+class ReassignableTopicResponse(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]ReassignablePartitionResponse", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[ReassignablePartitionResponse] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[ReassignablePartitionResponse] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterPartitionReassignmentsResponse(Message):
     """AlterPartitionReassignmentsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -55,10 +70,20 @@ class AlterPartitionReassignmentsResponse(Message):
         ("responses", "[]ReassignableTopicResponse", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    responses: list[ReassignableTopicResponse] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", responses: list[ReassignableTopicResponse] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is DEFAULT else responses
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.responses) == (other.throttle_time_ms, other.error_code, other.error_message, other.responses)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ReassignablePartitionResponse_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["BrokerState", "PartitionData", "TopicData", "AlterPartitionRequest"]
 
@@ -19,19 +17,27 @@ _S_ii = struct.Struct(">ii")
 _S_iq = struct.Struct(">iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class BrokerState:
+class BrokerState(Struct):
     _SCHEMA = (
         ("broker_id", "int32", (3, 32767), None),
         ("broker_epoch", "int64", (3, 32767), None),
     )
 
-    broker_id: int = 0
-    broker_epoch: int = -1
+    __slots__ = ("broker_id", "broker_epoch")
+
+    def __init__(self, *, broker_id: int = 0, broker_epoch: int = -1) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch) == (other.broker_id, other.broker_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("leader_epoch", "int32", (0, 32767), None),
@@ -41,28 +47,46 @@ class PartitionData:
         ("partition_epoch", "int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    leader_epoch: int = 0
-    new_isr: list[int] = attrs.Factory(list)
-    new_isr_with_epochs: list[BrokerState] = attrs.Factory(list)
-    leader_recovery_state: int = 0
-    partition_epoch: int = 0
+    __slots__ = ("partition_index", "leader_epoch", "new_isr", "new_isr_with_epochs", "leader_recovery_state", "partition_epoch")
+
+    def __init__(self, *, partition_index: int = 0, leader_epoch: int = 0, new_isr: list[int] = DEFAULT, new_isr_with_epochs: list[BrokerState] = DEFAULT, leader_recovery_state: int = 0, partition_epoch: int = 0) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.new_isr = [] if new_isr is DEFAULT else new_isr
+        self.new_isr_with_epochs = [] if new_isr_with_epochs is DEFAULT else new_isr_with_epochs
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.leader_epoch, self.new_isr, self.new_isr_with_epochs, self.leader_recovery_state, self.partition_epoch) == (other.partition_index, other.leader_epoch, other.new_isr, other.new_isr_with_epochs, other.leader_recovery_state, other.partition_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicData:
+class TopicData(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 1), None),
         ("topic_id", "uuid", (2, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_name", "topic_id", "partitions")
+
+    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.topic_id, self.partitions) == (other.topic_name, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterPartitionRequest(Message):
     """AlterPartitionRequest: Kafka request, versions 0-3, flexible from 0."""
 
@@ -77,9 +101,19 @@ class AlterPartitionRequest(Message):
         ("topics", "[]TopicData", (0, 32767), None),
     )
 
-    broker_id: int = 0
-    broker_epoch: int = -1
-    topics: list[TopicData] = attrs.Factory(list)
+    __slots__ = ("broker_id", "broker_epoch", "topics")
+
+    def __init__(self, *, broker_id: int = 0, broker_epoch: int = -1, topics: list[TopicData] = DEFAULT) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch, self.topics) == (other.broker_id, other.broker_epoch, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionData_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["PartitionData", "TopicData", "AlterPartitionResponse"]
 
@@ -19,8 +17,7 @@ _S_ih = struct.Struct(">ih")
 _S_ihii = struct.Struct(">ihii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -31,29 +28,47 @@ class PartitionData:
         ("partition_epoch", "int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    leader_id: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = attrs.Factory(list)
-    leader_recovery_state: int = 0
-    partition_epoch: int = 0
+    __slots__ = ("partition_index", "error_code", "leader_id", "leader_epoch", "isr", "leader_recovery_state", "partition_epoch")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, leader_id: int = 0, leader_epoch: int = 0, isr: list[int] = DEFAULT, leader_recovery_state: int = 0, partition_epoch: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.leader_recovery_state = leader_recovery_state
+        self.partition_epoch = partition_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.leader_id, self.leader_epoch, self.isr, self.leader_recovery_state, self.partition_epoch) == (other.partition_index, other.error_code, other.leader_id, other.leader_epoch, other.isr, other.leader_recovery_state, other.partition_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicData:
+class TopicData(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 1), None),
         ("topic_id", "uuid", (2, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_name", "topic_id", "partitions")
+
+    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.topic_id, self.partitions) == (other.topic_name, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterPartitionResponse(Message):
     """AlterPartitionResponse: Kafka response, versions 0-3, flexible from 0."""
 
@@ -68,9 +83,19 @@ class AlterPartitionResponse(Message):
         ("topics", "[]TopicData", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    topics: list[TopicData] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, topics: list[TopicData] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.topics) == (other.throttle_time_ms, other.error_code, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionData_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ihii=_S_ihii.pack, _write_compact_array_len=_p.write_compact_array_len):

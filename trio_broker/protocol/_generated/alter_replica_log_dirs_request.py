@@ -5,38 +5,53 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AlterReplicaLogDirTopic", "AlterReplicaLogDir", "AlterReplicaLogDirsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterReplicaLogDirTopic:
+class AlterReplicaLogDirTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterReplicaLogDir:
+class AlterReplicaLogDir(Struct):
     _SCHEMA = (
         ("path", "string", (0, 32767), None),
         ("topics", "[]AlterReplicaLogDirTopic", (0, 32767), None),
     )
 
-    path: str = ""
-    topics: list[AlterReplicaLogDirTopic] = attrs.Factory(list)
+    __slots__ = ("path", "topics")
+
+    def __init__(self, *, path: str = "", topics: list[AlterReplicaLogDirTopic] = DEFAULT) -> None:
+        self.path = path
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.path, self.topics) == (other.path, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterReplicaLogDirsRequest(Message):
     """AlterReplicaLogDirsRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -49,7 +64,17 @@ class AlterReplicaLogDirsRequest(Message):
         ("dirs", "[]AlterReplicaLogDir", (0, 32767), None),
     )
 
-    dirs: list[AlterReplicaLogDir] = attrs.Factory(list)
+    __slots__ = ("dirs",)
+
+    def __init__(self, *, dirs: list[AlterReplicaLogDir] = DEFAULT) -> None:
+        self.dirs = [] if dirs is DEFAULT else dirs
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.dirs == other.dirs  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AlterReplicaLogDirTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AlterReplicaLogDirPartitionResult", "AlterReplicaLogDirTopicResult", "AlterReplicaLogDirsResponse"]
 
@@ -16,29 +14,46 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterReplicaLogDirPartitionResult:
+class AlterReplicaLogDirPartitionResult(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
+    __slots__ = ("partition_index", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code) == (other.partition_index, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterReplicaLogDirTopicResult:
+class AlterReplicaLogDirTopicResult(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partitions", "[]AlterReplicaLogDirPartitionResult", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partitions: list[AlterReplicaLogDirPartitionResult] = attrs.Factory(list)
+    __slots__ = ("topic_name", "partitions")
+
+    def __init__(self, *, topic_name: str = "", partitions: list[AlterReplicaLogDirPartitionResult] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partitions) == (other.topic_name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterReplicaLogDirsResponse(Message):
     """AlterReplicaLogDirsResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -52,8 +67,18 @@ class AlterReplicaLogDirsResponse(Message):
         ("results", "[]AlterReplicaLogDirTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    results: list[AlterReplicaLogDirTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[AlterReplicaLogDirTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.results) == (other.throttle_time_ms, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AlterReplicaLogDirPartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ScramCredentialDeletion", "ScramCredentialUpsertion", "AlterUserScramCredentialsRequest"]
 
@@ -16,19 +14,27 @@ _S_b = struct.Struct(">b")
 _S_bi = struct.Struct(">bi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ScramCredentialDeletion:
+class ScramCredentialDeletion(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("mechanism", "int8", (0, 32767), None),
     )
 
-    name: str = ""
-    mechanism: int = 0
+    __slots__ = ("name", "mechanism")
+
+    def __init__(self, *, name: str = "", mechanism: int = 0) -> None:
+        self.name = name
+        self.mechanism = mechanism
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.mechanism) == (other.name, other.mechanism)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ScramCredentialUpsertion:
+class ScramCredentialUpsertion(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("mechanism", "int8", (0, 32767), None),
@@ -37,14 +43,23 @@ class ScramCredentialUpsertion:
         ("salted_password", "bytes", (0, 32767), None),
     )
 
-    name: str = ""
-    mechanism: int = 0
-    iterations: int = 0
-    salt: bytes = b""
-    salted_password: bytes = b""
+    __slots__ = ("name", "mechanism", "iterations", "salt", "salted_password")
+
+    def __init__(self, *, name: str = "", mechanism: int = 0, iterations: int = 0, salt: bytes = b"", salted_password: bytes = b"") -> None:
+        self.name = name
+        self.mechanism = mechanism
+        self.iterations = iterations
+        self.salt = salt
+        self.salted_password = salted_password
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.mechanism, self.iterations, self.salt, self.salted_password) == (other.name, other.mechanism, other.iterations, other.salt, other.salted_password)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class AlterUserScramCredentialsRequest(Message):
     """AlterUserScramCredentialsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -58,8 +73,18 @@ class AlterUserScramCredentialsRequest(Message):
         ("upsertions", "[]ScramCredentialUpsertion", (0, 32767), None),
     )
 
-    deletions: list[ScramCredentialDeletion] = attrs.Factory(list)
-    upsertions: list[ScramCredentialUpsertion] = attrs.Factory(list)
+    __slots__ = ("deletions", "upsertions")
+
+    def __init__(self, *, deletions: list[ScramCredentialDeletion] = DEFAULT, upsertions: list[ScramCredentialUpsertion] = DEFAULT) -> None:
+        self.deletions = [] if deletions is DEFAULT else deletions
+        self.upsertions = [] if upsertions is DEFAULT else upsertions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.deletions, self.upsertions) == (other.deletions, other.upsertions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ScramCredentialDeletion_v0(o, buf, regions, _pk_b=_S_b.pack, _write_compact_string=_p.write_compact_string):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ApiVersionsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ApiVersionsRequest(Message):
     """ApiVersionsRequest: Kafka request, versions 0-4, flexible from 3."""
 
@@ -28,8 +25,18 @@ class ApiVersionsRequest(Message):
         ("client_software_version", "string", (3, 32767), None),
     )
 
-    client_software_name: str = ""
-    client_software_version: str = ""
+    __slots__ = ("client_software_name", "client_software_version")
+
+    def __init__(self, *, client_software_name: str = "", client_software_version: str = "") -> None:
+        self.client_software_name = client_software_name
+        self.client_software_version = client_software_version
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.client_software_name, self.client_software_version) == (other.client_software_name, other.client_software_version)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ApiVersionsRequest_v0(o, buf, regions):

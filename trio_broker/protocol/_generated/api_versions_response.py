@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ApiVersion", "SupportedFeatureKey", "FinalizedFeatureKey", "ApiVersionsResponse"]
 
@@ -20,46 +18,72 @@ _S_o = struct.Struct(">?")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ApiVersion:
+class ApiVersion(Struct):
     _SCHEMA = (
         ("api_key", "int16", (0, 32767), None),
         ("min_version", "int16", (0, 32767), None),
         ("max_version", "int16", (0, 32767), None),
     )
 
-    api_key: int = 0
-    min_version: int = 0
-    max_version: int = 0
+    __slots__ = ("api_key", "min_version", "max_version")
+
+    def __init__(self, *, api_key: int = 0, min_version: int = 0, max_version: int = 0) -> None:
+        self.api_key = api_key
+        self.min_version = min_version
+        self.max_version = max_version
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.api_key, self.min_version, self.max_version) == (other.api_key, other.min_version, other.max_version)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class SupportedFeatureKey:
+class SupportedFeatureKey(Struct):
     _SCHEMA = (
         ("name", "string", (3, 32767), None),
         ("min_version", "int16", (3, 32767), None),
         ("max_version", "int16", (3, 32767), None),
     )
 
-    name: str = ""
-    min_version: int = 0
-    max_version: int = 0
+    __slots__ = ("name", "min_version", "max_version")
+
+    def __init__(self, *, name: str = "", min_version: int = 0, max_version: int = 0) -> None:
+        self.name = name
+        self.min_version = min_version
+        self.max_version = max_version
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.min_version, self.max_version) == (other.name, other.min_version, other.max_version)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FinalizedFeatureKey:
+class FinalizedFeatureKey(Struct):
     _SCHEMA = (
         ("name", "string", (3, 32767), None),
         ("max_version_level", "int16", (3, 32767), None),
         ("min_version_level", "int16", (3, 32767), None),
     )
 
-    name: str = ""
-    max_version_level: int = 0
-    min_version_level: int = 0
+    __slots__ = ("name", "max_version_level", "min_version_level")
+
+    def __init__(self, *, name: str = "", max_version_level: int = 0, min_version_level: int = 0) -> None:
+        self.name = name
+        self.max_version_level = max_version_level
+        self.min_version_level = min_version_level
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.max_version_level, self.min_version_level) == (other.name, other.max_version_level, other.min_version_level)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ApiVersionsResponse(Message):
     """ApiVersionsResponse: Kafka response, versions 0-4, flexible from 3."""
 
@@ -78,13 +102,23 @@ class ApiVersionsResponse(Message):
         ("zk_migration_ready", "bool", (3, 32767), None),
     )
 
-    error_code: int = 0
-    api_keys: list[ApiVersion] = attrs.Factory(list)
-    throttle_time_ms: int = 0
-    supported_features: list[SupportedFeatureKey] = attrs.Factory(list)
-    finalized_features_epoch: int = -1
-    finalized_features: list[FinalizedFeatureKey] = attrs.Factory(list)
-    zk_migration_ready: bool = False
+    __slots__ = ("error_code", "api_keys", "throttle_time_ms", "supported_features", "finalized_features_epoch", "finalized_features", "zk_migration_ready")
+
+    def __init__(self, *, error_code: int = 0, api_keys: list[ApiVersion] = DEFAULT, throttle_time_ms: int = 0, supported_features: list[SupportedFeatureKey] = DEFAULT, finalized_features_epoch: int = -1, finalized_features: list[FinalizedFeatureKey] = DEFAULT, zk_migration_ready: bool = False) -> None:
+        self.error_code = error_code
+        self.api_keys = [] if api_keys is DEFAULT else api_keys
+        self.throttle_time_ms = throttle_time_ms
+        self.supported_features = [] if supported_features is DEFAULT else supported_features
+        self.finalized_features_epoch = finalized_features_epoch
+        self.finalized_features = [] if finalized_features is DEFAULT else finalized_features
+        self.zk_migration_ready = zk_migration_ready
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.api_keys, self.throttle_time_ms, self.supported_features, self.finalized_features_epoch, self.finalized_features, self.zk_migration_ready) == (other.error_code, other.api_keys, other.throttle_time_ms, other.supported_features, other.finalized_features_epoch, other.finalized_features, other.zk_migration_ready)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ApiVersion_v0(o, buf, regions, _pk_hhh=_S_hhh.pack):

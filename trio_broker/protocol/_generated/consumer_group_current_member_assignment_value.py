@@ -6,28 +6,34 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartitions", "ConsumerGroupCurrentMemberAssignmentValue"]
 
 _S_iib = struct.Struct(">iib")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitions:
+class TopicPartitions(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupCurrentMemberAssignmentValue(Message):
     """ConsumerGroupCurrentMemberAssignmentValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -44,11 +50,21 @@ class ConsumerGroupCurrentMemberAssignmentValue(Message):
         ("partitions_pending_revocation", "[]TopicPartitions", (0, 32767), None),
     )
 
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: int = 0
-    assigned_partitions: list[TopicPartitions] = attrs.Factory(list)
-    partitions_pending_revocation: list[TopicPartitions] = attrs.Factory(list)
+    __slots__ = ("member_epoch", "previous_member_epoch", "state", "assigned_partitions", "partitions_pending_revocation")
+
+    def __init__(self, *, member_epoch: int = 0, previous_member_epoch: int = 0, state: int = 0, assigned_partitions: list[TopicPartitions] = DEFAULT, partitions_pending_revocation: list[TopicPartitions] = DEFAULT) -> None:
+        self.member_epoch = member_epoch
+        self.previous_member_epoch = previous_member_epoch
+        self.state = state
+        self.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+        self.partitions_pending_revocation = [] if partitions_pending_revocation is DEFAULT else partitions_pending_revocation
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned_partitions, self.partitions_pending_revocation) == (other.member_epoch, other.previous_member_epoch, other.state, other.assigned_partitions, other.partitions_pending_revocation)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):

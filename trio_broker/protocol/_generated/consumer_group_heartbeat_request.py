@@ -6,28 +6,34 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartitions", "ConsumerGroupHeartbeatRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitions:
+class TopicPartitions(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupHeartbeatRequest(Message):
     """ConsumerGroupHeartbeatRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -48,15 +54,25 @@ class ConsumerGroupHeartbeatRequest(Message):
         ("topic_partitions", "[]TopicPartitions", (0, 32767), (0, 32767)),
     )
 
-    group_id: str = ""
-    member_id: str = ""
-    member_epoch: int = 0
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: list[str] | None = None
-    server_assignor: str | None = None
-    topic_partitions: list[TopicPartitions] | None = None
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "server_assignor", "topic_partitions")
+
+    def __init__(self, *, group_id: str = "", member_id: str = "", member_epoch: int = 0, instance_id: str | None = None, rack_id: str | None = None, rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None, server_assignor: str | None = None, topic_partitions: list[TopicPartitions] | None = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.subscribed_topic_names = subscribed_topic_names
+        self.server_assignor = server_assignor
+        self.topic_partitions = topic_partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.member_epoch, self.instance_id, self.rack_id, self.rebalance_timeout_ms, self.subscribed_topic_names, self.server_assignor, self.topic_partitions) == (other.group_id, other.member_id, other.member_epoch, other.instance_id, other.rack_id, other.rebalance_timeout_ms, other.subscribed_topic_names, other.server_assignor, other.topic_partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):

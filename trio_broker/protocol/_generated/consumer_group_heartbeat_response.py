@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartitions", "Assignment", "ConsumerGroupHeartbeatResponse"]
 
@@ -17,27 +15,44 @@ _S_ih = struct.Struct(">ih")
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitions:
+class TopicPartitions(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Assignment:
+class Assignment(Struct):
     _SCHEMA = (
         ("topic_partitions", "[]TopicPartitions", (0, 32767), None),
     )
 
-    topic_partitions: list[TopicPartitions] = attrs.Factory(list)
+    __slots__ = ("topic_partitions",)
+
+    def __init__(self, *, topic_partitions: list[TopicPartitions] = DEFAULT) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topic_partitions == other.topic_partitions  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupHeartbeatResponse(Message):
     """ConsumerGroupHeartbeatResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -56,13 +71,23 @@ class ConsumerGroupHeartbeatResponse(Message):
         ("assignment", "Assignment", (0, 32767), (0, 32767)),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "member_id", "member_epoch", "heartbeat_interval_ms", "assignment")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, member_id: str | None = None, member_epoch: int = 0, heartbeat_interval_ms: int = 0, assignment: Assignment | None = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.assignment = assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.member_id, self.member_epoch, self.heartbeat_interval_ms, self.assignment) == (other.throttle_time_ms, other.error_code, other.error_message, other.member_id, other.member_epoch, other.heartbeat_interval_ms, other.assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):

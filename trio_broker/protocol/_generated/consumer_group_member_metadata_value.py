@@ -5,39 +5,54 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ClassicProtocol", "ClassicMemberMetadata", "ConsumerGroupMemberMetadataValue"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ClassicProtocol:
+class ClassicProtocol(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("metadata", "bytes", (0, 32767), None),
     )
 
-    name: str = ""
-    metadata: bytes = b""
+    __slots__ = ("name", "metadata")
+
+    def __init__(self, *, name: str = "", metadata: bytes = b"") -> None:
+        self.name = name
+        self.metadata = metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.metadata) == (other.name, other.metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ClassicMemberMetadata:
+class ClassicMemberMetadata(Struct):
     _SCHEMA = (
         ("session_timeout_ms", "int32", (0, 32767), None),
         ("supported_protocols", "[]ClassicProtocol", (0, 32767), None),
     )
 
-    session_timeout_ms: int = 0
-    supported_protocols: list[ClassicProtocol] = attrs.Factory(list)
+    __slots__ = ("session_timeout_ms", "supported_protocols")
+
+    def __init__(self, *, session_timeout_ms: int = 0, supported_protocols: list[ClassicProtocol] = DEFAULT) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.supported_protocols = [] if supported_protocols is DEFAULT else supported_protocols
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.session_timeout_ms, self.supported_protocols) == (other.session_timeout_ms, other.supported_protocols)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupMemberMetadataValue(Message):
     """ConsumerGroupMemberMetadataValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -58,15 +73,25 @@ class ConsumerGroupMemberMetadataValue(Message):
         ("classic_member_metadata", "ClassicMemberMetadata", (0, 32767), (0, 32767)),
     )
 
-    instance_id: str | None = ""
-    rack_id: str | None = ""
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: list[str] = attrs.Factory(list)
-    subscribed_topic_regex: str | None = ""
-    rebalance_timeout_ms: int = -1
-    server_assignor: str | None = ""
-    classic_member_metadata: ClassicMemberMetadata | None = None
+    __slots__ = ("instance_id", "rack_id", "client_id", "client_host", "subscribed_topic_names", "subscribed_topic_regex", "rebalance_timeout_ms", "server_assignor", "classic_member_metadata")
+
+    def __init__(self, *, instance_id: str | None = "", rack_id: str | None = "", client_id: str = "", client_host: str = "", subscribed_topic_names: list[str] = DEFAULT, subscribed_topic_regex: str | None = "", rebalance_timeout_ms: int = -1, server_assignor: str | None = "", classic_member_metadata: ClassicMemberMetadata | None = None) -> None:
+        self.instance_id = instance_id
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.server_assignor = server_assignor
+        self.classic_member_metadata = classic_member_metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names, self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic_member_metadata) == (other.instance_id, other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names, other.subscribed_topic_regex, other.rebalance_timeout_ms, other.server_assignor, other.classic_member_metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ClassicProtocol_v0(o, buf, regions, _write_compact_bytes=_p.write_compact_bytes, _write_compact_string=_p.write_compact_string):

@@ -6,29 +6,35 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["PartitionMetadata", "TopicMetadata", "ConsumerGroupPartitionMetadataValue"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionMetadata:
+class PartitionMetadata(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("racks", "[]string", (0, 32767), None),
     )
 
-    partition: int = 0
-    racks: list[str] = attrs.Factory(list)
+    __slots__ = ("partition", "racks")
+
+    def __init__(self, *, partition: int = 0, racks: list[str] = DEFAULT) -> None:
+        self.partition = partition
+        self.racks = [] if racks is DEFAULT else racks
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.racks) == (other.partition, other.racks)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicMetadata:
+class TopicMetadata(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("topic_name", "string", (0, 32767), None),
@@ -36,13 +42,22 @@ class TopicMetadata:
         ("partition_metadata", "[]PartitionMetadata", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ""
-    num_partitions: int = 0
-    partition_metadata: list[PartitionMetadata] = attrs.Factory(list)
+    __slots__ = ("topic_id", "topic_name", "num_partitions", "partition_metadata")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", num_partitions: int = 0, partition_metadata: list[PartitionMetadata] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.num_partitions = num_partitions
+        self.partition_metadata = [] if partition_metadata is DEFAULT else partition_metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.topic_name, self.num_partitions, self.partition_metadata) == (other.topic_id, other.topic_name, other.num_partitions, other.partition_metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupPartitionMetadataValue(Message):
     """ConsumerGroupPartitionMetadataValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -55,7 +70,17 @@ class ConsumerGroupPartitionMetadataValue(Message):
         ("topics", "[]TopicMetadata", (0, 32767), None),
     )
 
-    topics: list[TopicMetadata] = attrs.Factory(list)
+    __slots__ = ("topics",)
+
+    def __init__(self, *, topics: list[TopicMetadata] = DEFAULT) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topics == other.topics  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionMetadata_v0(o, buf, regions, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -6,27 +6,33 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartition", "ConsumerGroupTargetAssignmentMemberValue"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartition:
+class TopicPartition(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupTargetAssignmentMemberValue(Message):
     """ConsumerGroupTargetAssignmentMemberValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -39,7 +45,17 @@ class ConsumerGroupTargetAssignmentMemberValue(Message):
         ("topic_partitions", "[]TopicPartition", (0, 32767), None),
     )
 
-    topic_partitions: list[TopicPartition] = attrs.Factory(list)
+    __slots__ = ("topic_partitions",)
+
+    def __init__(self, *, topic_partitions: list[TopicPartition] = DEFAULT) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topic_partitions == other.topic_partitions  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartition_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):

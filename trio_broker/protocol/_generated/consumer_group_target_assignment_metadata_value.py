@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ConsumerGroupTargetAssignmentMetadataValue"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerGroupTargetAssignmentMetadataValue(Message):
     """ConsumerGroupTargetAssignmentMetadataValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -28,7 +25,17 @@ class ConsumerGroupTargetAssignmentMetadataValue(Message):
         ("assignment_epoch", "int32", (0, 32767), None),
     )
 
-    assignment_epoch: int = 0
+    __slots__ = ("assignment_epoch",)
+
+    def __init__(self, *, assignment_epoch: int = 0) -> None:
+        self.assignment_epoch = assignment_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.assignment_epoch == other.assignment_epoch  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ConsumerGroupTargetAssignmentMetadataValue_v0(o, buf, regions, _pk_i=_S_i.pack):

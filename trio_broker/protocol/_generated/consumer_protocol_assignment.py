@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicPartition", "ConsumerProtocolAssignment"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartition:
+class TopicPartition(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerProtocolAssignment(Message):
     """ConsumerProtocolAssignment: Kafka data, versions 0-3, never flexible."""
 
@@ -39,8 +45,18 @@ class ConsumerProtocolAssignment(Message):
         ("user_data", "bytes", (0, 32767), (0, 32767)),
     )
 
-    assigned_partitions: list[TopicPartition] = attrs.Factory(list)
-    user_data: bytes | None = None
+    __slots__ = ("assigned_partitions", "user_data")
+
+    def __init__(self, *, assigned_partitions: list[TopicPartition] = DEFAULT, user_data: bytes | None = None) -> None:
+        self.assigned_partitions = [] if assigned_partitions is DEFAULT else assigned_partitions
+        self.user_data = user_data
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.assigned_partitions, self.user_data) == (other.assigned_partitions, other.user_data)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartition_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicPartition", "ConsumerProtocolSubscription"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartition:
+class TopicPartition(Struct):
     _SCHEMA = (
         ("topic", "string", (1, 32767), None),
         ("partitions", "[]int32", (1, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ConsumerProtocolSubscription(Message):
     """ConsumerProtocolSubscription: Kafka data, versions 0-3, never flexible."""
 
@@ -43,11 +49,21 @@ class ConsumerProtocolSubscription(Message):
         ("rack_id", "string", (3, 32767), (3, 32767)),
     )
 
-    topics: list[str] = attrs.Factory(list)
-    user_data: bytes | None = None
-    owned_partitions: list[TopicPartition] = attrs.Factory(list)
-    generation_id: int = -1
-    rack_id: str | None = None
+    __slots__ = ("topics", "user_data", "owned_partitions", "generation_id", "rack_id")
+
+    def __init__(self, *, topics: list[str] = DEFAULT, user_data: bytes | None = None, owned_partitions: list[TopicPartition] = DEFAULT, generation_id: int = -1, rack_id: str | None = None) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.user_data = user_data
+        self.owned_partitions = [] if owned_partitions is DEFAULT else owned_partitions
+        self.generation_id = generation_id
+        self.rack_id = rack_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.user_data, self.owned_partitions, self.generation_id, self.rack_id) == (other.topics, other.user_data, other.owned_partitions, other.generation_id, other.rack_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ConsumerProtocolSubscription_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):

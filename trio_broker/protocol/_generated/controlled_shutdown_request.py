@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ControlledShutdownRequest"]
 
@@ -16,7 +14,6 @@ _S_i = struct.Struct(">i")
 _S_iq = struct.Struct(">iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ControlledShutdownRequest(Message):
     """ControlledShutdownRequest: Kafka request, versions 0-3, flexible from 3."""
 
@@ -30,8 +27,18 @@ class ControlledShutdownRequest(Message):
         ("broker_epoch", "int64", (2, 32767), None),
     )
 
-    broker_id: int = 0
-    broker_epoch: int = -1
+    __slots__ = ("broker_id", "broker_epoch")
+
+    def __init__(self, *, broker_id: int = 0, broker_epoch: int = -1) -> None:
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.broker_id, self.broker_epoch) == (other.broker_id, other.broker_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ControlledShutdownRequest_v0(o, buf, regions, _pk_i=_S_i.pack):

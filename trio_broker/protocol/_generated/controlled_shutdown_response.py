@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["RemainingPartition", "ControlledShutdownResponse"]
 
@@ -16,18 +14,26 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class RemainingPartition:
+class RemainingPartition(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
+    __slots__ = ("topic_name", "partition_index")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index) == (other.topic_name, other.partition_index)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ControlledShutdownResponse(Message):
     """ControlledShutdownResponse: Kafka response, versions 0-3, flexible from 3."""
 
@@ -41,8 +47,18 @@ class ControlledShutdownResponse(Message):
         ("remaining_partitions", "[]RemainingPartition", (0, 32767), None),
     )
 
-    error_code: int = 0
-    remaining_partitions: list[RemainingPartition] = attrs.Factory(list)
+    __slots__ = ("error_code", "remaining_partitions")
+
+    def __init__(self, *, error_code: int = 0, remaining_partitions: list[RemainingPartition] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.remaining_partitions = [] if remaining_partitions is DEFAULT else remaining_partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.remaining_partitions) == (other.error_code, other.remaining_partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_RemainingPartition_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AclCreation", "CreateAclsRequest"]
 
@@ -16,8 +14,7 @@ _S_b = struct.Struct(">b")
 _S_bb = struct.Struct(">bb")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AclCreation:
+class AclCreation(Struct):
     _SCHEMA = (
         ("resource_type", "int8", (0, 32767), None),
         ("resource_name", "string", (0, 32767), None),
@@ -28,16 +25,25 @@ class AclCreation:
         ("permission_type", "int8", (0, 32767), None),
     )
 
-    resource_type: int = 0
-    resource_name: str = ""
-    resource_pattern_type: int = 3
-    principal: str = ""
-    host: str = ""
-    operation: int = 0
-    permission_type: int = 0
+    __slots__ = ("resource_type", "resource_name", "resource_pattern_type", "principal", "host", "operation", "permission_type")
+
+    def __init__(self, *, resource_type: int = 0, resource_name: str = "", resource_pattern_type: int = 3, principal: str = "", host: str = "", operation: int = 0, permission_type: int = 0) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.resource_pattern_type = resource_pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resource_type, self.resource_name, self.resource_pattern_type, self.principal, self.host, self.operation, self.permission_type) == (other.resource_type, other.resource_name, other.resource_pattern_type, other.principal, other.host, other.operation, other.permission_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateAclsRequest(Message):
     """CreateAclsRequest: Kafka request, versions 0-3, flexible from 2."""
 
@@ -50,7 +56,17 @@ class CreateAclsRequest(Message):
         ("creations", "[]AclCreation", (0, 32767), None),
     )
 
-    creations: list[AclCreation] = attrs.Factory(list)
+    __slots__ = ("creations",)
+
+    def __init__(self, *, creations: list[AclCreation] = DEFAULT) -> None:
+        self.creations = [] if creations is DEFAULT else creations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.creations == other.creations  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AclCreation_v0(o, buf, regions, _pk_b=_S_b.pack, _pk_bb=_S_bb.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AclCreationResult", "CreateAclsResponse"]
 
@@ -16,18 +14,26 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AclCreationResult:
+class AclCreationResult(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("error_code", "error_message")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "") -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message) == (other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateAclsResponse(Message):
     """CreateAclsResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -41,8 +47,18 @@ class CreateAclsResponse(Message):
         ("results", "[]AclCreationResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    results: list[AclCreationResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[AclCreationResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.results) == (other.throttle_time_ms, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AclCreationResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_nullable_string=_p.write_nullable_string):

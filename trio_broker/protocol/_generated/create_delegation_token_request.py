@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CreatableRenewers", "CreateDelegationTokenRequest"]
 
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableRenewers:
+class CreatableRenewers(Struct):
     _SCHEMA = (
         ("principal_type", "string", (0, 32767), None),
         ("principal_name", "string", (0, 32767), None),
     )
 
-    principal_type: str = ""
-    principal_name: str = ""
+    __slots__ = ("principal_type", "principal_name")
+
+    def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.principal_type, self.principal_name) == (other.principal_type, other.principal_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateDelegationTokenRequest(Message):
     """CreateDelegationTokenRequest: Kafka request, versions 0-3, flexible from 2."""
 
@@ -42,10 +48,20 @@ class CreateDelegationTokenRequest(Message):
         ("max_lifetime_ms", "int64", (0, 32767), None),
     )
 
-    owner_principal_type: str | None = ""
-    owner_principal_name: str | None = ""
-    renewers: list[CreatableRenewers] = attrs.Factory(list)
-    max_lifetime_ms: int = 0
+    __slots__ = ("owner_principal_type", "owner_principal_name", "renewers", "max_lifetime_ms")
+
+    def __init__(self, *, owner_principal_type: str | None = "", owner_principal_name: str | None = "", renewers: list[CreatableRenewers] = DEFAULT, max_lifetime_ms: int = 0) -> None:
+        self.owner_principal_type = owner_principal_type
+        self.owner_principal_name = owner_principal_name
+        self.renewers = [] if renewers is DEFAULT else renewers
+        self.max_lifetime_ms = max_lifetime_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.owner_principal_type, self.owner_principal_name, self.renewers, self.max_lifetime_ms) == (other.owner_principal_type, other.owner_principal_name, other.renewers, other.max_lifetime_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreatableRenewers_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["CreateDelegationTokenResponse"]
 
@@ -17,7 +15,6 @@ _S_i = struct.Struct(">i")
 _S_qqq = struct.Struct(">qqq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateDelegationTokenResponse(Message):
     """CreateDelegationTokenResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -40,17 +37,27 @@ class CreateDelegationTokenResponse(Message):
         ("throttle_time_ms", "int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    principal_type: str = ""
-    principal_name: str = ""
-    token_requester_principal_type: str = ""
-    token_requester_principal_name: str = ""
-    issue_timestamp_ms: int = 0
-    expiry_timestamp_ms: int = 0
-    max_timestamp_ms: int = 0
-    token_id: str = ""
-    hmac: bytes = b""
-    throttle_time_ms: int = 0
+    __slots__ = ("error_code", "principal_type", "principal_name", "token_requester_principal_type", "token_requester_principal_name", "issue_timestamp_ms", "expiry_timestamp_ms", "max_timestamp_ms", "token_id", "hmac", "throttle_time_ms")
+
+    def __init__(self, *, error_code: int = 0, principal_type: str = "", principal_name: str = "", token_requester_principal_type: str = "", token_requester_principal_name: str = "", issue_timestamp_ms: int = 0, expiry_timestamp_ms: int = 0, max_timestamp_ms: int = 0, token_id: str = "", hmac: bytes = b"", throttle_time_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp_ms = issue_timestamp_ms
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.max_timestamp_ms = max_timestamp_ms
+        self.token_id = token_id
+        self.hmac = hmac
+        self.throttle_time_ms = throttle_time_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.principal_type, self.principal_name, self.token_requester_principal_type, self.token_requester_principal_name, self.issue_timestamp_ms, self.expiry_timestamp_ms, self.max_timestamp_ms, self.token_id, self.hmac, self.throttle_time_ms) == (other.error_code, other.principal_type, other.principal_name, other.token_requester_principal_type, other.token_requester_principal_name, other.issue_timestamp_ms, other.expiry_timestamp_ms, other.max_timestamp_ms, other.token_id, other.hmac, other.throttle_time_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreateDelegationTokenResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_qqq=_S_qqq.pack, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CreatePartitionsAssignment", "CreatePartitionsTopic", "CreatePartitionsRequest"]
 
@@ -16,29 +14,46 @@ _S_i = struct.Struct(">i")
 _S_io = struct.Struct(">i?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatePartitionsAssignment:
+class CreatePartitionsAssignment(Struct):
     _SCHEMA = (
         ("broker_ids", "[]int32", (0, 32767), None),
     )
 
-    broker_ids: list[int] = attrs.Factory(list)
+    __slots__ = ("broker_ids",)
+
+    def __init__(self, *, broker_ids: list[int] = DEFAULT) -> None:
+        self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.broker_ids == other.broker_ids  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatePartitionsTopic:
+class CreatePartitionsTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("count", "int32", (0, 32767), None),
         ("assignments", "[]CreatePartitionsAssignment", (0, 32767), (0, 32767)),
     )
 
-    name: str = ""
-    count: int = 0
-    assignments: list[CreatePartitionsAssignment] | None = attrs.Factory(list)
+    __slots__ = ("name", "count", "assignments")
+
+    def __init__(self, *, name: str = "", count: int = 0, assignments: list[CreatePartitionsAssignment] | None = DEFAULT) -> None:
+        self.name = name
+        self.count = count
+        self.assignments = [] if assignments is DEFAULT else assignments
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.count, self.assignments) == (other.name, other.count, other.assignments)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreatePartitionsRequest(Message):
     """CreatePartitionsRequest: Kafka request, versions 0-3, flexible from 2."""
 
@@ -53,9 +68,19 @@ class CreatePartitionsRequest(Message):
         ("validate_only", "bool", (0, 32767), None),
     )
 
-    topics: list[CreatePartitionsTopic] = attrs.Factory(list)
-    timeout_ms: int = 0
-    validate_only: bool = False
+    __slots__ = ("topics", "timeout_ms", "validate_only")
+
+    def __init__(self, *, topics: list[CreatePartitionsTopic] = DEFAULT, timeout_ms: int = 0, validate_only: bool = False) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.timeout_ms, self.validate_only) == (other.topics, other.timeout_ms, other.validate_only)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreatePartitionsAssignment_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CreatePartitionsTopicResult", "CreatePartitionsResponse"]
 
@@ -16,20 +14,28 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatePartitionsTopicResult:
+class CreatePartitionsTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    name: str = ""
-    error_code: int = 0
-    error_message: str | None = None
+    __slots__ = ("name", "error_code", "error_message")
+
+    def __init__(self, *, name: str = "", error_code: int = 0, error_message: str | None = None) -> None:
+        self.name = name
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.error_code, self.error_message) == (other.name, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreatePartitionsResponse(Message):
     """CreatePartitionsResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -43,8 +49,18 @@ class CreatePartitionsResponse(Message):
         ("results", "[]CreatePartitionsTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    results: list[CreatePartitionsTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[CreatePartitionsTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.results) == (other.throttle_time_ms, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreatePartitionsTopicResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

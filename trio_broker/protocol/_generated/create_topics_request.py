@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CreatableReplicaAssignment", "CreatableTopicConfig", "CreatableTopic", "CreateTopicsRequest"]
 
@@ -17,30 +15,47 @@ _S_ih = struct.Struct(">ih")
 _S_io = struct.Struct(">i?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableReplicaAssignment:
+class CreatableReplicaAssignment(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("broker_ids", "[]int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    broker_ids: list[int] = attrs.Factory(list)
+    __slots__ = ("partition_index", "broker_ids")
+
+    def __init__(self, *, partition_index: int = 0, broker_ids: list[int] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.broker_ids = [] if broker_ids is DEFAULT else broker_ids
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.broker_ids) == (other.partition_index, other.broker_ids)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableTopicConfig:
+class CreatableTopicConfig(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("value", "string", (0, 32767), (0, 32767)),
     )
 
-    name: str = ""
-    value: str | None = ""
+    __slots__ = ("name", "value")
+
+    def __init__(self, *, name: str = "", value: str | None = "") -> None:
+        self.name = name
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.value) == (other.name, other.value)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableTopic:
+class CreatableTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("num_partitions", "int32", (0, 32767), None),
@@ -49,14 +64,23 @@ class CreatableTopic:
         ("configs", "[]CreatableTopicConfig", (0, 32767), None),
     )
 
-    name: str = ""
-    num_partitions: int = 0
-    replication_factor: int = 0
-    assignments: list[CreatableReplicaAssignment] = attrs.Factory(list)
-    configs: list[CreatableTopicConfig] = attrs.Factory(list)
+    __slots__ = ("name", "num_partitions", "replication_factor", "assignments", "configs")
+
+    def __init__(self, *, name: str = "", num_partitions: int = 0, replication_factor: int = 0, assignments: list[CreatableReplicaAssignment] = DEFAULT, configs: list[CreatableTopicConfig] = DEFAULT) -> None:
+        self.name = name
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.assignments = [] if assignments is DEFAULT else assignments
+        self.configs = [] if configs is DEFAULT else configs
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.num_partitions, self.replication_factor, self.assignments, self.configs) == (other.name, other.num_partitions, other.replication_factor, other.assignments, other.configs)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateTopicsRequest(Message):
     """CreateTopicsRequest: Kafka request, versions 0-7, flexible from 5."""
 
@@ -71,9 +95,19 @@ class CreateTopicsRequest(Message):
         ("validate_only", "bool", (1, 32767), None),
     )
 
-    topics: list[CreatableTopic] = attrs.Factory(list)
-    timeout_ms: int = 60000
-    validate_only: bool = False
+    __slots__ = ("topics", "timeout_ms", "validate_only")
+
+    def __init__(self, *, topics: list[CreatableTopic] = DEFAULT, timeout_ms: int = 60000, validate_only: bool = False) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.timeout_ms = timeout_ms
+        self.validate_only = validate_only
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.timeout_ms, self.validate_only) == (other.topics, other.timeout_ms, other.validate_only)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreatableReplicaAssignment_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["CreatableTopicConfigs", "CreatableTopicResult", "CreateTopicsResponse"]
 
@@ -19,8 +17,7 @@ _S_ih = struct.Struct(">ih")
 _S_obo = struct.Struct(">?b?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableTopicConfigs:
+class CreatableTopicConfigs(Struct):
     _SCHEMA = (
         ("name", "string", (5, 32767), None),
         ("value", "string", (5, 32767), (5, 32767)),
@@ -29,15 +26,24 @@ class CreatableTopicConfigs:
         ("is_sensitive", "bool", (5, 32767), None),
     )
 
-    name: str = ""
-    value: str | None = ""
-    read_only: bool = False
-    config_source: int = -1
-    is_sensitive: bool = False
+    __slots__ = ("name", "value", "read_only", "config_source", "is_sensitive")
+
+    def __init__(self, *, name: str = "", value: str | None = "", read_only: bool = False, config_source: int = -1, is_sensitive: bool = False) -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.value, self.read_only, self.config_source, self.is_sensitive) == (other.name, other.value, other.read_only, other.config_source, other.is_sensitive)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CreatableTopicResult:
+class CreatableTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("topic_id", "uuid", (7, 32767), None),
@@ -49,17 +55,26 @@ class CreatableTopicResult:
         ("configs", "[]CreatableTopicConfigs", (5, 32767), (5, 32767)),
     )
 
-    name: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    error_code: int = 0
-    error_message: str | None = ""
-    topic_config_error_code: int = 0
-    num_partitions: int = -1
-    replication_factor: int = -1
-    configs: list[CreatableTopicConfigs] | None = attrs.Factory(list)
+    __slots__ = ("name", "topic_id", "error_code", "error_message", "topic_config_error_code", "num_partitions", "replication_factor", "configs")
+
+    def __init__(self, *, name: str = "", topic_id: uuid.UUID = ZERO_UUID, error_code: int = 0, error_message: str | None = "", topic_config_error_code: int = 0, num_partitions: int = -1, replication_factor: int = -1, configs: list[CreatableTopicConfigs] | None = DEFAULT) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topic_config_error_code = topic_config_error_code
+        self.num_partitions = num_partitions
+        self.replication_factor = replication_factor
+        self.configs = [] if configs is DEFAULT else configs
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.topic_id, self.error_code, self.error_message, self.topic_config_error_code, self.num_partitions, self.replication_factor, self.configs) == (other.name, other.topic_id, other.error_code, other.error_message, other.topic_config_error_code, other.num_partitions, other.replication_factor, other.configs)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class CreateTopicsResponse(Message):
     """CreateTopicsResponse: Kafka response, versions 0-7, flexible from 5."""
 
@@ -73,8 +88,18 @@ class CreateTopicsResponse(Message):
         ("topics", "[]CreatableTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[CreatableTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[CreatableTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CreatableTopicResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DeleteAclsFilter", "DeleteAclsRequest"]
 
@@ -16,8 +14,7 @@ _S_b = struct.Struct(">b")
 _S_bb = struct.Struct(">bb")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteAclsFilter:
+class DeleteAclsFilter(Struct):
     _SCHEMA = (
         ("resource_type_filter", "int8", (0, 32767), None),
         ("resource_name_filter", "string", (0, 32767), (0, 32767)),
@@ -28,16 +25,25 @@ class DeleteAclsFilter:
         ("permission_type", "int8", (0, 32767), None),
     )
 
-    resource_type_filter: int = 0
-    resource_name_filter: str | None = ""
-    pattern_type_filter: int = 3
-    principal_filter: str | None = ""
-    host_filter: str | None = ""
-    operation: int = 0
-    permission_type: int = 0
+    __slots__ = ("resource_type_filter", "resource_name_filter", "pattern_type_filter", "principal_filter", "host_filter", "operation", "permission_type")
+
+    def __init__(self, *, resource_type_filter: int = 0, resource_name_filter: str | None = "", pattern_type_filter: int = 3, principal_filter: str | None = "", host_filter: str | None = "", operation: int = 0, permission_type: int = 0) -> None:
+        self.resource_type_filter = resource_type_filter
+        self.resource_name_filter = resource_name_filter
+        self.pattern_type_filter = pattern_type_filter
+        self.principal_filter = principal_filter
+        self.host_filter = host_filter
+        self.operation = operation
+        self.permission_type = permission_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resource_type_filter, self.resource_name_filter, self.pattern_type_filter, self.principal_filter, self.host_filter, self.operation, self.permission_type) == (other.resource_type_filter, other.resource_name_filter, other.pattern_type_filter, other.principal_filter, other.host_filter, other.operation, other.permission_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteAclsRequest(Message):
     """DeleteAclsRequest: Kafka request, versions 0-3, flexible from 2."""
 
@@ -50,7 +56,17 @@ class DeleteAclsRequest(Message):
         ("filters", "[]DeleteAclsFilter", (0, 32767), None),
     )
 
-    filters: list[DeleteAclsFilter] = attrs.Factory(list)
+    __slots__ = ("filters",)
+
+    def __init__(self, *, filters: list[DeleteAclsFilter] = DEFAULT) -> None:
+        self.filters = [] if filters is DEFAULT else filters
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.filters == other.filters  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteAclsFilter_v0(o, buf, regions, _pk_b=_S_b.pack, _pk_bb=_S_bb.pack, _write_nullable_string=_p.write_nullable_string):

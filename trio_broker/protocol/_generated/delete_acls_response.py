@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DeleteAclsMatchingAcl", "DeleteAclsFilterResult", "DeleteAclsResponse"]
 
@@ -18,8 +16,7 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteAclsMatchingAcl:
+class DeleteAclsMatchingAcl(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
@@ -32,31 +29,49 @@ class DeleteAclsMatchingAcl:
         ("permission_type", "int8", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    resource_type: int = 0
-    resource_name: str = ""
-    pattern_type: int = 3
-    principal: str = ""
-    host: str = ""
-    operation: int = 0
-    permission_type: int = 0
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "pattern_type", "principal", "host", "operation", "permission_type")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", resource_type: int = 0, resource_name: str = "", pattern_type: int = 3, principal: str = "", host: str = "", operation: int = 0, permission_type: int = 0) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.resource_type, self.resource_name, self.pattern_type, self.principal, self.host, self.operation, self.permission_type) == (other.error_code, other.error_message, other.resource_type, other.resource_name, other.pattern_type, other.principal, other.host, other.operation, other.permission_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteAclsFilterResult:
+class DeleteAclsFilterResult(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
         ("matching_acls", "[]DeleteAclsMatchingAcl", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    matching_acls: list[DeleteAclsMatchingAcl] = attrs.Factory(list)
+    __slots__ = ("error_code", "error_message", "matching_acls")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", matching_acls: list[DeleteAclsMatchingAcl] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.matching_acls = [] if matching_acls is DEFAULT else matching_acls
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.matching_acls) == (other.error_code, other.error_message, other.matching_acls)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteAclsResponse(Message):
     """DeleteAclsResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -70,8 +85,18 @@ class DeleteAclsResponse(Message):
         ("filter_results", "[]DeleteAclsFilterResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    filter_results: list[DeleteAclsFilterResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "filter_results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, filter_results: list[DeleteAclsFilterResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.filter_results = [] if filter_results is DEFAULT else filter_results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.filter_results) == (other.throttle_time_ms, other.filter_results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteAclsMatchingAcl_v0(o, buf, regions, _pk_b=_S_b.pack, _pk_bb=_S_bb.pack, _pk_h=_S_h.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["DeleteGroupsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteGroupsRequest(Message):
     """DeleteGroupsRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -27,7 +24,17 @@ class DeleteGroupsRequest(Message):
         ("groups_names", "[]string", (0, 32767), None),
     )
 
-    groups_names: list[str] = attrs.Factory(list)
+    __slots__ = ("groups_names",)
+
+    def __init__(self, *, groups_names: list[str] = DEFAULT) -> None:
+        self.groups_names = [] if groups_names is DEFAULT else groups_names
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.groups_names == other.groups_names  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteGroupsRequest_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DeletableGroupResult", "DeleteGroupsResponse"]
 
@@ -16,18 +14,26 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeletableGroupResult:
+class DeletableGroupResult(Struct):
     _SCHEMA = (
         ("group_id", "string", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    group_id: str = ""
-    error_code: int = 0
+    __slots__ = ("group_id", "error_code")
+
+    def __init__(self, *, group_id: str = "", error_code: int = 0) -> None:
+        self.group_id = group_id
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.error_code) == (other.group_id, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteGroupsResponse(Message):
     """DeleteGroupsResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -41,8 +47,18 @@ class DeleteGroupsResponse(Message):
         ("results", "[]DeletableGroupResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    results: list[DeletableGroupResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[DeletableGroupResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.results) == (other.throttle_time_ms, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeletableGroupResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_string=_p.write_string):

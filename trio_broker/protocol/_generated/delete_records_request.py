@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DeleteRecordsPartition", "DeleteRecordsTopic", "DeleteRecordsRequest"]
 
@@ -16,29 +14,46 @@ _S_i = struct.Struct(">i")
 _S_iq = struct.Struct(">iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteRecordsPartition:
+class DeleteRecordsPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("offset", "int64", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    offset: int = 0
+    __slots__ = ("partition_index", "offset")
+
+    def __init__(self, *, partition_index: int = 0, offset: int = 0) -> None:
+        self.partition_index = partition_index
+        self.offset = offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.offset) == (other.partition_index, other.offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteRecordsTopic:
+class DeleteRecordsTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]DeleteRecordsPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[DeleteRecordsPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[DeleteRecordsPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteRecordsRequest(Message):
     """DeleteRecordsRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -52,8 +67,18 @@ class DeleteRecordsRequest(Message):
         ("timeout_ms", "int32", (0, 32767), None),
     )
 
-    topics: list[DeleteRecordsTopic] = attrs.Factory(list)
-    timeout_ms: int = 0
+    __slots__ = ("topics", "timeout_ms")
+
+    def __init__(self, *, topics: list[DeleteRecordsTopic] = DEFAULT, timeout_ms: int = 0) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.timeout_ms = timeout_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.timeout_ms) == (other.topics, other.timeout_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteRecordsPartition_v0(o, buf, regions, _pk_iq=_S_iq.pack):

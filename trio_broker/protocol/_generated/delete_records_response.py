@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DeleteRecordsPartitionResult", "DeleteRecordsTopicResult", "DeleteRecordsResponse"]
 
@@ -16,31 +14,48 @@ _S_i = struct.Struct(">i")
 _S_iqh = struct.Struct(">iqh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteRecordsPartitionResult:
+class DeleteRecordsPartitionResult(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("low_watermark", "int64", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    low_watermark: int = 0
-    error_code: int = 0
+    __slots__ = ("partition_index", "low_watermark", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, low_watermark: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.low_watermark = low_watermark
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.low_watermark, self.error_code) == (other.partition_index, other.low_watermark, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteRecordsTopicResult:
+class DeleteRecordsTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]DeleteRecordsPartitionResult", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[DeleteRecordsPartitionResult] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[DeleteRecordsPartitionResult] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteRecordsResponse(Message):
     """DeleteRecordsResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -54,8 +69,18 @@ class DeleteRecordsResponse(Message):
         ("topics", "[]DeleteRecordsTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[DeleteRecordsTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DeleteRecordsTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteRecordsPartitionResult_v0(o, buf, regions, _pk_iqh=_S_iqh.pack):

@@ -6,41 +6,56 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["PartitionResult", "DeleteStateResult", "DeleteShareGroupStateResponse"]
 
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionResult:
+class PartitionResult(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
+    __slots__ = ("partition", "error_code", "error_message")
+
+    def __init__(self, *, partition: int = 0, error_code: int = 0, error_message: str | None = None) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.error_code, self.error_message) == (other.partition, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteStateResult:
+class DeleteStateResult(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionResult", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteShareGroupStateResponse(Message):
     """DeleteShareGroupStateResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -53,7 +68,17 @@ class DeleteShareGroupStateResponse(Message):
         ("results", "[]DeleteStateResult", (0, 32767), None),
     )
 
-    results: list[DeleteStateResult] = attrs.Factory(list)
+    __slots__ = ("results",)
+
+    def __init__(self, *, results: list[DeleteStateResult] = DEFAULT) -> None:
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.results == other.results  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):

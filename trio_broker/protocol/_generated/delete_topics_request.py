@@ -6,28 +6,34 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["DeleteTopicState", "DeleteTopicsRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeleteTopicState:
+class DeleteTopicState(Struct):
     _SCHEMA = (
         ("name", "string", (6, 32767), (6, 32767)),
         ("topic_id", "uuid", (6, 32767), None),
     )
 
-    name: str | None = None
-    topic_id: uuid.UUID = ZERO_UUID
+    __slots__ = ("name", "topic_id")
+
+    def __init__(self, *, name: str | None = None, topic_id: uuid.UUID = ZERO_UUID) -> None:
+        self.name = name
+        self.topic_id = topic_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.topic_id) == (other.name, other.topic_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteTopicsRequest(Message):
     """DeleteTopicsRequest: Kafka request, versions 0-6, flexible from 4."""
 
@@ -42,9 +48,19 @@ class DeleteTopicsRequest(Message):
         ("timeout_ms", "int32", (0, 32767), None),
     )
 
-    topics: list[DeleteTopicState] = attrs.Factory(list)
-    topic_names: list[str] = attrs.Factory(list)
-    timeout_ms: int = 0
+    __slots__ = ("topics", "topic_names", "timeout_ms")
+
+    def __init__(self, *, topics: list[DeleteTopicState] = DEFAULT, topic_names: list[str] = DEFAULT, timeout_ms: int = 0) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.topic_names = [] if topic_names is DEFAULT else topic_names
+        self.timeout_ms = timeout_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.topic_names, self.timeout_ms) == (other.topics, other.topic_names, other.timeout_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeleteTopicsRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["DeletableTopicResult", "DeleteTopicsResponse"]
 
@@ -17,8 +15,7 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DeletableTopicResult:
+class DeletableTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), (6, 32767)),
         ("topic_id", "uuid", (6, 32767), None),
@@ -26,13 +23,22 @@ class DeletableTopicResult:
         ("error_message", "string", (5, 32767), (5, 32767)),
     )
 
-    name: str | None = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    error_code: int = 0
-    error_message: str | None = None
+    __slots__ = ("name", "topic_id", "error_code", "error_message")
+
+    def __init__(self, *, name: str | None = "", topic_id: uuid.UUID = ZERO_UUID, error_code: int = 0, error_message: str | None = None) -> None:
+        self.name = name
+        self.topic_id = topic_id
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.topic_id, self.error_code, self.error_message) == (other.name, other.topic_id, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DeleteTopicsResponse(Message):
     """DeleteTopicsResponse: Kafka response, versions 0-6, flexible from 4."""
 
@@ -46,8 +52,18 @@ class DeleteTopicsResponse(Message):
         ("responses", "[]DeletableTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    responses: list[DeletableTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "responses")
+
+    def __init__(self, *, throttle_time_ms: int = 0, responses: list[DeletableTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is DEFAULT else responses
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.responses) == (other.throttle_time_ms, other.responses)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DeletableTopicResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_string=_p.write_string):

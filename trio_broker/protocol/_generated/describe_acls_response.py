@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AclDescription", "DescribeAclsResource", "DescribeAclsResponse"]
 
@@ -17,8 +15,7 @@ _S_bb = struct.Struct(">bb")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AclDescription:
+class AclDescription(Struct):
     _SCHEMA = (
         ("principal", "string", (0, 32767), None),
         ("host", "string", (0, 32767), None),
@@ -26,14 +23,23 @@ class AclDescription:
         ("permission_type", "int8", (0, 32767), None),
     )
 
-    principal: str = ""
-    host: str = ""
-    operation: int = 0
-    permission_type: int = 0
+    __slots__ = ("principal", "host", "operation", "permission_type")
+
+    def __init__(self, *, principal: str = "", host: str = "", operation: int = 0, permission_type: int = 0) -> None:
+        self.principal = principal
+        self.host = host
+        self.operation = operation
+        self.permission_type = permission_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.principal, self.host, self.operation, self.permission_type) == (other.principal, other.host, other.operation, other.permission_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeAclsResource:
+class DescribeAclsResource(Struct):
     _SCHEMA = (
         ("resource_type", "int8", (0, 32767), None),
         ("resource_name", "string", (0, 32767), None),
@@ -41,13 +47,22 @@ class DescribeAclsResource:
         ("acls", "[]AclDescription", (0, 32767), None),
     )
 
-    resource_type: int = 0
-    resource_name: str = ""
-    pattern_type: int = 3
-    acls: list[AclDescription] = attrs.Factory(list)
+    __slots__ = ("resource_type", "resource_name", "pattern_type", "acls")
+
+    def __init__(self, *, resource_type: int = 0, resource_name: str = "", pattern_type: int = 3, acls: list[AclDescription] = DEFAULT) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.pattern_type = pattern_type
+        self.acls = [] if acls is DEFAULT else acls
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resource_type, self.resource_name, self.pattern_type, self.acls) == (other.resource_type, other.resource_name, other.pattern_type, other.acls)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeAclsResponse(Message):
     """DescribeAclsResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -63,10 +78,20 @@ class DescribeAclsResponse(Message):
         ("resources", "[]DescribeAclsResource", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    resources: list[DescribeAclsResource] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "resources")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", resources: list[DescribeAclsResource] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resources = [] if resources is DEFAULT else resources
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.resources) == (other.throttle_time_ms, other.error_code, other.error_message, other.resources)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AclDescription_v0(o, buf, regions, _pk_bb=_S_bb.pack, _write_string=_p.write_string):

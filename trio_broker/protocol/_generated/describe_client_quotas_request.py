@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ComponentData", "DescribeClientQuotasRequest"]
 
@@ -16,20 +14,28 @@ _S_b = struct.Struct(">b")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ComponentData:
+class ComponentData(Struct):
     _SCHEMA = (
         ("entity_type", "string", (0, 32767), None),
         ("match_type", "int8", (0, 32767), None),
         ("match", "string", (0, 32767), (0, 32767)),
     )
 
-    entity_type: str = ""
-    match_type: int = 0
-    match: str | None = ""
+    __slots__ = ("entity_type", "match_type", "match")
+
+    def __init__(self, *, entity_type: str = "", match_type: int = 0, match: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.match_type = match_type
+        self.match = match
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity_type, self.match_type, self.match) == (other.entity_type, other.match_type, other.match)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeClientQuotasRequest(Message):
     """DescribeClientQuotasRequest: Kafka request, versions 0-1, flexible from 1."""
 
@@ -43,8 +49,18 @@ class DescribeClientQuotasRequest(Message):
         ("strict", "bool", (0, 32767), None),
     )
 
-    components: list[ComponentData] = attrs.Factory(list)
-    strict: bool = False
+    __slots__ = ("components", "strict")
+
+    def __init__(self, *, components: list[ComponentData] = DEFAULT, strict: bool = False) -> None:
+        self.components = [] if components is DEFAULT else components
+        self.strict = strict
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.components, self.strict) == (other.components, other.strict)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ComponentData_v0(o, buf, regions, _pk_b=_S_b.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["EntityData", "ValueData", "EntryData", "DescribeClientQuotasResponse"]
 
@@ -16,40 +14,66 @@ _S_d = struct.Struct(">d")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntityData:
+class EntityData(Struct):
     _SCHEMA = (
         ("entity_type", "string", (0, 32767), None),
         ("entity_name", "string", (0, 32767), (0, 32767)),
     )
 
-    entity_type: str = ""
-    entity_name: str | None = ""
+    __slots__ = ("entity_type", "entity_name")
+
+    def __init__(self, *, entity_type: str = "", entity_name: str | None = "") -> None:
+        self.entity_type = entity_type
+        self.entity_name = entity_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity_type, self.entity_name) == (other.entity_type, other.entity_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ValueData:
+class ValueData(Struct):
     _SCHEMA = (
         ("key", "string", (0, 32767), None),
         ("value", "float64", (0, 32767), None),
     )
 
-    key: str = ""
-    value: float = 0.0
+    __slots__ = ("key", "value")
+
+    def __init__(self, *, key: str = "", value: float = 0.0) -> None:
+        self.key = key
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.key, self.value) == (other.key, other.value)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EntryData:
+class EntryData(Struct):
     _SCHEMA = (
         ("entity", "[]EntityData", (0, 32767), None),
         ("values", "[]ValueData", (0, 32767), None),
     )
 
-    entity: list[EntityData] = attrs.Factory(list)
-    values: list[ValueData] = attrs.Factory(list)
+    __slots__ = ("entity", "values")
+
+    def __init__(self, *, entity: list[EntityData] = DEFAULT, values: list[ValueData] = DEFAULT) -> None:
+        self.entity = [] if entity is DEFAULT else entity
+        self.values = [] if values is DEFAULT else values
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.entity, self.values) == (other.entity, other.values)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeClientQuotasResponse(Message):
     """DescribeClientQuotasResponse: Kafka response, versions 0-1, flexible from 1."""
 
@@ -65,10 +89,20 @@ class DescribeClientQuotasResponse(Message):
         ("entries", "[]EntryData", (0, 32767), (0, 32767)),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    entries: list[EntryData] | None = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "entries")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", entries: list[EntryData] | None = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.entries = [] if entries is DEFAULT else entries
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.entries) == (other.throttle_time_ms, other.error_code, other.error_message, other.entries)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EntityData_v0(o, buf, regions, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

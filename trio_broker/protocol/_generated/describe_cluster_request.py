@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["DescribeClusterRequest"]
 
@@ -16,7 +14,6 @@ _S_o = struct.Struct(">?")
 _S_ob = struct.Struct(">?b")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeClusterRequest(Message):
     """DescribeClusterRequest: Kafka request, versions 0-1, flexible from 0."""
 
@@ -30,8 +27,18 @@ class DescribeClusterRequest(Message):
         ("endpoint_type", "int8", (1, 32767), None),
     )
 
-    include_cluster_authorized_operations: bool = False
-    endpoint_type: int = 1
+    __slots__ = ("include_cluster_authorized_operations", "endpoint_type")
+
+    def __init__(self, *, include_cluster_authorized_operations: bool = False, endpoint_type: int = 1) -> None:
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.endpoint_type = endpoint_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.include_cluster_authorized_operations, self.endpoint_type) == (other.include_cluster_authorized_operations, other.endpoint_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeClusterRequest_v0(o, buf, regions, _pk_o=_S_o.pack):

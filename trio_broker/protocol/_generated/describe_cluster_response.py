@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeClusterBroker", "DescribeClusterResponse"]
 
@@ -17,8 +15,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeClusterBroker:
+class DescribeClusterBroker(Struct):
     _SCHEMA = (
         ("broker_id", "int32", (0, 32767), None),
         ("host", "string", (0, 32767), None),
@@ -26,13 +23,22 @@ class DescribeClusterBroker:
         ("rack", "string", (0, 32767), (0, 32767)),
     )
 
-    broker_id: int = 0
-    host: str = ""
-    port: int = 0
-    rack: str | None = None
+    __slots__ = ("broker_id", "host", "port", "rack")
+
+    def __init__(self, *, broker_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.broker_id = broker_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.broker_id, self.host, self.port, self.rack) == (other.broker_id, other.host, other.port, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeClusterResponse(Message):
     """DescribeClusterResponse: Kafka response, versions 0-1, flexible from 0."""
 
@@ -52,14 +58,24 @@ class DescribeClusterResponse(Message):
         ("cluster_authorized_operations", "int32", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    endpoint_type: int = 1
-    cluster_id: str = ""
-    controller_id: int = -1
-    brokers: list[DescribeClusterBroker] = attrs.Factory(list)
-    cluster_authorized_operations: int = -2147483648
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "endpoint_type", "cluster_id", "controller_id", "brokers", "cluster_authorized_operations")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, endpoint_type: int = 1, cluster_id: str = "", controller_id: int = -1, brokers: list[DescribeClusterBroker] = DEFAULT, cluster_authorized_operations: int = -2147483648) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.endpoint_type = endpoint_type
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers = [] if brokers is DEFAULT else brokers
+        self.cluster_authorized_operations = cluster_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.endpoint_type, self.cluster_id, self.controller_id, self.brokers, self.cluster_authorized_operations) == (other.throttle_time_ms, other.error_code, other.error_message, other.endpoint_type, other.cluster_id, other.controller_id, other.brokers, other.cluster_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeClusterBroker_v0(o, buf, regions, _pk_i=_S_i.pack, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeConfigsResource", "DescribeConfigsRequest"]
 
@@ -17,20 +15,28 @@ _S_o = struct.Struct(">?")
 _S_oo = struct.Struct(">??")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeConfigsResource:
+class DescribeConfigsResource(Struct):
     _SCHEMA = (
         ("resource_type", "int8", (0, 32767), None),
         ("resource_name", "string", (0, 32767), None),
         ("configuration_keys", "[]string", (0, 32767), (0, 32767)),
     )
 
-    resource_type: int = 0
-    resource_name: str = ""
-    configuration_keys: list[str] | None = attrs.Factory(list)
+    __slots__ = ("resource_type", "resource_name", "configuration_keys")
+
+    def __init__(self, *, resource_type: int = 0, resource_name: str = "", configuration_keys: list[str] | None = DEFAULT) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configuration_keys = [] if configuration_keys is DEFAULT else configuration_keys
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resource_type, self.resource_name, self.configuration_keys) == (other.resource_type, other.resource_name, other.configuration_keys)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeConfigsRequest(Message):
     """DescribeConfigsRequest: Kafka request, versions 0-4, flexible from 4."""
 
@@ -45,9 +51,19 @@ class DescribeConfigsRequest(Message):
         ("include_documentation", "bool", (3, 32767), None),
     )
 
-    resources: list[DescribeConfigsResource] = attrs.Factory(list)
-    include_synonyms: bool = False
-    include_documentation: bool = False
+    __slots__ = ("resources", "include_synonyms", "include_documentation")
+
+    def __init__(self, *, resources: list[DescribeConfigsResource] = DEFAULT, include_synonyms: bool = False, include_documentation: bool = False) -> None:
+        self.resources = [] if resources is DEFAULT else resources
+        self.include_synonyms = include_synonyms
+        self.include_documentation = include_documentation
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resources, self.include_synonyms, self.include_documentation) == (other.resources, other.include_synonyms, other.include_documentation)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeConfigsResource_v0(o, buf, regions, _pk_b=_S_b.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeConfigsSynonym", "DescribeConfigsResourceResult", "DescribeConfigsResult", "DescribeConfigsResponse"]
 
@@ -19,21 +17,29 @@ _S_obo = struct.Struct(">?b?")
 _S_ooo = struct.Struct(">???")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeConfigsSynonym:
+class DescribeConfigsSynonym(Struct):
     _SCHEMA = (
         ("name", "string", (1, 32767), None),
         ("value", "string", (1, 32767), (0, 32767)),
         ("source", "int8", (1, 32767), None),
     )
 
-    name: str = ""
-    value: str | None = ""
-    source: int = 0
+    __slots__ = ("name", "value", "source")
+
+    def __init__(self, *, name: str = "", value: str | None = "", source: int = 0) -> None:
+        self.name = name
+        self.value = value
+        self.source = source
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.value, self.source) == (other.name, other.value, other.source)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeConfigsResourceResult:
+class DescribeConfigsResourceResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("value", "string", (0, 32767), (0, 32767)),
@@ -46,19 +52,28 @@ class DescribeConfigsResourceResult:
         ("documentation", "string", (3, 32767), (0, 32767)),
     )
 
-    name: str = ""
-    value: str | None = ""
-    read_only: bool = False
-    is_default: bool = False
-    config_source: int = -1
-    is_sensitive: bool = False
-    synonyms: list[DescribeConfigsSynonym] = attrs.Factory(list)
-    config_type: int = 0
-    documentation: str | None = ""
+    __slots__ = ("name", "value", "read_only", "is_default", "config_source", "is_sensitive", "synonyms", "config_type", "documentation")
+
+    def __init__(self, *, name: str = "", value: str | None = "", read_only: bool = False, is_default: bool = False, config_source: int = -1, is_sensitive: bool = False, synonyms: list[DescribeConfigsSynonym] = DEFAULT, config_type: int = 0, documentation: str | None = "") -> None:
+        self.name = name
+        self.value = value
+        self.read_only = read_only
+        self.is_default = is_default
+        self.config_source = config_source
+        self.is_sensitive = is_sensitive
+        self.synonyms = [] if synonyms is DEFAULT else synonyms
+        self.config_type = config_type
+        self.documentation = documentation
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.value, self.read_only, self.is_default, self.config_source, self.is_sensitive, self.synonyms, self.config_type, self.documentation) == (other.name, other.value, other.read_only, other.is_default, other.config_source, other.is_sensitive, other.synonyms, other.config_type, other.documentation)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeConfigsResult:
+class DescribeConfigsResult(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
@@ -67,14 +82,23 @@ class DescribeConfigsResult:
         ("configs", "[]DescribeConfigsResourceResult", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    resource_type: int = 0
-    resource_name: str = ""
-    configs: list[DescribeConfigsResourceResult] = attrs.Factory(list)
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name", "configs")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", resource_type: int = 0, resource_name: str = "", configs: list[DescribeConfigsResourceResult] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is DEFAULT else configs
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.resource_type, self.resource_name, self.configs) == (other.error_code, other.error_message, other.resource_type, other.resource_name, other.configs)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeConfigsResponse(Message):
     """DescribeConfigsResponse: Kafka response, versions 0-4, flexible from 4."""
 
@@ -88,8 +112,18 @@ class DescribeConfigsResponse(Message):
         ("results", "[]DescribeConfigsResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    results: list[DescribeConfigsResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, results: list[DescribeConfigsResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.results) == (other.throttle_time_ms, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeConfigsResourceResult_v0(o, buf, regions, _pk_ooo=_S_ooo.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

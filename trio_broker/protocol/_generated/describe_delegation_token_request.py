@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeDelegationTokenOwner", "DescribeDelegationTokenRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeDelegationTokenOwner:
+class DescribeDelegationTokenOwner(Struct):
     _SCHEMA = (
         ("principal_type", "string", (0, 32767), None),
         ("principal_name", "string", (0, 32767), None),
     )
 
-    principal_type: str = ""
-    principal_name: str = ""
+    __slots__ = ("principal_type", "principal_name")
+
+    def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.principal_type, self.principal_name) == (other.principal_type, other.principal_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeDelegationTokenRequest(Message):
     """DescribeDelegationTokenRequest: Kafka request, versions 0-3, flexible from 2."""
 
@@ -38,7 +44,17 @@ class DescribeDelegationTokenRequest(Message):
         ("owners", "[]DescribeDelegationTokenOwner", (0, 32767), (0, 32767)),
     )
 
-    owners: list[DescribeDelegationTokenOwner] | None = attrs.Factory(list)
+    __slots__ = ("owners",)
+
+    def __init__(self, *, owners: list[DescribeDelegationTokenOwner] | None = DEFAULT) -> None:
+        self.owners = [] if owners is DEFAULT else owners
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.owners == other.owners  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeDelegationTokenOwner_v0(o, buf, regions, _write_string=_p.write_string):

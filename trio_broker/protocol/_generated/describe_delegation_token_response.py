@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribedDelegationTokenRenewer", "DescribedDelegationToken", "DescribeDelegationTokenResponse"]
 
@@ -17,19 +15,27 @@ _S_i = struct.Struct(">i")
 _S_qqq = struct.Struct(">qqq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribedDelegationTokenRenewer:
+class DescribedDelegationTokenRenewer(Struct):
     _SCHEMA = (
         ("principal_type", "string", (0, 32767), None),
         ("principal_name", "string", (0, 32767), None),
     )
 
-    principal_type: str = ""
-    principal_name: str = ""
+    __slots__ = ("principal_type", "principal_name")
+
+    def __init__(self, *, principal_type: str = "", principal_name: str = "") -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.principal_type, self.principal_name) == (other.principal_type, other.principal_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribedDelegationToken:
+class DescribedDelegationToken(Struct):
     _SCHEMA = (
         ("principal_type", "string", (0, 32767), None),
         ("principal_name", "string", (0, 32767), None),
@@ -43,19 +49,28 @@ class DescribedDelegationToken:
         ("renewers", "[]DescribedDelegationTokenRenewer", (0, 32767), None),
     )
 
-    principal_type: str = ""
-    principal_name: str = ""
-    token_requester_principal_type: str = ""
-    token_requester_principal_name: str = ""
-    issue_timestamp: int = 0
-    expiry_timestamp: int = 0
-    max_timestamp: int = 0
-    token_id: str = ""
-    hmac: bytes = b""
-    renewers: list[DescribedDelegationTokenRenewer] = attrs.Factory(list)
+    __slots__ = ("principal_type", "principal_name", "token_requester_principal_type", "token_requester_principal_name", "issue_timestamp", "expiry_timestamp", "max_timestamp", "token_id", "hmac", "renewers")
+
+    def __init__(self, *, principal_type: str = "", principal_name: str = "", token_requester_principal_type: str = "", token_requester_principal_name: str = "", issue_timestamp: int = 0, expiry_timestamp: int = 0, max_timestamp: int = 0, token_id: str = "", hmac: bytes = b"", renewers: list[DescribedDelegationTokenRenewer] = DEFAULT) -> None:
+        self.principal_type = principal_type
+        self.principal_name = principal_name
+        self.token_requester_principal_type = token_requester_principal_type
+        self.token_requester_principal_name = token_requester_principal_name
+        self.issue_timestamp = issue_timestamp
+        self.expiry_timestamp = expiry_timestamp
+        self.max_timestamp = max_timestamp
+        self.token_id = token_id
+        self.hmac = hmac
+        self.renewers = [] if renewers is DEFAULT else renewers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.principal_type, self.principal_name, self.token_requester_principal_type, self.token_requester_principal_name, self.issue_timestamp, self.expiry_timestamp, self.max_timestamp, self.token_id, self.hmac, self.renewers) == (other.principal_type, other.principal_name, other.token_requester_principal_type, other.token_requester_principal_name, other.issue_timestamp, other.expiry_timestamp, other.max_timestamp, other.token_id, other.hmac, other.renewers)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeDelegationTokenResponse(Message):
     """DescribeDelegationTokenResponse: Kafka response, versions 0-3, flexible from 2."""
 
@@ -70,9 +85,19 @@ class DescribeDelegationTokenResponse(Message):
         ("throttle_time_ms", "int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    tokens: list[DescribedDelegationToken] = attrs.Factory(list)
-    throttle_time_ms: int = 0
+    __slots__ = ("error_code", "tokens", "throttle_time_ms")
+
+    def __init__(self, *, error_code: int = 0, tokens: list[DescribedDelegationToken] = DEFAULT, throttle_time_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.tokens = [] if tokens is DEFAULT else tokens
+        self.throttle_time_ms = throttle_time_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.tokens, self.throttle_time_ms) == (other.error_code, other.tokens, other.throttle_time_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribedDelegationTokenRenewer_v0(o, buf, regions, _write_string=_p.write_string):

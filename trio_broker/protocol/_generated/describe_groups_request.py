@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["DescribeGroupsRequest"]
 
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeGroupsRequest(Message):
     """DescribeGroupsRequest: Kafka request, versions 0-5, flexible from 5."""
 
@@ -29,8 +26,18 @@ class DescribeGroupsRequest(Message):
         ("include_authorized_operations", "bool", (3, 32767), None),
     )
 
-    groups: list[str] = attrs.Factory(list)
-    include_authorized_operations: bool = False
+    __slots__ = ("groups", "include_authorized_operations")
+
+    def __init__(self, *, groups: list[str] = DEFAULT, include_authorized_operations: bool = False) -> None:
+        self.groups = [] if groups is DEFAULT else groups
+        self.include_authorized_operations = include_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.groups, self.include_authorized_operations) == (other.groups, other.include_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeGroupsRequest_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

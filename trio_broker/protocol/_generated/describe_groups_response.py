@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribedGroupMember", "DescribedGroup", "DescribeGroupsResponse"]
 
@@ -16,8 +14,7 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribedGroupMember:
+class DescribedGroupMember(Struct):
     _SCHEMA = (
         ("member_id", "string", (0, 32767), None),
         ("group_instance_id", "string", (4, 32767), (4, 32767)),
@@ -27,16 +24,25 @@ class DescribedGroupMember:
         ("member_assignment", "bytes", (0, 32767), None),
     )
 
-    member_id: str = ""
-    group_instance_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    member_metadata: bytes = b""
-    member_assignment: bytes = b""
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "member_metadata", "member_assignment")
+
+    def __init__(self, *, member_id: str = "", group_instance_id: str | None = None, client_id: str = "", client_host: str = "", member_metadata: bytes = b"", member_assignment: bytes = b"") -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.member_metadata = member_metadata
+        self.member_assignment = member_assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.group_instance_id, self.client_id, self.client_host, self.member_metadata, self.member_assignment) == (other.member_id, other.group_instance_id, other.client_id, other.client_host, other.member_metadata, other.member_assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribedGroup:
+class DescribedGroup(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("group_id", "string", (0, 32767), None),
@@ -47,16 +53,25 @@ class DescribedGroup:
         ("authorized_operations", "int32", (3, 32767), None),
     )
 
-    error_code: int = 0
-    group_id: str = ""
-    group_state: str = ""
-    protocol_type: str = ""
-    protocol_data: str = ""
-    members: list[DescribedGroupMember] = attrs.Factory(list)
-    authorized_operations: int = -2147483648
+    __slots__ = ("error_code", "group_id", "group_state", "protocol_type", "protocol_data", "members", "authorized_operations")
+
+    def __init__(self, *, error_code: int = 0, group_id: str = "", group_state: str = "", protocol_type: str = "", protocol_data: str = "", members: list[DescribedGroupMember] = DEFAULT, authorized_operations: int = -2147483648) -> None:
+        self.error_code = error_code
+        self.group_id = group_id
+        self.group_state = group_state
+        self.protocol_type = protocol_type
+        self.protocol_data = protocol_data
+        self.members = [] if members is DEFAULT else members
+        self.authorized_operations = authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.group_id, self.group_state, self.protocol_type, self.protocol_data, self.members, self.authorized_operations) == (other.error_code, other.group_id, other.group_state, other.protocol_type, other.protocol_data, other.members, other.authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeGroupsResponse(Message):
     """DescribeGroupsResponse: Kafka response, versions 0-5, flexible from 5."""
 
@@ -70,8 +85,18 @@ class DescribeGroupsResponse(Message):
         ("groups", "[]DescribedGroup", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    groups: list[DescribedGroup] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "groups")
+
+    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is DEFAULT else groups
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.groups) == (other.throttle_time_ms, other.groups)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribedGroupMember_v0(o, buf, regions, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribableLogDirTopic", "DescribeLogDirsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribableLogDirTopic:
+class DescribableLogDirTopic(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeLogDirsRequest(Message):
     """DescribeLogDirsRequest: Kafka request, versions 0-4, flexible from 2."""
 
@@ -38,7 +44,17 @@ class DescribeLogDirsRequest(Message):
         ("topics", "[]DescribableLogDirTopic", (0, 32767), (0, 32767)),
     )
 
-    topics: list[DescribableLogDirTopic] | None = attrs.Factory(list)
+    __slots__ = ("topics",)
+
+    def __init__(self, *, topics: list[DescribableLogDirTopic] | None = DEFAULT) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topics == other.topics  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribableLogDirTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

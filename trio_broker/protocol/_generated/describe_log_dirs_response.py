@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeLogDirsPartition", "DescribeLogDirsTopic", "DescribeLogDirsResult", "DescribeLogDirsResponse"]
 
@@ -19,8 +17,7 @@ _S_iqqo = struct.Struct(">iqq?")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeLogDirsPartition:
+class DescribeLogDirsPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("partition_size", "int64", (0, 32767), None),
@@ -28,25 +25,43 @@ class DescribeLogDirsPartition:
         ("is_future_key", "bool", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    partition_size: int = 0
-    offset_lag: int = 0
-    is_future_key: bool = False
+    __slots__ = ("partition_index", "partition_size", "offset_lag", "is_future_key")
+
+    def __init__(self, *, partition_index: int = 0, partition_size: int = 0, offset_lag: int = 0, is_future_key: bool = False) -> None:
+        self.partition_index = partition_index
+        self.partition_size = partition_size
+        self.offset_lag = offset_lag
+        self.is_future_key = is_future_key
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.partition_size, self.offset_lag, self.is_future_key) == (other.partition_index, other.partition_size, other.offset_lag, other.is_future_key)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeLogDirsTopic:
+class DescribeLogDirsTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]DescribeLogDirsPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[DescribeLogDirsPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[DescribeLogDirsPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeLogDirsResult:
+class DescribeLogDirsResult(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("log_dir", "string", (0, 32767), None),
@@ -55,14 +70,23 @@ class DescribeLogDirsResult:
         ("usable_bytes", "int64", (4, 32767), None),
     )
 
-    error_code: int = 0
-    log_dir: str = ""
-    topics: list[DescribeLogDirsTopic] = attrs.Factory(list)
-    total_bytes: int = -1
-    usable_bytes: int = -1
+    __slots__ = ("error_code", "log_dir", "topics", "total_bytes", "usable_bytes")
+
+    def __init__(self, *, error_code: int = 0, log_dir: str = "", topics: list[DescribeLogDirsTopic] = DEFAULT, total_bytes: int = -1, usable_bytes: int = -1) -> None:
+        self.error_code = error_code
+        self.log_dir = log_dir
+        self.topics = [] if topics is DEFAULT else topics
+        self.total_bytes = total_bytes
+        self.usable_bytes = usable_bytes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.log_dir, self.topics, self.total_bytes, self.usable_bytes) == (other.error_code, other.log_dir, other.topics, other.total_bytes, other.usable_bytes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeLogDirsResponse(Message):
     """DescribeLogDirsResponse: Kafka response, versions 0-4, flexible from 2."""
 
@@ -77,9 +101,19 @@ class DescribeLogDirsResponse(Message):
         ("results", "[]DescribeLogDirsResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    results: list[DescribeLogDirsResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, results: list[DescribeLogDirsResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.results) == (other.throttle_time_ms, other.error_code, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeLogDirsPartition_v0(o, buf, regions, _pk_iqqo=_S_iqqo.pack):

@@ -5,27 +5,33 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicRequest", "DescribeProducersRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicRequest:
+class TopicRequest(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partition_indexes", "[]int32", (0, 32767), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeProducersRequest(Message):
     """DescribeProducersRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -38,7 +44,17 @@ class DescribeProducersRequest(Message):
         ("topics", "[]TopicRequest", (0, 32767), None),
     )
 
-    topics: list[TopicRequest] = attrs.Factory(list)
+    __slots__ = ("topics",)
+
+    def __init__(self, *, topics: list[TopicRequest] = DEFAULT) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topics == other.topics  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicRequest_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

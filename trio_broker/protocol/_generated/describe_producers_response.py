@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ProducerState", "PartitionResponse", "TopicResponse", "DescribeProducersResponse"]
 
@@ -17,8 +15,7 @@ _S_ih = struct.Struct(">ih")
 _S_qiiqiq = struct.Struct(">qiiqiq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ProducerState:
+class ProducerState(Struct):
     _SCHEMA = (
         ("producer_id", "int64", (0, 32767), None),
         ("producer_epoch", "int32", (0, 32767), None),
@@ -28,16 +25,25 @@ class ProducerState:
         ("current_txn_start_offset", "int64", (0, 32767), None),
     )
 
-    producer_id: int = 0
-    producer_epoch: int = 0
-    last_sequence: int = -1
-    last_timestamp: int = -1
-    coordinator_epoch: int = 0
-    current_txn_start_offset: int = -1
+    __slots__ = ("producer_id", "producer_epoch", "last_sequence", "last_timestamp", "coordinator_epoch", "current_txn_start_offset")
+
+    def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, last_sequence: int = -1, last_timestamp: int = -1, coordinator_epoch: int = 0, current_txn_start_offset: int = -1) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.last_sequence = last_sequence
+        self.last_timestamp = last_timestamp
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_start_offset = current_txn_start_offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.producer_id, self.producer_epoch, self.last_sequence, self.last_timestamp, self.coordinator_epoch, self.current_txn_start_offset) == (other.producer_id, other.producer_epoch, other.last_sequence, other.last_timestamp, other.coordinator_epoch, other.current_txn_start_offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionResponse:
+class PartitionResponse(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -45,24 +51,42 @@ class PartitionResponse:
         ("active_producers", "[]ProducerState", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    active_producers: list[ProducerState] = attrs.Factory(list)
+    __slots__ = ("partition_index", "error_code", "error_message", "active_producers")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None, active_producers: list[ProducerState] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.active_producers = [] if active_producers is DEFAULT else active_producers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.error_message, self.active_producers) == (other.partition_index, other.error_code, other.error_message, other.active_producers)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicResponse:
+class TopicResponse(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]PartitionResponse", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[PartitionResponse] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[PartitionResponse] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeProducersResponse(Message):
     """DescribeProducersResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -76,8 +100,18 @@ class DescribeProducersResponse(Message):
         ("topics", "[]TopicResponse", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[TopicResponse] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[TopicResponse] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ProducerState_v0(o, buf, regions, _pk_qiiqiq=_S_qiiqiq.pack):

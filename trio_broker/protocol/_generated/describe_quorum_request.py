@@ -5,37 +5,52 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["PartitionData", "TopicData", "DescribeQuorumRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
+    __slots__ = ("partition_index",)
+
+    def __init__(self, *, partition_index: int = 0) -> None:
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.partition_index == other.partition_index  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicData:
+class TopicData(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_name", "partitions")
+
+    def __init__(self, *, topic_name: str = "", partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partitions) == (other.topic_name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeQuorumRequest(Message):
     """DescribeQuorumRequest: Kafka request, versions 0-2, flexible from 0."""
 
@@ -48,7 +63,17 @@ class DescribeQuorumRequest(Message):
         ("topics", "[]TopicData", (0, 32767), None),
     )
 
-    topics: list[TopicData] = attrs.Factory(list)
+    __slots__ = ("topics",)
+
+    def __init__(self, *, topics: list[TopicData] = DEFAULT) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topics == other.topics  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionData_v0(o, buf, regions, _pk_i=_S_i.pack):

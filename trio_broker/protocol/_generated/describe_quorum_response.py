@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["ReplicaState", "PartitionData", "TopicData", "Listener", "Node", "DescribeQuorumResponse"]
 
@@ -24,8 +22,7 @@ _S_iqqq = struct.Struct(">iqqq")
 _S_qqq = struct.Struct(">qqq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReplicaState:
+class ReplicaState(Struct):
     _SCHEMA = (
         ("replica_id", "int32", (0, 32767), None),
         ("replica_directory_id", "uuid", (2, 32767), None),
@@ -34,15 +31,24 @@ class ReplicaState:
         ("last_caught_up_timestamp", "int64", (1, 32767), None),
     )
 
-    replica_id: int = 0
-    replica_directory_id: uuid.UUID = ZERO_UUID
-    log_end_offset: int = 0
-    last_fetch_timestamp: int = -1
-    last_caught_up_timestamp: int = -1
+    __slots__ = ("replica_id", "replica_directory_id", "log_end_offset", "last_fetch_timestamp", "last_caught_up_timestamp")
+
+    def __init__(self, *, replica_id: int = 0, replica_directory_id: uuid.UUID = ZERO_UUID, log_end_offset: int = 0, last_fetch_timestamp: int = -1, last_caught_up_timestamp: int = -1) -> None:
+        self.replica_id = replica_id
+        self.replica_directory_id = replica_directory_id
+        self.log_end_offset = log_end_offset
+        self.last_fetch_timestamp = last_fetch_timestamp
+        self.last_caught_up_timestamp = last_caught_up_timestamp
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.replica_id, self.replica_directory_id, self.log_end_offset, self.last_fetch_timestamp, self.last_caught_up_timestamp) == (other.replica_id, other.replica_directory_id, other.log_end_offset, other.last_fetch_timestamp, other.last_caught_up_timestamp)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -54,52 +60,88 @@ class PartitionData:
         ("observers", "[]ReplicaState", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    leader_id: int = 0
-    leader_epoch: int = 0
-    high_watermark: int = 0
-    current_voters: list[ReplicaState] = attrs.Factory(list)
-    observers: list[ReplicaState] = attrs.Factory(list)
+    __slots__ = ("partition_index", "error_code", "error_message", "leader_id", "leader_epoch", "high_watermark", "current_voters", "observers")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = "", leader_id: int = 0, leader_epoch: int = 0, high_watermark: int = 0, current_voters: list[ReplicaState] = DEFAULT, observers: list[ReplicaState] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.high_watermark = high_watermark
+        self.current_voters = [] if current_voters is DEFAULT else current_voters
+        self.observers = [] if observers is DEFAULT else observers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.error_message, self.leader_id, self.leader_epoch, self.high_watermark, self.current_voters, self.observers) == (other.partition_index, other.error_code, other.error_message, other.leader_id, other.leader_epoch, other.high_watermark, other.current_voters, other.observers)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicData:
+class TopicData(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_name", "partitions")
+
+    def __init__(self, *, topic_name: str = "", partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partitions) == (other.topic_name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Listener:
+class Listener(Struct):
     _SCHEMA = (
         ("name", "string", (2, 32767), None),
         ("host", "string", (2, 32767), None),
         ("port", "uint16", (2, 32767), None),
     )
 
-    name: str = ""
-    host: str = ""
-    port: int = 0
+    __slots__ = ("name", "host", "port")
+
+    def __init__(self, *, name: str = "", host: str = "", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.host, self.port) == (other.name, other.host, other.port)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Node:
+class Node(Struct):
     _SCHEMA = (
         ("node_id", "int32", (2, 32767), None),
         ("listeners", "[]Listener", (2, 32767), None),
     )
 
-    node_id: int = 0
-    listeners: list[Listener] = attrs.Factory(list)
+    __slots__ = ("node_id", "listeners")
+
+    def __init__(self, *, node_id: int = 0, listeners: list[Listener] = DEFAULT) -> None:
+        self.node_id = node_id
+        self.listeners = [] if listeners is DEFAULT else listeners
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.node_id, self.listeners) == (other.node_id, other.listeners)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeQuorumResponse(Message):
     """DescribeQuorumResponse: Kafka response, versions 0-2, flexible from 0."""
 
@@ -115,10 +157,20 @@ class DescribeQuorumResponse(Message):
         ("nodes", "[]Node", (2, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    topics: list[TopicData] = attrs.Factory(list)
-    nodes: list[Node] = attrs.Factory(list)
+    __slots__ = ("error_code", "error_message", "topics", "nodes")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", topics: list[TopicData] = DEFAULT, nodes: list[Node] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is DEFAULT else topics
+        self.nodes = [] if nodes is DEFAULT else nodes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.topics, self.nodes) == (other.error_code, other.error_message, other.topics, other.nodes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ReplicaState_v0(o, buf, regions, _pk_iq=_S_iq.pack):

@@ -5,37 +5,52 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicRequest", "Cursor", "DescribeTopicPartitionsRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicRequest:
+class TopicRequest(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
     )
 
-    name: str = ""
+    __slots__ = ("name",)
+
+    def __init__(self, *, name: str = "") -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.name == other.name  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Cursor:
+class Cursor(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
+    __slots__ = ("topic_name", "partition_index")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index) == (other.topic_name, other.partition_index)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeTopicPartitionsRequest(Message):
     """DescribeTopicPartitionsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -50,9 +65,19 @@ class DescribeTopicPartitionsRequest(Message):
         ("cursor", "Cursor", (0, 32767), (0, 32767)),
     )
 
-    topics: list[TopicRequest] = attrs.Factory(list)
-    response_partition_limit: int = 2000
-    cursor: Cursor | None = None
+    __slots__ = ("topics", "response_partition_limit", "cursor")
+
+    def __init__(self, *, topics: list[TopicRequest] = DEFAULT, response_partition_limit: int = 2000, cursor: Cursor | None = None) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.response_partition_limit = response_partition_limit
+        self.cursor = cursor
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.response_partition_limit, self.cursor) == (other.topics, other.response_partition_limit, other.cursor)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicRequest_v0(o, buf, regions, _write_compact_string=_p.write_compact_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["DescribeTopicPartitionsResponsePartition", "DescribeTopicPartitionsResponseTopic", "Cursor", "DescribeTopicPartitionsResponse"]
 
@@ -19,8 +17,7 @@ _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeTopicPartitionsResponsePartition:
+class DescribeTopicPartitionsResponsePartition(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
@@ -33,19 +30,28 @@ class DescribeTopicPartitionsResponsePartition:
         ("offline_replicas", "[]int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    partition_index: int = 0
-    leader_id: int = 0
-    leader_epoch: int = -1
-    replica_nodes: list[int] = attrs.Factory(list)
-    isr_nodes: list[int] = attrs.Factory(list)
-    eligible_leader_replicas: list[int] | None = None
-    last_known_elr: list[int] | None = None
-    offline_replicas: list[int] = attrs.Factory(list)
+    __slots__ = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "eligible_leader_replicas", "last_known_elr", "offline_replicas")
+
+    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] = DEFAULT, isr_nodes: list[int] = DEFAULT, eligible_leader_replicas: list[int] | None = None, last_known_elr: list[int] | None = None, offline_replicas: list[int] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
+        self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
+        self.eligible_leader_replicas = eligible_leader_replicas
+        self.last_known_elr = last_known_elr
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.partition_index, self.leader_id, self.leader_epoch, self.replica_nodes, self.isr_nodes, self.eligible_leader_replicas, self.last_known_elr, self.offline_replicas) == (other.error_code, other.partition_index, other.leader_id, other.leader_epoch, other.replica_nodes, other.isr_nodes, other.eligible_leader_replicas, other.last_known_elr, other.offline_replicas)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeTopicPartitionsResponseTopic:
+class DescribeTopicPartitionsResponseTopic(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("name", "string", (0, 32767), (0, 32767)),
@@ -55,26 +61,44 @@ class DescribeTopicPartitionsResponseTopic:
         ("topic_authorized_operations", "int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    name: str | None = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    is_internal: bool = False
-    partitions: list[DescribeTopicPartitionsResponsePartition] = attrs.Factory(list)
-    topic_authorized_operations: int = -2147483648
+    __slots__ = ("error_code", "name", "topic_id", "is_internal", "partitions", "topic_authorized_operations")
+
+    def __init__(self, *, error_code: int = 0, name: str | None = "", topic_id: uuid.UUID = ZERO_UUID, is_internal: bool = False, partitions: list[DescribeTopicPartitionsResponsePartition] = DEFAULT, topic_authorized_operations: int = -2147483648) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.name, self.topic_id, self.is_internal, self.partitions, self.topic_authorized_operations) == (other.error_code, other.name, other.topic_id, other.is_internal, other.partitions, other.topic_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Cursor:
+class Cursor(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
+    __slots__ = ("topic_name", "partition_index")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index) == (other.topic_name, other.partition_index)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeTopicPartitionsResponse(Message):
     """DescribeTopicPartitionsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -89,9 +113,19 @@ class DescribeTopicPartitionsResponse(Message):
         ("next_cursor", "Cursor", (0, 32767), (0, 32767)),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[DescribeTopicPartitionsResponseTopic] = attrs.Factory(list)
-    next_cursor: Cursor | None = None
+    __slots__ = ("throttle_time_ms", "topics", "next_cursor")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[DescribeTopicPartitionsResponseTopic] = DEFAULT, next_cursor: Cursor | None = None) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+        self.next_cursor = next_cursor
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.next_cursor) == (other.throttle_time_ms, other.topics, other.next_cursor)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeTopicPartitionsResponsePartition_v0(o, buf, regions, _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_compact_array_len=_p.write_compact_array_len):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["DescribeTransactionsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeTransactionsRequest(Message):
     """DescribeTransactionsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -27,7 +24,17 @@ class DescribeTransactionsRequest(Message):
         ("transactional_ids", "[]string", (0, 32767), None),
     )
 
-    transactional_ids: list[str] = attrs.Factory(list)
+    __slots__ = ("transactional_ids",)
+
+    def __init__(self, *, transactional_ids: list[str] = DEFAULT) -> None:
+        self.transactional_ids = [] if transactional_ids is DEFAULT else transactional_ids
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.transactional_ids == other.transactional_ids  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_DescribeTransactionsRequest_v0(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicData", "TransactionState", "DescribeTransactionsResponse"]
 
@@ -17,19 +15,27 @@ _S_i = struct.Struct(">i")
 _S_iqqh = struct.Struct(">iqqh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicData:
+class TopicData(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TransactionState:
+class TransactionState(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("transactional_id", "string", (0, 32767), None),
@@ -41,17 +47,26 @@ class TransactionState:
         ("topics", "[]TopicData", (0, 32767), None),
     )
 
-    error_code: int = 0
-    transactional_id: str = ""
-    transaction_state: str = ""
-    transaction_timeout_ms: int = 0
-    transaction_start_time_ms: int = 0
-    producer_id: int = 0
-    producer_epoch: int = 0
-    topics: list[TopicData] = attrs.Factory(list)
+    __slots__ = ("error_code", "transactional_id", "transaction_state", "transaction_timeout_ms", "transaction_start_time_ms", "producer_id", "producer_epoch", "topics")
+
+    def __init__(self, *, error_code: int = 0, transactional_id: str = "", transaction_state: str = "", transaction_timeout_ms: int = 0, transaction_start_time_ms: int = 0, producer_id: int = 0, producer_epoch: int = 0, topics: list[TopicData] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.transactional_id = transactional_id
+        self.transaction_state = transaction_state
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_start_time_ms = transaction_start_time_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.transactional_id, self.transaction_state, self.transaction_timeout_ms, self.transaction_start_time_ms, self.producer_id, self.producer_epoch, self.topics) == (other.error_code, other.transactional_id, other.transaction_state, other.transaction_timeout_ms, other.transaction_start_time_ms, other.producer_id, other.producer_epoch, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeTransactionsResponse(Message):
     """DescribeTransactionsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -65,8 +80,18 @@ class DescribeTransactionsResponse(Message):
         ("transaction_states", "[]TransactionState", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    transaction_states: list[TransactionState] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "transaction_states")
+
+    def __init__(self, *, throttle_time_ms: int = 0, transaction_states: list[TransactionState] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.transaction_states = [] if transaction_states is DEFAULT else transaction_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.transaction_states) == (other.throttle_time_ms, other.transaction_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicData_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,25 +5,31 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["UserName", "DescribeUserScramCredentialsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UserName:
+class UserName(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
     )
 
-    name: str = ""
+    __slots__ = ("name",)
+
+    def __init__(self, *, name: str = "") -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.name == other.name  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeUserScramCredentialsRequest(Message):
     """DescribeUserScramCredentialsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -36,7 +42,17 @@ class DescribeUserScramCredentialsRequest(Message):
         ("users", "[]UserName", (0, 32767), (0, 32767)),
     )
 
-    users: list[UserName] | None = attrs.Factory(list)
+    __slots__ = ("users",)
+
+    def __init__(self, *, users: list[UserName] | None = DEFAULT) -> None:
+        self.users = [] if users is DEFAULT else users
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.users == other.users  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_UserName_v0(o, buf, regions, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CredentialInfo", "DescribeUserScramCredentialsResult", "DescribeUserScramCredentialsResponse"]
 
@@ -17,19 +15,27 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class CredentialInfo:
+class CredentialInfo(Struct):
     _SCHEMA = (
         ("mechanism", "int8", (0, 32767), None),
         ("iterations", "int32", (0, 32767), None),
     )
 
-    mechanism: int = 0
-    iterations: int = 0
+    __slots__ = ("mechanism", "iterations")
+
+    def __init__(self, *, mechanism: int = 0, iterations: int = 0) -> None:
+        self.mechanism = mechanism
+        self.iterations = iterations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.mechanism, self.iterations) == (other.mechanism, other.iterations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribeUserScramCredentialsResult:
+class DescribeUserScramCredentialsResult(Struct):
     _SCHEMA = (
         ("user", "string", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -37,13 +43,22 @@ class DescribeUserScramCredentialsResult:
         ("credential_infos", "[]CredentialInfo", (0, 32767), None),
     )
 
-    user: str = ""
-    error_code: int = 0
-    error_message: str | None = ""
-    credential_infos: list[CredentialInfo] = attrs.Factory(list)
+    __slots__ = ("user", "error_code", "error_message", "credential_infos")
+
+    def __init__(self, *, user: str = "", error_code: int = 0, error_message: str | None = "", credential_infos: list[CredentialInfo] = DEFAULT) -> None:
+        self.user = user
+        self.error_code = error_code
+        self.error_message = error_message
+        self.credential_infos = [] if credential_infos is DEFAULT else credential_infos
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.user, self.error_code, self.error_message, self.credential_infos) == (other.user, other.error_code, other.error_message, other.credential_infos)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class DescribeUserScramCredentialsResponse(Message):
     """DescribeUserScramCredentialsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -59,10 +74,20 @@ class DescribeUserScramCredentialsResponse(Message):
         ("results", "[]DescribeUserScramCredentialsResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    results: list[DescribeUserScramCredentialsResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", results: list[DescribeUserScramCredentialsResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.results) == (other.throttle_time_ms, other.error_code, other.error_message, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_CredentialInfo_v0(o, buf, regions, _pk_bi=_S_bi.pack):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicPartitions", "ElectLeadersRequest"]
 
@@ -16,18 +14,26 @@ _S_b = struct.Struct(">b")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitions:
+class TopicPartitions(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ElectLeadersRequest(Message):
     """ElectLeadersRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -42,9 +48,19 @@ class ElectLeadersRequest(Message):
         ("timeout_ms", "int32", (0, 32767), None),
     )
 
-    election_type: int = 0
-    topic_partitions: list[TopicPartitions] | None = attrs.Factory(list)
-    timeout_ms: int = 60000
+    __slots__ = ("election_type", "topic_partitions", "timeout_ms")
+
+    def __init__(self, *, election_type: int = 0, topic_partitions: list[TopicPartitions] | None = DEFAULT, timeout_ms: int = 60000) -> None:
+        self.election_type = election_type
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+        self.timeout_ms = timeout_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.election_type, self.topic_partitions, self.timeout_ms) == (other.election_type, other.topic_partitions, other.timeout_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["PartitionResult", "ReplicaElectionResult", "ElectLeadersResponse"]
 
@@ -16,31 +14,48 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionResult:
+class PartitionResult(Struct):
     _SCHEMA = (
         ("partition_id", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    partition_id: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("partition_id", "error_code", "error_message")
+
+    def __init__(self, *, partition_id: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.partition_id = partition_id
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_id, self.error_code, self.error_message) == (other.partition_id, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReplicaElectionResult:
+class ReplicaElectionResult(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partition_result", "[]PartitionResult", (0, 32767), None),
     )
 
-    topic: str = ""
-    partition_result: list[PartitionResult] = attrs.Factory(list)
+    __slots__ = ("topic", "partition_result")
+
+    def __init__(self, *, topic: str = "", partition_result: list[PartitionResult] = DEFAULT) -> None:
+        self.topic = topic
+        self.partition_result = [] if partition_result is DEFAULT else partition_result
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partition_result) == (other.topic, other.partition_result)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ElectLeadersResponse(Message):
     """ElectLeadersResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -55,9 +70,19 @@ class ElectLeadersResponse(Message):
         ("replica_election_results", "[]ReplicaElectionResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    replica_election_results: list[ReplicaElectionResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "replica_election_results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, replica_election_results: list[ReplicaElectionResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.replica_election_results = [] if replica_election_results is DEFAULT else replica_election_results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.replica_election_results) == (other.throttle_time_ms, other.error_code, other.replica_election_results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_nullable_string=_p.write_nullable_string):

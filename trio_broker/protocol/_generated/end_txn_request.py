@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["EndTxnRequest"]
 
 _S_qho = struct.Struct(">qh?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class EndTxnRequest(Message):
     """EndTxnRequest: Kafka request, versions 0-4, flexible from 3."""
 
@@ -31,10 +28,20 @@ class EndTxnRequest(Message):
         ("committed", "bool", (0, 32767), None),
     )
 
-    transactional_id: str = ""
-    producer_id: int = 0
-    producer_epoch: int = 0
-    committed: bool = False
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "committed")
+
+    def __init__(self, *, transactional_id: str = "", producer_id: int = 0, producer_epoch: int = 0, committed: bool = False) -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.committed = committed
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.producer_id, self.producer_epoch, self.committed) == (other.transactional_id, other.producer_id, other.producer_epoch, other.committed)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EndTxnRequest_v0(o, buf, regions, _pk_qho=_S_qho.pack, _write_string=_p.write_string):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["EnvelopeRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class EnvelopeRequest(Message):
     """EnvelopeRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -29,9 +26,19 @@ class EnvelopeRequest(Message):
         ("client_host_address", "bytes", (0, 32767), None),
     )
 
-    request_data: bytes = b""
-    request_principal: bytes | None = b""
-    client_host_address: bytes = b""
+    __slots__ = ("request_data", "request_principal", "client_host_address")
+
+    def __init__(self, *, request_data: bytes = b"", request_principal: bytes | None = b"", client_host_address: bytes = b"") -> None:
+        self.request_data = request_data
+        self.request_principal = request_principal
+        self.client_host_address = client_host_address
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.request_data, self.request_principal, self.client_host_address) == (other.request_data, other.request_principal, other.client_host_address)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EnvelopeRequest_v0(o, buf, regions, _write_compact_bytes=_p.write_compact_bytes, _write_compact_nullable_bytes=_p.write_compact_nullable_bytes):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["EnvelopeResponse"]
 
 _S_h = struct.Struct(">h")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class EnvelopeResponse(Message):
     """EnvelopeResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -29,8 +26,18 @@ class EnvelopeResponse(Message):
         ("error_code", "int16", (0, 32767), None),
     )
 
-    response_data: bytes | None = None
-    error_code: int = 0
+    __slots__ = ("response_data", "error_code")
+
+    def __init__(self, *, response_data: bytes | None = None, error_code: int = 0) -> None:
+        self.response_data = response_data
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.response_data, self.error_code) == (other.response_data, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EnvelopeResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _write_compact_nullable_bytes=_p.write_compact_nullable_bytes):

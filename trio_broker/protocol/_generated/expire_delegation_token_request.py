@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ExpireDelegationTokenRequest"]
 
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ExpireDelegationTokenRequest(Message):
     """ExpireDelegationTokenRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -29,8 +26,18 @@ class ExpireDelegationTokenRequest(Message):
         ("expiry_time_period_ms", "int64", (0, 32767), None),
     )
 
-    hmac: bytes = b""
-    expiry_time_period_ms: int = 0
+    __slots__ = ("hmac", "expiry_time_period_ms")
+
+    def __init__(self, *, hmac: bytes = b"", expiry_time_period_ms: int = 0) -> None:
+        self.hmac = hmac
+        self.expiry_time_period_ms = expiry_time_period_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.hmac, self.expiry_time_period_ms) == (other.hmac, other.expiry_time_period_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ExpireDelegationTokenRequest_v0(o, buf, regions, _pk_q=_S_q.pack, _write_bytes=_p.write_bytes):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["ReplicaState", "FetchPartition", "FetchTopic", "ForgottenTopic", "FetchRequest"]
 
@@ -25,19 +23,27 @@ _S_iqi = struct.Struct(">iqi")
 _S_iqqi = struct.Struct(">iqqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReplicaState:
+class ReplicaState(Struct):
     _SCHEMA = (
         ("replica_id", "int32", (15, 32767), None),
         ("replica_epoch", "int64", (15, 32767), None),
     )
 
-    replica_id: int = -1
-    replica_epoch: int = -1
+    __slots__ = ("replica_id", "replica_epoch")
+
+    def __init__(self, *, replica_id: int = -1, replica_epoch: int = -1) -> None:
+        self.replica_id = replica_id
+        self.replica_epoch = replica_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.replica_id, self.replica_epoch) == (other.replica_id, other.replica_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FetchPartition:
+class FetchPartition(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("current_leader_epoch", "int32", (9, 32767), None),
@@ -48,42 +54,69 @@ class FetchPartition:
         ("replica_directory_id", "uuid", (17, 32767), None),
     )
 
-    partition: int = 0
-    current_leader_epoch: int = -1
-    fetch_offset: int = 0
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1
-    partition_max_bytes: int = 0
-    replica_directory_id: uuid.UUID = ZERO_UUID
+    __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset", "partition_max_bytes", "replica_directory_id")
+
+    def __init__(self, *, partition: int = 0, current_leader_epoch: int = -1, fetch_offset: int = 0, last_fetched_epoch: int = -1, log_start_offset: int = -1, partition_max_bytes: int = 0, replica_directory_id: uuid.UUID = ZERO_UUID) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.fetch_offset = fetch_offset
+        self.last_fetched_epoch = last_fetched_epoch
+        self.log_start_offset = log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+        self.replica_directory_id = replica_directory_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.current_leader_epoch, self.fetch_offset, self.last_fetched_epoch, self.log_start_offset, self.partition_max_bytes, self.replica_directory_id) == (other.partition, other.current_leader_epoch, other.fetch_offset, other.last_fetched_epoch, other.log_start_offset, other.partition_max_bytes, other.replica_directory_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FetchTopic:
+class FetchTopic(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 12), None),
         ("topic_id", "uuid", (13, 32767), None),
         ("partitions", "[]FetchPartition", (0, 32767), None),
     )
 
-    topic: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[FetchPartition] = attrs.Factory(list)
+    __slots__ = ("topic", "topic_id", "partitions")
+
+    def __init__(self, *, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[FetchPartition] = DEFAULT) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.topic_id, self.partitions) == (other.topic, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ForgottenTopic:
+class ForgottenTopic(Struct):
     _SCHEMA = (
         ("topic", "string", (7, 12), None),
         ("topic_id", "uuid", (13, 32767), None),
         ("partitions", "[]int32", (7, 32767), None),
     )
 
-    topic: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "topic_id", "partitions")
+
+    def __init__(self, *, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.topic_id, self.partitions) == (other.topic, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class FetchRequest(Message):
     """FetchRequest: Kafka request, versions 0-17, flexible from 12."""
 
@@ -107,18 +140,28 @@ class FetchRequest(Message):
         ("rack_id", "string", (11, 32767), None),
     )
 
-    cluster_id: str | None = None
-    replica_id: int = -1
-    replica_state: ReplicaState = attrs.Factory(ReplicaState)
-    max_wait_ms: int = 0
-    min_bytes: int = 0
-    max_bytes: int = 2147483647
-    isolation_level: int = 0
-    session_id: int = 0
-    session_epoch: int = -1
-    topics: list[FetchTopic] = attrs.Factory(list)
-    forgotten_topics_data: list[ForgottenTopic] = attrs.Factory(list)
-    rack_id: str = ""
+    __slots__ = ("cluster_id", "replica_id", "replica_state", "max_wait_ms", "min_bytes", "max_bytes", "isolation_level", "session_id", "session_epoch", "topics", "forgotten_topics_data", "rack_id")
+
+    def __init__(self, *, cluster_id: str | None = None, replica_id: int = -1, replica_state: ReplicaState = DEFAULT, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, isolation_level: int = 0, session_id: int = 0, session_epoch: int = -1, topics: list[FetchTopic] = DEFAULT, forgotten_topics_data: list[ForgottenTopic] = DEFAULT, rack_id: str = "") -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self.replica_state = ReplicaState() if replica_state is DEFAULT else replica_state
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.isolation_level = isolation_level
+        self.session_id = session_id
+        self.session_epoch = session_epoch
+        self.topics = [] if topics is DEFAULT else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
+        self.rack_id = rack_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.cluster_id, self.replica_id, self.replica_state, self.max_wait_ms, self.min_bytes, self.max_bytes, self.isolation_level, self.session_id, self.session_epoch, self.topics, self.forgotten_topics_data, self.rack_id) == (other.cluster_id, other.replica_id, other.replica_state, other.max_wait_ms, other.min_bytes, other.max_bytes, other.isolation_level, other.session_id, other.session_epoch, other.topics, other.forgotten_topics_data, other.rack_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 _DEFAULT_ReplicaState = ReplicaState()

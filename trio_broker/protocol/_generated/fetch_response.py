@@ -7,10 +7,8 @@ import struct
 import uuid
 from typing import Any
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["EpochEndOffset", "LeaderIdAndEpoch", "SnapshotId", "AbortedTransaction", "PartitionData", "FetchableTopicResponse", "NodeEndpoint", "FetchResponse"]
 
@@ -25,52 +23,87 @@ _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EpochEndOffset:
+class EpochEndOffset(Struct):
     _SCHEMA = (
         ("epoch", "int32", (12, 32767), None),
         ("end_offset", "int64", (12, 32767), None),
     )
 
-    epoch: int = -1
-    end_offset: int = -1
+    __slots__ = ("epoch", "end_offset")
+
+    def __init__(self, *, epoch: int = -1, end_offset: int = -1) -> None:
+        self.epoch = epoch
+        self.end_offset = end_offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.epoch, self.end_offset) == (other.epoch, other.end_offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderIdAndEpoch:
+class LeaderIdAndEpoch(Struct):
     _SCHEMA = (
         ("leader_id", "int32", (12, 32767), None),
         ("leader_epoch", "int32", (12, 32767), None),
     )
 
-    leader_id: int = -1
-    leader_epoch: int = -1
+    __slots__ = ("leader_id", "leader_epoch")
+
+    def __init__(self, *, leader_id: int = -1, leader_epoch: int = -1) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.leader_id, self.leader_epoch) == (other.leader_id, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class SnapshotId:
+class SnapshotId(Struct):
     _SCHEMA = (
         ("end_offset", "int64", (0, 32767), None),
         ("epoch", "int32", (0, 32767), None),
     )
 
-    end_offset: int = -1
-    epoch: int = -1
+    __slots__ = ("end_offset", "epoch")
+
+    def __init__(self, *, end_offset: int = -1, epoch: int = -1) -> None:
+        self.end_offset = end_offset
+        self.epoch = epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.end_offset, self.epoch) == (other.end_offset, other.epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AbortedTransaction:
+class AbortedTransaction(Struct):
     _SCHEMA = (
         ("producer_id", "int64", (4, 32767), None),
         ("first_offset", "int64", (4, 32767), None),
     )
 
-    producer_id: int = 0
-    first_offset: int = 0
+    __slots__ = ("producer_id", "first_offset")
+
+    def __init__(self, *, producer_id: int = 0, first_offset: int = 0) -> None:
+        self.producer_id = producer_id
+        self.first_offset = first_offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.producer_id, self.first_offset) == (other.producer_id, other.first_offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -85,34 +118,52 @@ class PartitionData:
         ("records", "records", (0, 32767), (0, 32767)),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    high_watermark: int = 0
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    diverging_epoch: EpochEndOffset = attrs.Factory(EpochEndOffset)
-    current_leader: LeaderIdAndEpoch = attrs.Factory(LeaderIdAndEpoch)
-    snapshot_id: SnapshotId = attrs.Factory(SnapshotId)
-    aborted_transactions: list[AbortedTransaction] | None = attrs.Factory(list)
-    preferred_read_replica: int = -1
-    records: Any = None
+    __slots__ = ("partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset", "diverging_epoch", "current_leader", "snapshot_id", "aborted_transactions", "preferred_read_replica", "records")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, high_watermark: int = 0, last_stable_offset: int = -1, log_start_offset: int = -1, diverging_epoch: EpochEndOffset = DEFAULT, current_leader: LeaderIdAndEpoch = DEFAULT, snapshot_id: SnapshotId = DEFAULT, aborted_transactions: list[AbortedTransaction] | None = DEFAULT, preferred_read_replica: int = -1, records: Any = None) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.log_start_offset = log_start_offset
+        self.diverging_epoch = EpochEndOffset() if diverging_epoch is DEFAULT else diverging_epoch
+        self.current_leader = LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+        self.snapshot_id = SnapshotId() if snapshot_id is DEFAULT else snapshot_id
+        self.aborted_transactions = [] if aborted_transactions is DEFAULT else aborted_transactions
+        self.preferred_read_replica = preferred_read_replica
+        self.records = records
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.high_watermark, self.last_stable_offset, self.log_start_offset, self.diverging_epoch, self.current_leader, self.snapshot_id, self.aborted_transactions, self.preferred_read_replica, self.records) == (other.partition_index, other.error_code, other.high_watermark, other.last_stable_offset, other.log_start_offset, other.diverging_epoch, other.current_leader, other.snapshot_id, other.aborted_transactions, other.preferred_read_replica, other.records)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FetchableTopicResponse:
+class FetchableTopicResponse(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 12), None),
         ("topic_id", "uuid", (13, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic", "topic_id", "partitions")
+
+    def __init__(self, *, topic: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic = topic
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.topic_id, self.partitions) == (other.topic, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class NodeEndpoint:
+class NodeEndpoint(Struct):
     _SCHEMA = (
         ("node_id", "int32", (16, 32767), None),
         ("host", "string", (16, 32767), None),
@@ -120,13 +171,22 @@ class NodeEndpoint:
         ("rack", "string", (16, 32767), (16, 32767)),
     )
 
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    rack: str | None = None
+    __slots__ = ("node_id", "host", "port", "rack")
+
+    def __init__(self, *, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.node_id, self.host, self.port, self.rack) == (other.node_id, other.host, other.port, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class FetchResponse(Message):
     """FetchResponse: Kafka response, versions 0-17, flexible from 12."""
 
@@ -143,11 +203,21 @@ class FetchResponse(Message):
         ("node_endpoints", "[]NodeEndpoint", (16, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    session_id: int = 0
-    responses: list[FetchableTopicResponse] = attrs.Factory(list)
-    node_endpoints: list[NodeEndpoint] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "session_id", "responses", "node_endpoints")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, session_id: int = 0, responses: list[FetchableTopicResponse] = DEFAULT, node_endpoints: list[NodeEndpoint] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.session_id = session_id
+        self.responses = [] if responses is DEFAULT else responses
+        self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.session_id, self.responses, self.node_endpoints) == (other.throttle_time_ms, other.error_code, other.session_id, other.responses, other.node_endpoints)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 _DEFAULT_EpochEndOffset = EpochEndOffset()

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["FindCoordinatorRequest"]
 
 _S_b = struct.Struct(">b")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class FindCoordinatorRequest(Message):
     """FindCoordinatorRequest: Kafka request, versions 0-6, flexible from 3."""
 
@@ -30,9 +27,19 @@ class FindCoordinatorRequest(Message):
         ("coordinator_keys", "[]string", (4, 32767), None),
     )
 
-    key: str = ""
-    key_type: int = 0
-    coordinator_keys: list[str] = attrs.Factory(list)
+    __slots__ = ("key", "key_type", "coordinator_keys")
+
+    def __init__(self, *, key: str = "", key_type: int = 0, coordinator_keys: list[str] = DEFAULT) -> None:
+        self.key = key
+        self.key_type = key_type
+        self.coordinator_keys = [] if coordinator_keys is DEFAULT else coordinator_keys
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.key, self.key_type, self.coordinator_keys) == (other.key, other.key_type, other.coordinator_keys)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_FindCoordinatorRequest_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["Coordinator", "FindCoordinatorResponse"]
 
@@ -17,8 +15,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Coordinator:
+class Coordinator(Struct):
     _SCHEMA = (
         ("key", "string", (4, 32767), None),
         ("node_id", "int32", (4, 32767), None),
@@ -28,15 +25,24 @@ class Coordinator:
         ("error_message", "string", (4, 32767), (4, 32767)),
     )
 
-    key: str = ""
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("key", "node_id", "host", "port", "error_code", "error_message")
+
+    def __init__(self, *, key: str = "", node_id: int = 0, host: str = "", port: int = 0, error_code: int = 0, error_message: str | None = "") -> None:
+        self.key = key
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.key, self.node_id, self.host, self.port, self.error_code, self.error_message) == (other.key, other.node_id, other.host, other.port, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class FindCoordinatorResponse(Message):
     """FindCoordinatorResponse: Kafka response, versions 0-6, flexible from 3."""
 
@@ -55,13 +61,23 @@ class FindCoordinatorResponse(Message):
         ("coordinators", "[]Coordinator", (4, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    coordinators: list[Coordinator] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "node_id", "host", "port", "coordinators")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", node_id: int = 0, host: str = "", port: int = 0, coordinators: list[Coordinator] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.coordinators = [] if coordinators is DEFAULT else coordinators
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.node_id, self.host, self.port, self.coordinators) == (other.throttle_time_ms, other.error_code, other.error_message, other.node_id, other.host, other.port, other.coordinators)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_FindCoordinatorResponse_v0(o, buf, regions, _pk_hi=_S_hi.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -6,8 +6,6 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
 from trio_broker.protocol.primitives import ZERO_UUID, Message
 
@@ -15,7 +13,6 @@ __all__ = ["GetTelemetrySubscriptionsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class GetTelemetrySubscriptionsRequest(Message):
     """GetTelemetrySubscriptionsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -28,7 +25,17 @@ class GetTelemetrySubscriptionsRequest(Message):
         ("client_instance_id", "uuid", (0, 32767), None),
     )
 
-    client_instance_id: uuid.UUID = ZERO_UUID
+    __slots__ = ("client_instance_id",)
+
+    def __init__(self, *, client_instance_id: uuid.UUID = ZERO_UUID) -> None:
+        self.client_instance_id = client_instance_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.client_instance_id == other.client_instance_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_GetTelemetrySubscriptionsRequest_v0(o, buf, regions):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message
 
 __all__ = ["GetTelemetrySubscriptionsResponse"]
 
@@ -18,7 +16,6 @@ _S_ih = struct.Struct(">ih")
 _S_iio = struct.Struct(">ii?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class GetTelemetrySubscriptionsResponse(Message):
     """GetTelemetrySubscriptionsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -39,15 +36,25 @@ class GetTelemetrySubscriptionsResponse(Message):
         ("requested_metrics", "[]string", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    client_instance_id: uuid.UUID = ZERO_UUID
-    subscription_id: int = 0
-    accepted_compression_types: list[int] = attrs.Factory(list)
-    push_interval_ms: int = 0
-    telemetry_max_bytes: int = 0
-    delta_temporality: bool = False
-    requested_metrics: list[str] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "client_instance_id", "subscription_id", "accepted_compression_types", "push_interval_ms", "telemetry_max_bytes", "delta_temporality", "requested_metrics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, client_instance_id: uuid.UUID = ZERO_UUID, subscription_id: int = 0, accepted_compression_types: list[int] = DEFAULT, push_interval_ms: int = 0, telemetry_max_bytes: int = 0, delta_temporality: bool = False, requested_metrics: list[str] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.accepted_compression_types = [] if accepted_compression_types is DEFAULT else accepted_compression_types
+        self.push_interval_ms = push_interval_ms
+        self.telemetry_max_bytes = telemetry_max_bytes
+        self.delta_temporality = delta_temporality
+        self.requested_metrics = [] if requested_metrics is DEFAULT else requested_metrics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.client_instance_id, self.subscription_id, self.accepted_compression_types, self.push_interval_ms, self.telemetry_max_bytes, self.delta_temporality, self.requested_metrics) == (other.throttle_time_ms, other.error_code, other.client_instance_id, other.subscription_id, other.accepted_compression_types, other.push_interval_ms, other.telemetry_max_bytes, other.delta_temporality, other.requested_metrics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_GetTelemetrySubscriptionsResponse_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _pk_iio=_S_iio.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

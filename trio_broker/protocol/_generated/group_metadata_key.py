@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["GroupMetadataKey"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class GroupMetadataKey(Message):
     """GroupMetadataKey: Kafka data, versions 2-2, never flexible."""
 
@@ -27,7 +24,17 @@ class GroupMetadataKey(Message):
         ("group", "string", (2, 2), None),
     )
 
-    group: str = ""
+    __slots__ = ("group",)
+
+    def __init__(self, *, group: str = "") -> None:
+        self.group = group
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.group == other.group  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_GroupMetadataKey_v2(o, buf, regions, _write_string=_p.write_string):

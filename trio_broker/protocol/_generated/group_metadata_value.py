@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["MemberMetadata", "GroupMetadataValue"]
 
@@ -17,8 +15,7 @@ _S_ii = struct.Struct(">ii")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MemberMetadata:
+class MemberMetadata(Struct):
     _SCHEMA = (
         ("member_id", "string", (0, 32767), None),
         ("group_instance_id", "string", (3, 32767), (3, 32767)),
@@ -30,17 +27,26 @@ class MemberMetadata:
         ("assignment", "bytes", (0, 32767), None),
     )
 
-    member_id: str = ""
-    group_instance_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout: int = -1
-    session_timeout: int = 0
-    subscription: bytes = b""
-    assignment: bytes = b""
+    __slots__ = ("member_id", "group_instance_id", "client_id", "client_host", "rebalance_timeout", "session_timeout", "subscription", "assignment")
+
+    def __init__(self, *, member_id: str = "", group_instance_id: str | None = None, client_id: str = "", client_host: str = "", rebalance_timeout: int = -1, session_timeout: int = 0, subscription: bytes = b"", assignment: bytes = b"") -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.rebalance_timeout = rebalance_timeout
+        self.session_timeout = session_timeout
+        self.subscription = subscription
+        self.assignment = assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.group_instance_id, self.client_id, self.client_host, self.rebalance_timeout, self.session_timeout, self.subscription, self.assignment) == (other.member_id, other.group_instance_id, other.client_id, other.client_host, other.rebalance_timeout, other.session_timeout, other.subscription, other.assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class GroupMetadataValue(Message):
     """GroupMetadataValue: Kafka data, versions 0-4, flexible from 4."""
 
@@ -58,12 +64,22 @@ class GroupMetadataValue(Message):
         ("members", "[]MemberMetadata", (0, 32767), None),
     )
 
-    protocol_type: str = ""
-    generation: int = 0
-    protocol: str | None = ""
-    leader: str | None = ""
-    current_state_timestamp: int = -1
-    members: list[MemberMetadata] = attrs.Factory(list)
+    __slots__ = ("protocol_type", "generation", "protocol", "leader", "current_state_timestamp", "members")
+
+    def __init__(self, *, protocol_type: str = "", generation: int = 0, protocol: str | None = "", leader: str | None = "", current_state_timestamp: int = -1, members: list[MemberMetadata] = DEFAULT) -> None:
+        self.protocol_type = protocol_type
+        self.generation = generation
+        self.protocol = protocol
+        self.leader = leader
+        self.current_state_timestamp = current_state_timestamp
+        self.members = [] if members is DEFAULT else members
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.protocol_type, self.generation, self.protocol, self.leader, self.current_state_timestamp, self.members) == (other.protocol_type, other.generation, other.protocol, other.leader, other.current_state_timestamp, other.members)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_MemberMetadata_v0(o, buf, regions, _pk_i=_S_i.pack, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

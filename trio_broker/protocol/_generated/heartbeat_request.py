@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["HeartbeatRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class HeartbeatRequest(Message):
     """HeartbeatRequest: Kafka request, versions 0-4, flexible from 4."""
 
@@ -31,10 +28,20 @@ class HeartbeatRequest(Message):
         ("group_instance_id", "string", (3, 32767), (3, 32767)),
     )
 
-    group_id: str = ""
-    generation_id: int = 0
-    member_id: str = ""
-    group_instance_id: str | None = None
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id")
+
+    def __init__(self, *, group_id: str = "", generation_id: int = 0, member_id: str = "", group_instance_id: str | None = None) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.generation_id, self.member_id, self.group_instance_id) == (other.group_id, other.generation_id, other.member_id, other.group_instance_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_HeartbeatRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AlterableConfig", "AlterConfigsResource", "IncrementalAlterConfigsRequest"]
 
@@ -16,33 +14,50 @@ _S_b = struct.Struct(">b")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterableConfig:
+class AlterableConfig(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("config_operation", "int8", (0, 32767), None),
         ("value", "string", (0, 32767), (0, 32767)),
     )
 
-    name: str = ""
-    config_operation: int = 0
-    value: str | None = ""
+    __slots__ = ("name", "config_operation", "value")
+
+    def __init__(self, *, name: str = "", config_operation: int = 0, value: str | None = "") -> None:
+        self.name = name
+        self.config_operation = config_operation
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.config_operation, self.value) == (other.name, other.config_operation, other.value)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterConfigsResource:
+class AlterConfigsResource(Struct):
     _SCHEMA = (
         ("resource_type", "int8", (0, 32767), None),
         ("resource_name", "string", (0, 32767), None),
         ("configs", "[]AlterableConfig", (0, 32767), None),
     )
 
-    resource_type: int = 0
-    resource_name: str = ""
-    configs: list[AlterableConfig] = attrs.Factory(list)
+    __slots__ = ("resource_type", "resource_name", "configs")
+
+    def __init__(self, *, resource_type: int = 0, resource_name: str = "", configs: list[AlterableConfig] = DEFAULT) -> None:
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+        self.configs = [] if configs is DEFAULT else configs
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resource_type, self.resource_name, self.configs) == (other.resource_type, other.resource_name, other.configs)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class IncrementalAlterConfigsRequest(Message):
     """IncrementalAlterConfigsRequest: Kafka request, versions 0-1, flexible from 1."""
 
@@ -56,8 +71,18 @@ class IncrementalAlterConfigsRequest(Message):
         ("validate_only", "bool", (0, 32767), None),
     )
 
-    resources: list[AlterConfigsResource] = attrs.Factory(list)
-    validate_only: bool = False
+    __slots__ = ("resources", "validate_only")
+
+    def __init__(self, *, resources: list[AlterConfigsResource] = DEFAULT, validate_only: bool = False) -> None:
+        self.resources = [] if resources is DEFAULT else resources
+        self.validate_only = validate_only
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.resources, self.validate_only) == (other.resources, other.validate_only)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AlterableConfig_v0(o, buf, regions, _pk_b=_S_b.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AlterConfigsResourceResponse", "IncrementalAlterConfigsResponse"]
 
@@ -17,8 +15,7 @@ _S_h = struct.Struct(">h")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AlterConfigsResourceResponse:
+class AlterConfigsResourceResponse(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
@@ -26,13 +23,22 @@ class AlterConfigsResourceResponse:
         ("resource_name", "string", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    resource_type: int = 0
-    resource_name: str = ""
+    __slots__ = ("error_code", "error_message", "resource_type", "resource_name")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", resource_type: int = 0, resource_name: str = "") -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.resource_type = resource_type
+        self.resource_name = resource_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.resource_type, self.resource_name) == (other.error_code, other.error_message, other.resource_type, other.resource_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class IncrementalAlterConfigsResponse(Message):
     """IncrementalAlterConfigsResponse: Kafka response, versions 0-1, flexible from 1."""
 
@@ -46,8 +52,18 @@ class IncrementalAlterConfigsResponse(Message):
         ("responses", "[]AlterConfigsResourceResponse", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    responses: list[AlterConfigsResourceResponse] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "responses")
+
+    def __init__(self, *, throttle_time_ms: int = 0, responses: list[AlterConfigsResourceResponse] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.responses = [] if responses is DEFAULT else responses
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.responses) == (other.throttle_time_ms, other.responses)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AlterConfigsResourceResponse_v0(o, buf, regions, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):

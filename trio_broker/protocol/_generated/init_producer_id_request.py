@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["InitProducerIdRequest"]
 
@@ -16,7 +14,6 @@ _S_i = struct.Struct(">i")
 _S_iqh = struct.Struct(">iqh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class InitProducerIdRequest(Message):
     """InitProducerIdRequest: Kafka request, versions 0-5, flexible from 2."""
 
@@ -32,10 +29,20 @@ class InitProducerIdRequest(Message):
         ("producer_epoch", "int16", (3, 32767), None),
     )
 
-    transactional_id: str | None = ""
-    transaction_timeout_ms: int = 0
-    producer_id: int = -1
-    producer_epoch: int = -1
+    __slots__ = ("transactional_id", "transaction_timeout_ms", "producer_id", "producer_epoch")
+
+    def __init__(self, *, transactional_id: str | None = "", transaction_timeout_ms: int = 0, producer_id: int = -1, producer_epoch: int = -1) -> None:
+        self.transactional_id = transactional_id
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.transaction_timeout_ms, self.producer_id, self.producer_epoch) == (other.transactional_id, other.transaction_timeout_ms, other.producer_id, other.producer_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_InitProducerIdRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):

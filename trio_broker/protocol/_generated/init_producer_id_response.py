@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["InitProducerIdResponse"]
 
 _S_ihqh = struct.Struct(">ihqh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class InitProducerIdResponse(Message):
     """InitProducerIdResponse: Kafka response, versions 0-5, flexible from 2."""
 
@@ -31,10 +28,20 @@ class InitProducerIdResponse(Message):
         ("producer_epoch", "int16", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    producer_id: int = -1
-    producer_epoch: int = 0
+    __slots__ = ("throttle_time_ms", "error_code", "producer_id", "producer_epoch")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, producer_id: int = -1, producer_epoch: int = 0) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.producer_id, self.producer_epoch) == (other.throttle_time_ms, other.error_code, other.producer_id, other.producer_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_InitProducerIdResponse_v0(o, buf, regions, _pk_ihqh=_S_ihqh.pack):

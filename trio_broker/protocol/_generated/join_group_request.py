@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["JoinGroupRequestProtocol", "JoinGroupRequest"]
 
@@ -16,18 +14,26 @@ _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class JoinGroupRequestProtocol:
+class JoinGroupRequestProtocol(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("metadata", "bytes", (0, 32767), None),
     )
 
-    name: str = ""
-    metadata: bytes = b""
+    __slots__ = ("name", "metadata")
+
+    def __init__(self, *, name: str = "", metadata: bytes = b"") -> None:
+        self.name = name
+        self.metadata = metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.metadata) == (other.name, other.metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class JoinGroupRequest(Message):
     """JoinGroupRequest: Kafka request, versions 0-9, flexible from 6."""
 
@@ -47,14 +53,24 @@ class JoinGroupRequest(Message):
         ("reason", "string", (8, 32767), (8, 32767)),
     )
 
-    group_id: str = ""
-    session_timeout_ms: int = 0
-    rebalance_timeout_ms: int = -1
-    member_id: str = ""
-    group_instance_id: str | None = None
-    protocol_type: str = ""
-    protocols: list[JoinGroupRequestProtocol] = attrs.Factory(list)
-    reason: str | None = None
+    __slots__ = ("group_id", "session_timeout_ms", "rebalance_timeout_ms", "member_id", "group_instance_id", "protocol_type", "protocols", "reason")
+
+    def __init__(self, *, group_id: str = "", session_timeout_ms: int = 0, rebalance_timeout_ms: int = -1, member_id: str = "", group_instance_id: str | None = None, protocol_type: str = "", protocols: list[JoinGroupRequestProtocol] = DEFAULT, reason: str | None = None) -> None:
+        self.group_id = group_id
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocols = [] if protocols is DEFAULT else protocols
+        self.reason = reason
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.session_timeout_ms, self.rebalance_timeout_ms, self.member_id, self.group_instance_id, self.protocol_type, self.protocols, self.reason) == (other.group_id, other.session_timeout_ms, other.rebalance_timeout_ms, other.member_id, other.group_instance_id, other.protocol_type, other.protocols, other.reason)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_JoinGroupRequestProtocol_v0(o, buf, regions, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["JoinGroupResponseMember", "JoinGroupResponse"]
 
@@ -17,20 +15,28 @@ _S_ihi = struct.Struct(">ihi")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class JoinGroupResponseMember:
+class JoinGroupResponseMember(Struct):
     _SCHEMA = (
         ("member_id", "string", (0, 32767), None),
         ("group_instance_id", "string", (5, 32767), (5, 32767)),
         ("metadata", "bytes", (0, 32767), None),
     )
 
-    member_id: str = ""
-    group_instance_id: str | None = None
-    metadata: bytes = b""
+    __slots__ = ("member_id", "group_instance_id", "metadata")
+
+    def __init__(self, *, member_id: str = "", group_instance_id: str | None = None, metadata: bytes = b"") -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.metadata = metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.group_instance_id, self.metadata) == (other.member_id, other.group_instance_id, other.metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class JoinGroupResponse(Message):
     """JoinGroupResponse: Kafka response, versions 0-9, flexible from 6."""
 
@@ -51,15 +57,25 @@ class JoinGroupResponse(Message):
         ("members", "[]JoinGroupResponseMember", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = ""
-    leader: str = ""
-    skip_assignment: bool = False
-    member_id: str = ""
-    members: list[JoinGroupResponseMember] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "generation_id", "protocol_type", "protocol_name", "leader", "skip_assignment", "member_id", "members")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, generation_id: int = -1, protocol_type: str | None = None, protocol_name: str | None = "", leader: str = "", skip_assignment: bool = False, member_id: str = "", members: list[JoinGroupResponseMember] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.generation_id = generation_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.leader = leader
+        self.skip_assignment = skip_assignment
+        self.member_id = member_id
+        self.members = [] if members is DEFAULT else members
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.generation_id, self.protocol_type, self.protocol_name, self.leader, self.skip_assignment, self.member_id, self.members) == (other.throttle_time_ms, other.error_code, other.generation_id, other.protocol_type, other.protocol_name, other.leader, other.skip_assignment, other.member_id, other.members)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_JoinGroupResponseMember_v0(o, buf, regions, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["LeaderAndIsrPartitionState", "LeaderAndIsrTopicState", "LeaderAndIsrLiveLeader", "LeaderAndIsrRequest"]
 
@@ -23,8 +21,7 @@ _S_o = struct.Struct(">?")
 _S_ob = struct.Struct(">?b")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderAndIsrPartitionState:
+class LeaderAndIsrPartitionState(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 1), None),
         ("partition_index", "int32", (0, 32767), None),
@@ -40,47 +37,74 @@ class LeaderAndIsrPartitionState:
         ("leader_recovery_state", "int8", (6, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
-    controller_epoch: int = 0
-    leader: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = attrs.Factory(list)
-    partition_epoch: int = 0
-    replicas: list[int] = attrs.Factory(list)
-    adding_replicas: list[int] = attrs.Factory(list)
-    removing_replicas: list[int] = attrs.Factory(list)
-    is_new: bool = False
-    leader_recovery_state: int = 0
+    __slots__ = ("topic_name", "partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "partition_epoch", "replicas", "adding_replicas", "removing_replicas", "is_new", "leader_recovery_state")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0, controller_epoch: int = 0, leader: int = 0, leader_epoch: int = 0, isr: list[int] = DEFAULT, partition_epoch: int = 0, replicas: list[int] = DEFAULT, adding_replicas: list[int] = DEFAULT, removing_replicas: list[int] = DEFAULT, is_new: bool = False, leader_recovery_state: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.partition_epoch = partition_epoch
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
+        self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
+        self.is_new = is_new
+        self.leader_recovery_state = leader_recovery_state
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index, self.controller_epoch, self.leader, self.leader_epoch, self.isr, self.partition_epoch, self.replicas, self.adding_replicas, self.removing_replicas, self.is_new, self.leader_recovery_state) == (other.topic_name, other.partition_index, other.controller_epoch, other.leader, other.leader_epoch, other.isr, other.partition_epoch, other.replicas, other.adding_replicas, other.removing_replicas, other.is_new, other.leader_recovery_state)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderAndIsrTopicState:
+class LeaderAndIsrTopicState(Struct):
     _SCHEMA = (
         ("topic_name", "string", (2, 32767), None),
         ("topic_id", "uuid", (5, 32767), None),
         ("partition_states", "[]LeaderAndIsrPartitionState", (2, 32767), None),
     )
 
-    topic_name: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_states: list[LeaderAndIsrPartitionState] = attrs.Factory(list)
+    __slots__ = ("topic_name", "topic_id", "partition_states")
+
+    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, partition_states: list[LeaderAndIsrPartitionState] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.topic_id, self.partition_states) == (other.topic_name, other.topic_id, other.partition_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderAndIsrLiveLeader:
+class LeaderAndIsrLiveLeader(Struct):
     _SCHEMA = (
         ("broker_id", "int32", (0, 32767), None),
         ("host_name", "string", (0, 32767), None),
         ("port", "int32", (0, 32767), None),
     )
 
-    broker_id: int = 0
-    host_name: str = ""
-    port: int = 0
+    __slots__ = ("broker_id", "host_name", "port")
+
+    def __init__(self, *, broker_id: int = 0, host_name: str = "", port: int = 0) -> None:
+        self.broker_id = broker_id
+        self.host_name = host_name
+        self.port = port
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.broker_id, self.host_name, self.port) == (other.broker_id, other.host_name, other.port)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class LeaderAndIsrRequest(Message):
     """LeaderAndIsrRequest: Kafka request, versions 0-7, flexible from 4."""
 
@@ -100,14 +124,24 @@ class LeaderAndIsrRequest(Message):
         ("live_leaders", "[]LeaderAndIsrLiveLeader", (0, 32767), None),
     )
 
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    type: int = 0
-    ungrouped_partition_states: list[LeaderAndIsrPartitionState] = attrs.Factory(list)
-    topic_states: list[LeaderAndIsrTopicState] = attrs.Factory(list)
-    live_leaders: list[LeaderAndIsrLiveLeader] = attrs.Factory(list)
+    __slots__ = ("controller_id", "is_k_raft_controller", "controller_epoch", "broker_epoch", "type", "ungrouped_partition_states", "topic_states", "live_leaders")
+
+    def __init__(self, *, controller_id: int = 0, is_k_raft_controller: bool = False, controller_epoch: int = 0, broker_epoch: int = -1, type: int = 0, ungrouped_partition_states: list[LeaderAndIsrPartitionState] = DEFAULT, topic_states: list[LeaderAndIsrTopicState] = DEFAULT, live_leaders: list[LeaderAndIsrLiveLeader] = DEFAULT) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.type = type
+        self.ungrouped_partition_states = [] if ungrouped_partition_states is DEFAULT else ungrouped_partition_states
+        self.topic_states = [] if topic_states is DEFAULT else topic_states
+        self.live_leaders = [] if live_leaders is DEFAULT else live_leaders
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.type, self.ungrouped_partition_states, self.topic_states, self.live_leaders) == (other.controller_id, other.is_k_raft_controller, other.controller_epoch, other.broker_epoch, other.type, other.ungrouped_partition_states, other.topic_states, other.live_leaders)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_LeaderAndIsrPartitionState_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["LeaderAndIsrPartitionError", "LeaderAndIsrTopicError", "LeaderAndIsrResponse"]
 
@@ -17,31 +15,48 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderAndIsrPartitionError:
+class LeaderAndIsrPartitionError(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 4), None),
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
-    error_code: int = 0
+    __slots__ = ("topic_name", "partition_index", "error_code")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0, error_code: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index, self.error_code) == (other.topic_name, other.partition_index, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderAndIsrTopicError:
+class LeaderAndIsrTopicError(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (5, 32767), None),
         ("partition_errors", "[]LeaderAndIsrPartitionError", (5, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_errors: list[LeaderAndIsrPartitionError] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partition_errors")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partition_errors: list[LeaderAndIsrPartitionError] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partition_errors = [] if partition_errors is DEFAULT else partition_errors
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partition_errors) == (other.topic_id, other.partition_errors)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class LeaderAndIsrResponse(Message):
     """LeaderAndIsrResponse: Kafka response, versions 0-7, flexible from 4."""
 
@@ -56,9 +71,19 @@ class LeaderAndIsrResponse(Message):
         ("topics", "[]LeaderAndIsrTopicError", (5, 32767), None),
     )
 
-    error_code: int = 0
-    partition_errors: list[LeaderAndIsrPartitionError] = attrs.Factory(list)
-    topics: list[LeaderAndIsrTopicError] = attrs.Factory(list)
+    __slots__ = ("error_code", "partition_errors", "topics")
+
+    def __init__(self, *, error_code: int = 0, partition_errors: list[LeaderAndIsrPartitionError] = DEFAULT, topics: list[LeaderAndIsrTopicError] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is DEFAULT else partition_errors
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.partition_errors, self.topics) == (other.error_code, other.partition_errors, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_LeaderAndIsrPartitionError_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_string=_p.write_string):

@@ -5,29 +5,35 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["MemberIdentity", "LeaveGroupRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MemberIdentity:
+class MemberIdentity(Struct):
     _SCHEMA = (
         ("member_id", "string", (3, 32767), None),
         ("group_instance_id", "string", (3, 32767), (3, 32767)),
         ("reason", "string", (5, 32767), (5, 32767)),
     )
 
-    member_id: str = ""
-    group_instance_id: str | None = None
-    reason: str | None = None
+    __slots__ = ("member_id", "group_instance_id", "reason")
+
+    def __init__(self, *, member_id: str = "", group_instance_id: str | None = None, reason: str | None = None) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.reason = reason
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.group_instance_id, self.reason) == (other.member_id, other.group_instance_id, other.reason)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class LeaveGroupRequest(Message):
     """LeaveGroupRequest: Kafka request, versions 0-5, flexible from 4."""
 
@@ -42,9 +48,19 @@ class LeaveGroupRequest(Message):
         ("members", "[]MemberIdentity", (3, 32767), None),
     )
 
-    group_id: str = ""
-    member_id: str = ""
-    members: list[MemberIdentity] = attrs.Factory(list)
+    __slots__ = ("group_id", "member_id", "members")
+
+    def __init__(self, *, group_id: str = "", member_id: str = "", members: list[MemberIdentity] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.members = [] if members is DEFAULT else members
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.members) == (other.group_id, other.member_id, other.members)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_LeaveGroupRequest_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["MemberResponse", "LeaveGroupResponse"]
 
@@ -16,20 +14,28 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MemberResponse:
+class MemberResponse(Struct):
     _SCHEMA = (
         ("member_id", "string", (3, 32767), None),
         ("group_instance_id", "string", (3, 32767), (3, 32767)),
         ("error_code", "int16", (3, 32767), None),
     )
 
-    member_id: str = ""
-    group_instance_id: str | None = ""
-    error_code: int = 0
+    __slots__ = ("member_id", "group_instance_id", "error_code")
+
+    def __init__(self, *, member_id: str = "", group_instance_id: str | None = "", error_code: int = 0) -> None:
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.group_instance_id, self.error_code) == (other.member_id, other.group_instance_id, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class LeaveGroupResponse(Message):
     """LeaveGroupResponse: Kafka response, versions 0-5, flexible from 4."""
 
@@ -44,9 +50,19 @@ class LeaveGroupResponse(Message):
         ("members", "[]MemberResponse", (3, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    members: list[MemberResponse] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "members")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, members: list[MemberResponse] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.members = [] if members is DEFAULT else members
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.members) == (other.throttle_time_ms, other.error_code, other.members)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_LeaveGroupResponse_v0(o, buf, regions, _pk_h=_S_h.pack):

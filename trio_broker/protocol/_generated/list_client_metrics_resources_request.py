@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ListClientMetricsResourcesRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListClientMetricsResourcesRequest(Message):
     """ListClientMetricsResourcesRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -25,6 +22,17 @@ class ListClientMetricsResourcesRequest(Message):
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = ()
 
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        pass
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListClientMetricsResourcesRequest_v0(o, buf, regions):

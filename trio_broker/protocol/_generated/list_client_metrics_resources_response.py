@@ -5,26 +5,32 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ClientMetricsResource", "ListClientMetricsResourcesResponse"]
 
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ClientMetricsResource:
+class ClientMetricsResource(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
     )
 
-    name: str = ""
+    __slots__ = ("name",)
+
+    def __init__(self, *, name: str = "") -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.name == other.name  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListClientMetricsResourcesResponse(Message):
     """ListClientMetricsResourcesResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -39,9 +45,19 @@ class ListClientMetricsResourcesResponse(Message):
         ("client_metrics_resources", "[]ClientMetricsResource", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    client_metrics_resources: list[ClientMetricsResource] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "client_metrics_resources")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, client_metrics_resources: list[ClientMetricsResource] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.client_metrics_resources = [] if client_metrics_resources is DEFAULT else client_metrics_resources
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.client_metrics_resources) == (other.throttle_time_ms, other.error_code, other.client_metrics_resources)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ClientMetricsResource_v0(o, buf, regions, _write_compact_string=_p.write_compact_string):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["ListGroupsRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListGroupsRequest(Message):
     """ListGroupsRequest: Kafka request, versions 0-5, flexible from 3."""
 
@@ -28,8 +25,18 @@ class ListGroupsRequest(Message):
         ("types_filter", "[]string", (5, 32767), None),
     )
 
-    states_filter: list[str] = attrs.Factory(list)
-    types_filter: list[str] = attrs.Factory(list)
+    __slots__ = ("states_filter", "types_filter")
+
+    def __init__(self, *, states_filter: list[str] = DEFAULT, types_filter: list[str] = DEFAULT) -> None:
+        self.states_filter = [] if states_filter is DEFAULT else states_filter
+        self.types_filter = [] if types_filter is DEFAULT else types_filter
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.states_filter, self.types_filter) == (other.states_filter, other.types_filter)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListGroupsRequest_v0(o, buf, regions):

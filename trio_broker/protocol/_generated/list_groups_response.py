@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ListedGroup", "ListGroupsResponse"]
 
@@ -16,8 +14,7 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListedGroup:
+class ListedGroup(Struct):
     _SCHEMA = (
         ("group_id", "string", (0, 32767), None),
         ("protocol_type", "string", (0, 32767), None),
@@ -25,13 +22,22 @@ class ListedGroup:
         ("group_type", "string", (5, 32767), None),
     )
 
-    group_id: str = ""
-    protocol_type: str = ""
-    group_state: str = ""
-    group_type: str = ""
+    __slots__ = ("group_id", "protocol_type", "group_state", "group_type")
+
+    def __init__(self, *, group_id: str = "", protocol_type: str = "", group_state: str = "", group_type: str = "") -> None:
+        self.group_id = group_id
+        self.protocol_type = protocol_type
+        self.group_state = group_state
+        self.group_type = group_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.protocol_type, self.group_state, self.group_type) == (other.group_id, other.protocol_type, other.group_state, other.group_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListGroupsResponse(Message):
     """ListGroupsResponse: Kafka response, versions 0-5, flexible from 3."""
 
@@ -46,9 +52,19 @@ class ListGroupsResponse(Message):
         ("groups", "[]ListedGroup", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    groups: list[ListedGroup] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "groups")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, groups: list[ListedGroup] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.groups = [] if groups is DEFAULT else groups
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.groups) == (other.throttle_time_ms, other.error_code, other.groups)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListedGroup_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ListOffsetsPartition", "ListOffsetsTopic", "ListOffsetsRequest"]
 
@@ -19,8 +17,7 @@ _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListOffsetsPartition:
+class ListOffsetsPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("current_leader_epoch", "int32", (4, 32767), None),
@@ -28,24 +25,42 @@ class ListOffsetsPartition:
         ("max_num_offsets", "int32", (0, 0), None),
     )
 
-    partition_index: int = 0
-    current_leader_epoch: int = -1
-    timestamp: int = 0
-    max_num_offsets: int = 1
+    __slots__ = ("partition_index", "current_leader_epoch", "timestamp", "max_num_offsets")
+
+    def __init__(self, *, partition_index: int = 0, current_leader_epoch: int = -1, timestamp: int = 0, max_num_offsets: int = 1) -> None:
+        self.partition_index = partition_index
+        self.current_leader_epoch = current_leader_epoch
+        self.timestamp = timestamp
+        self.max_num_offsets = max_num_offsets
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.current_leader_epoch, self.timestamp, self.max_num_offsets) == (other.partition_index, other.current_leader_epoch, other.timestamp, other.max_num_offsets)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListOffsetsTopic:
+class ListOffsetsTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]ListOffsetsPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[ListOffsetsPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[ListOffsetsPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListOffsetsRequest(Message):
     """ListOffsetsRequest: Kafka request, versions 0-9, flexible from 6."""
 
@@ -60,9 +75,19 @@ class ListOffsetsRequest(Message):
         ("topics", "[]ListOffsetsTopic", (0, 32767), None),
     )
 
-    replica_id: int = 0
-    isolation_level: int = 0
-    topics: list[ListOffsetsTopic] = attrs.Factory(list)
+    __slots__ = ("replica_id", "isolation_level", "topics")
+
+    def __init__(self, *, replica_id: int = 0, isolation_level: int = 0, topics: list[ListOffsetsTopic] = DEFAULT) -> None:
+        self.replica_id = replica_id
+        self.isolation_level = isolation_level
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.replica_id, self.isolation_level, self.topics) == (other.replica_id, other.isolation_level, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListOffsetsPartition_v0(o, buf, regions, _pk_iqi=_S_iqi.pack):

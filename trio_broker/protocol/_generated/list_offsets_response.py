@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ListOffsetsPartitionResponse", "ListOffsetsTopicResponse", "ListOffsetsResponse"]
 
@@ -18,8 +16,7 @@ _S_ihqq = struct.Struct(">ihqq")
 _S_ihqqi = struct.Struct(">ihqqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListOffsetsPartitionResponse:
+class ListOffsetsPartitionResponse(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -29,26 +26,44 @@ class ListOffsetsPartitionResponse:
         ("leader_epoch", "int32", (4, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    old_style_offsets: list[int] = attrs.Factory(list)
-    timestamp: int = -1
-    offset: int = -1
-    leader_epoch: int = -1
+    __slots__ = ("partition_index", "error_code", "old_style_offsets", "timestamp", "offset", "leader_epoch")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, old_style_offsets: list[int] = DEFAULT, timestamp: int = -1, offset: int = -1, leader_epoch: int = -1) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.old_style_offsets = [] if old_style_offsets is DEFAULT else old_style_offsets
+        self.timestamp = timestamp
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.old_style_offsets, self.timestamp, self.offset, self.leader_epoch) == (other.partition_index, other.error_code, other.old_style_offsets, other.timestamp, other.offset, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListOffsetsTopicResponse:
+class ListOffsetsTopicResponse(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]ListOffsetsPartitionResponse", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[ListOffsetsPartitionResponse] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[ListOffsetsPartitionResponse] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListOffsetsResponse(Message):
     """ListOffsetsResponse: Kafka response, versions 0-9, flexible from 6."""
 
@@ -62,8 +77,18 @@ class ListOffsetsResponse(Message):
         ("topics", "[]ListOffsetsTopicResponse", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[ListOffsetsTopicResponse] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[ListOffsetsTopicResponse] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListOffsetsPartitionResponse_v0(o, buf, regions, _pack=struct.pack, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len):

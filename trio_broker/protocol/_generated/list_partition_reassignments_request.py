@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["ListPartitionReassignmentsTopics", "ListPartitionReassignmentsRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ListPartitionReassignmentsTopics:
+class ListPartitionReassignmentsTopics(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partition_indexes", "[]int32", (0, 32767), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListPartitionReassignmentsRequest(Message):
     """ListPartitionReassignmentsRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -40,8 +46,18 @@ class ListPartitionReassignmentsRequest(Message):
         ("topics", "[]ListPartitionReassignmentsTopics", (0, 32767), (0, 32767)),
     )
 
-    timeout_ms: int = 60000
-    topics: list[ListPartitionReassignmentsTopics] | None = None
+    __slots__ = ("timeout_ms", "topics")
+
+    def __init__(self, *, timeout_ms: int = 60000, topics: list[ListPartitionReassignmentsTopics] | None = None) -> None:
+        self.timeout_ms = timeout_ms
+        self.topics = topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.timeout_ms, self.topics) == (other.timeout_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListPartitionReassignmentsTopics_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OngoingPartitionReassignment", "OngoingTopicReassignment", "ListPartitionReassignmentsResponse"]
 
@@ -16,8 +14,7 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OngoingPartitionReassignment:
+class OngoingPartitionReassignment(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("replicas", "[]int32", (0, 32767), None),
@@ -25,24 +22,42 @@ class OngoingPartitionReassignment:
         ("removing_replicas", "[]int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    replicas: list[int] = attrs.Factory(list)
-    adding_replicas: list[int] = attrs.Factory(list)
-    removing_replicas: list[int] = attrs.Factory(list)
+    __slots__ = ("partition_index", "replicas", "adding_replicas", "removing_replicas")
+
+    def __init__(self, *, partition_index: int = 0, replicas: list[int] = DEFAULT, adding_replicas: list[int] = DEFAULT, removing_replicas: list[int] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.adding_replicas = [] if adding_replicas is DEFAULT else adding_replicas
+        self.removing_replicas = [] if removing_replicas is DEFAULT else removing_replicas
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.replicas, self.adding_replicas, self.removing_replicas) == (other.partition_index, other.replicas, other.adding_replicas, other.removing_replicas)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OngoingTopicReassignment:
+class OngoingTopicReassignment(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]OngoingPartitionReassignment", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[OngoingPartitionReassignment] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OngoingPartitionReassignment] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListPartitionReassignmentsResponse(Message):
     """ListPartitionReassignmentsResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -58,10 +73,20 @@ class ListPartitionReassignmentsResponse(Message):
         ("topics", "[]OngoingTopicReassignment", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    topics: list[OngoingTopicReassignment] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", topics: list[OngoingTopicReassignment] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.topics) == (other.throttle_time_ms, other.error_code, other.error_message, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OngoingPartitionReassignment_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):

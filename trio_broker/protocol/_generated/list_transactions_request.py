@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["ListTransactionsRequest"]
 
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListTransactionsRequest(Message):
     """ListTransactionsRequest: Kafka request, versions 0-1, flexible from 0."""
 
@@ -30,9 +27,19 @@ class ListTransactionsRequest(Message):
         ("duration_filter", "int64", (1, 32767), None),
     )
 
-    state_filters: list[str] = attrs.Factory(list)
-    producer_id_filters: list[int] = attrs.Factory(list)
-    duration_filter: int = -1
+    __slots__ = ("state_filters", "producer_id_filters", "duration_filter")
+
+    def __init__(self, *, state_filters: list[str] = DEFAULT, producer_id_filters: list[int] = DEFAULT, duration_filter: int = -1) -> None:
+        self.state_filters = [] if state_filters is DEFAULT else state_filters
+        self.producer_id_filters = [] if producer_id_filters is DEFAULT else producer_id_filters
+        self.duration_filter = duration_filter
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.state_filters, self.producer_id_filters, self.duration_filter) == (other.state_filters, other.producer_id_filters, other.duration_filter)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ListTransactionsRequest_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TransactionState", "ListTransactionsResponse"]
 
@@ -16,20 +14,28 @@ _S_ih = struct.Struct(">ih")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TransactionState:
+class TransactionState(Struct):
     _SCHEMA = (
         ("transactional_id", "string", (0, 32767), None),
         ("producer_id", "int64", (0, 32767), None),
         ("transaction_state", "string", (0, 32767), None),
     )
 
-    transactional_id: str = ""
-    producer_id: int = 0
-    transaction_state: str = ""
+    __slots__ = ("transactional_id", "producer_id", "transaction_state")
+
+    def __init__(self, *, transactional_id: str = "", producer_id: int = 0, transaction_state: str = "") -> None:
+        self.transactional_id = transactional_id
+        self.producer_id = producer_id
+        self.transaction_state = transaction_state
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.producer_id, self.transaction_state) == (other.transactional_id, other.producer_id, other.transaction_state)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ListTransactionsResponse(Message):
     """ListTransactionsResponse: Kafka response, versions 0-1, flexible from 0."""
 
@@ -45,10 +51,20 @@ class ListTransactionsResponse(Message):
         ("transaction_states", "[]TransactionState", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    unknown_state_filters: list[str] = attrs.Factory(list)
-    transaction_states: list[TransactionState] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "unknown_state_filters", "transaction_states")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, unknown_state_filters: list[str] = DEFAULT, transaction_states: list[TransactionState] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.unknown_state_filters = [] if unknown_state_filters is DEFAULT else unknown_state_filters
+        self.transaction_states = [] if transaction_states is DEFAULT else transaction_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.unknown_state_filters, self.transaction_states) == (other.throttle_time_ms, other.error_code, other.unknown_state_filters, other.transaction_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TransactionState_v0(o, buf, regions, _pk_q=_S_q.pack, _write_compact_string=_p.write_compact_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["MetadataRequestTopic", "MetadataRequest"]
 
@@ -18,18 +16,26 @@ _S_oo = struct.Struct(">??")
 _S_ooo = struct.Struct(">???")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MetadataRequestTopic:
+class MetadataRequestTopic(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (10, 32767), None),
         ("name", "string", (0, 32767), (10, 32767)),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    name: str | None = ""
+    __slots__ = ("topic_id", "name")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, name: str | None = "") -> None:
+        self.topic_id = topic_id
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.name) == (other.topic_id, other.name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class MetadataRequest(Message):
     """MetadataRequest: Kafka request, versions 0-12, flexible from 9."""
 
@@ -45,10 +51,20 @@ class MetadataRequest(Message):
         ("include_topic_authorized_operations", "bool", (8, 32767), None),
     )
 
-    topics: list[MetadataRequestTopic] | None = attrs.Factory(list)
-    allow_auto_topic_creation: bool = True
-    include_cluster_authorized_operations: bool = False
-    include_topic_authorized_operations: bool = False
+    __slots__ = ("topics", "allow_auto_topic_creation", "include_cluster_authorized_operations", "include_topic_authorized_operations")
+
+    def __init__(self, *, topics: list[MetadataRequestTopic] | None = DEFAULT, allow_auto_topic_creation: bool = True, include_cluster_authorized_operations: bool = False, include_topic_authorized_operations: bool = False) -> None:
+        self.topics = [] if topics is DEFAULT else topics
+        self.allow_auto_topic_creation = allow_auto_topic_creation
+        self.include_cluster_authorized_operations = include_cluster_authorized_operations
+        self.include_topic_authorized_operations = include_topic_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topics, self.allow_auto_topic_creation, self.include_cluster_authorized_operations, self.include_topic_authorized_operations) == (other.topics, other.allow_auto_topic_creation, other.include_cluster_authorized_operations, other.include_topic_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_MetadataRequestTopic_v0(o, buf, regions, _write_string=_p.write_string):

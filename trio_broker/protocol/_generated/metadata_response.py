@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["MetadataResponseBroker", "MetadataResponsePartition", "MetadataResponseTopic", "MetadataResponse"]
 
@@ -20,8 +18,7 @@ _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MetadataResponseBroker:
+class MetadataResponseBroker(Struct):
     _SCHEMA = (
         ("node_id", "int32", (0, 32767), None),
         ("host", "string", (0, 32767), None),
@@ -29,14 +26,23 @@ class MetadataResponseBroker:
         ("rack", "string", (1, 32767), (1, 32767)),
     )
 
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    rack: str | None = None
+    __slots__ = ("node_id", "host", "port", "rack")
+
+    def __init__(self, *, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.node_id, self.host, self.port, self.rack) == (other.node_id, other.host, other.port, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MetadataResponsePartition:
+class MetadataResponsePartition(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
@@ -47,17 +53,26 @@ class MetadataResponsePartition:
         ("offline_replicas", "[]int32", (5, 32767), None),
     )
 
-    error_code: int = 0
-    partition_index: int = 0
-    leader_id: int = 0
-    leader_epoch: int = -1
-    replica_nodes: list[int] = attrs.Factory(list)
-    isr_nodes: list[int] = attrs.Factory(list)
-    offline_replicas: list[int] = attrs.Factory(list)
+    __slots__ = ("error_code", "partition_index", "leader_id", "leader_epoch", "replica_nodes", "isr_nodes", "offline_replicas")
+
+    def __init__(self, *, error_code: int = 0, partition_index: int = 0, leader_id: int = 0, leader_epoch: int = -1, replica_nodes: list[int] = DEFAULT, isr_nodes: list[int] = DEFAULT, offline_replicas: list[int] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.partition_index = partition_index
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replica_nodes = [] if replica_nodes is DEFAULT else replica_nodes
+        self.isr_nodes = [] if isr_nodes is DEFAULT else isr_nodes
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.partition_index, self.leader_id, self.leader_epoch, self.replica_nodes, self.isr_nodes, self.offline_replicas) == (other.error_code, other.partition_index, other.leader_id, other.leader_epoch, other.replica_nodes, other.isr_nodes, other.offline_replicas)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class MetadataResponseTopic:
+class MetadataResponseTopic(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("name", "string", (0, 32767), (12, 32767)),
@@ -67,15 +82,24 @@ class MetadataResponseTopic:
         ("topic_authorized_operations", "int32", (8, 32767), None),
     )
 
-    error_code: int = 0
-    name: str | None = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    is_internal: bool = False
-    partitions: list[MetadataResponsePartition] = attrs.Factory(list)
-    topic_authorized_operations: int = -2147483648
+    __slots__ = ("error_code", "name", "topic_id", "is_internal", "partitions", "topic_authorized_operations")
+
+    def __init__(self, *, error_code: int = 0, name: str | None = "", topic_id: uuid.UUID = ZERO_UUID, is_internal: bool = False, partitions: list[MetadataResponsePartition] = DEFAULT, topic_authorized_operations: int = -2147483648) -> None:
+        self.error_code = error_code
+        self.name = name
+        self.topic_id = topic_id
+        self.is_internal = is_internal
+        self.partitions = [] if partitions is DEFAULT else partitions
+        self.topic_authorized_operations = topic_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.name, self.topic_id, self.is_internal, self.partitions, self.topic_authorized_operations) == (other.error_code, other.name, other.topic_id, other.is_internal, other.partitions, other.topic_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class MetadataResponse(Message):
     """MetadataResponse: Kafka response, versions 0-12, flexible from 9."""
 
@@ -93,12 +117,22 @@ class MetadataResponse(Message):
         ("cluster_authorized_operations", "int32", (8, 10), None),
     )
 
-    throttle_time_ms: int = 0
-    brokers: list[MetadataResponseBroker] = attrs.Factory(list)
-    cluster_id: str | None = None
-    controller_id: int = -1
-    topics: list[MetadataResponseTopic] = attrs.Factory(list)
-    cluster_authorized_operations: int = -2147483648
+    __slots__ = ("throttle_time_ms", "brokers", "cluster_id", "controller_id", "topics", "cluster_authorized_operations")
+
+    def __init__(self, *, throttle_time_ms: int = 0, brokers: list[MetadataResponseBroker] = DEFAULT, cluster_id: str | None = None, controller_id: int = -1, topics: list[MetadataResponseTopic] = DEFAULT, cluster_authorized_operations: int = -2147483648) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.brokers = [] if brokers is DEFAULT else brokers
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.topics = [] if topics is DEFAULT else topics
+        self.cluster_authorized_operations = cluster_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.brokers, self.cluster_id, self.controller_id, self.topics, self.cluster_authorized_operations) == (other.throttle_time_ms, other.brokers, other.cluster_id, other.controller_id, other.topics, other.cluster_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_MetadataResponseBroker_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["OffsetCommitKey"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetCommitKey(Message):
     """OffsetCommitKey: Kafka data, versions 0-1, never flexible."""
 
@@ -30,9 +27,19 @@ class OffsetCommitKey(Message):
         ("partition", "int32", (0, 1), None),
     )
 
-    group: str = ""
-    topic: str = ""
-    partition: int = 0
+    __slots__ = ("group", "topic", "partition")
+
+    def __init__(self, *, group: str = "", topic: str = "", partition: int = 0) -> None:
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group, self.topic, self.partition) == (other.group, other.topic, other.partition)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetCommitKey_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetCommitRequestPartition", "OffsetCommitRequestTopic", "OffsetCommitRequest"]
 
@@ -19,8 +17,7 @@ _S_iqq = struct.Struct(">iqq")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetCommitRequestPartition:
+class OffsetCommitRequestPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("committed_offset", "int64", (0, 32767), None),
@@ -29,25 +26,43 @@ class OffsetCommitRequestPartition:
         ("committed_metadata", "string", (0, 32767), (0, 32767)),
     )
 
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    commit_timestamp: int = -1
-    committed_metadata: str | None = ""
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "commit_timestamp", "committed_metadata")
+
+    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, commit_timestamp: int = -1, committed_metadata: str | None = "") -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.commit_timestamp = commit_timestamp
+        self.committed_metadata = committed_metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.committed_offset, self.committed_leader_epoch, self.commit_timestamp, self.committed_metadata) == (other.partition_index, other.committed_offset, other.committed_leader_epoch, other.commit_timestamp, other.committed_metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetCommitRequestTopic:
+class OffsetCommitRequestTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]OffsetCommitRequestPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[OffsetCommitRequestPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OffsetCommitRequestPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetCommitRequest(Message):
     """OffsetCommitRequest: Kafka request, versions 0-9, flexible from 8."""
 
@@ -65,12 +80,22 @@ class OffsetCommitRequest(Message):
         ("topics", "[]OffsetCommitRequestTopic", (0, 32767), None),
     )
 
-    group_id: str = ""
-    generation_id_or_member_epoch: int = -1
-    member_id: str = ""
-    group_instance_id: str | None = None
-    retention_time_ms: int = -1
-    topics: list[OffsetCommitRequestTopic] = attrs.Factory(list)
+    __slots__ = ("group_id", "generation_id_or_member_epoch", "member_id", "group_instance_id", "retention_time_ms", "topics")
+
+    def __init__(self, *, group_id: str = "", generation_id_or_member_epoch: int = -1, member_id: str = "", group_instance_id: str | None = None, retention_time_ms: int = -1, topics: list[OffsetCommitRequestTopic] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.generation_id_or_member_epoch = generation_id_or_member_epoch
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.retention_time_ms = retention_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.generation_id_or_member_epoch, self.member_id, self.group_instance_id, self.retention_time_ms, self.topics) == (other.group_id, other.generation_id_or_member_epoch, other.member_id, other.group_instance_id, other.retention_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetCommitRequestPartition_v0(o, buf, regions, _pk_iq=_S_iq.pack, _write_nullable_string=_p.write_nullable_string):

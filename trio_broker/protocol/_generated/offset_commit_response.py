@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetCommitResponsePartition", "OffsetCommitResponseTopic", "OffsetCommitResponse"]
 
@@ -16,29 +14,46 @@ _S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetCommitResponsePartition:
+class OffsetCommitResponsePartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
+    __slots__ = ("partition_index", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code) == (other.partition_index, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetCommitResponseTopic:
+class OffsetCommitResponseTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]OffsetCommitResponsePartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[OffsetCommitResponsePartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OffsetCommitResponsePartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetCommitResponse(Message):
     """OffsetCommitResponse: Kafka response, versions 0-9, flexible from 8."""
 
@@ -52,8 +67,18 @@ class OffsetCommitResponse(Message):
         ("topics", "[]OffsetCommitResponseTopic", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[OffsetCommitResponseTopic] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetCommitResponseTopic] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetCommitResponsePartition_v0(o, buf, regions, _pk_ih=_S_ih.pack):

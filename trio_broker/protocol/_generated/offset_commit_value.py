@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["OffsetCommitValue"]
 
@@ -17,7 +15,6 @@ _S_qi = struct.Struct(">qi")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetCommitValue(Message):
     """OffsetCommitValue: Kafka data, versions 0-4, flexible from 4."""
 
@@ -34,11 +31,21 @@ class OffsetCommitValue(Message):
         ("expire_timestamp", "int64", (1, 1), None),
     )
 
-    offset: int = 0
-    leader_epoch: int = -1
-    metadata: str = ""
-    commit_timestamp: int = 0
-    expire_timestamp: int = -1
+    __slots__ = ("offset", "leader_epoch", "metadata", "commit_timestamp", "expire_timestamp")
+
+    def __init__(self, *, offset: int = 0, leader_epoch: int = -1, metadata: str = "", commit_timestamp: int = 0, expire_timestamp: int = -1) -> None:
+        self.offset = offset
+        self.leader_epoch = leader_epoch
+        self.metadata = metadata
+        self.commit_timestamp = commit_timestamp
+        self.expire_timestamp = expire_timestamp
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.offset, self.leader_epoch, self.metadata, self.commit_timestamp, self.expire_timestamp) == (other.offset, other.leader_epoch, other.metadata, other.commit_timestamp, other.expire_timestamp)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetCommitValue_v0(o, buf, regions, _pk_q=_S_q.pack, _write_string=_p.write_string):

@@ -5,37 +5,52 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetDeleteRequestPartition", "OffsetDeleteRequestTopic", "OffsetDeleteRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetDeleteRequestPartition:
+class OffsetDeleteRequestPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
     )
 
-    partition_index: int = 0
+    __slots__ = ("partition_index",)
+
+    def __init__(self, *, partition_index: int = 0) -> None:
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.partition_index == other.partition_index  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetDeleteRequestTopic:
+class OffsetDeleteRequestTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]OffsetDeleteRequestPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[OffsetDeleteRequestPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OffsetDeleteRequestPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetDeleteRequest(Message):
     """OffsetDeleteRequest: Kafka request, versions 0-0, never flexible."""
 
@@ -49,8 +64,18 @@ class OffsetDeleteRequest(Message):
         ("topics", "[]OffsetDeleteRequestTopic", (0, 32767), None),
     )
 
-    group_id: str = ""
-    topics: list[OffsetDeleteRequestTopic] = attrs.Factory(list)
+    __slots__ = ("group_id", "topics")
+
+    def __init__(self, *, group_id: str = "", topics: list[OffsetDeleteRequestTopic] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.topics) == (other.group_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetDeleteRequestPartition_v0(o, buf, regions, _pk_i=_S_i.pack):

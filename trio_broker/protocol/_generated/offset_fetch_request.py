@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetFetchRequestTopic", "OffsetFetchRequestTopics", "OffsetFetchRequestGroup", "OffsetFetchRequest"]
 
@@ -16,30 +14,47 @@ _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchRequestTopic:
+class OffsetFetchRequestTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 7), None),
         ("partition_indexes", "[]int32", (0, 7), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchRequestTopics:
+class OffsetFetchRequestTopics(Struct):
     _SCHEMA = (
         ("name", "string", (8, 32767), None),
         ("partition_indexes", "[]int32", (8, 32767), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchRequestGroup:
+class OffsetFetchRequestGroup(Struct):
     _SCHEMA = (
         ("group_id", "string", (8, 32767), None),
         ("member_id", "string", (9, 32767), (9, 32767)),
@@ -47,13 +62,22 @@ class OffsetFetchRequestGroup:
         ("topics", "[]OffsetFetchRequestTopics", (8, 32767), (8, 32767)),
     )
 
-    group_id: str = ""
-    member_id: str | None = None
-    member_epoch: int = -1
-    topics: list[OffsetFetchRequestTopics] | None = attrs.Factory(list)
+    __slots__ = ("group_id", "member_id", "member_epoch", "topics")
+
+    def __init__(self, *, group_id: str = "", member_id: str | None = None, member_epoch: int = -1, topics: list[OffsetFetchRequestTopics] | None = DEFAULT) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.member_epoch, self.topics) == (other.group_id, other.member_id, other.member_epoch, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetFetchRequest(Message):
     """OffsetFetchRequest: Kafka request, versions 0-9, flexible from 6."""
 
@@ -69,10 +93,20 @@ class OffsetFetchRequest(Message):
         ("require_stable", "bool", (7, 32767), None),
     )
 
-    group_id: str = ""
-    topics: list[OffsetFetchRequestTopic] | None = attrs.Factory(list)
-    groups: list[OffsetFetchRequestGroup] = attrs.Factory(list)
-    require_stable: bool = False
+    __slots__ = ("group_id", "topics", "groups", "require_stable")
+
+    def __init__(self, *, group_id: str = "", topics: list[OffsetFetchRequestTopic] | None = DEFAULT, groups: list[OffsetFetchRequestGroup] = DEFAULT, require_stable: bool = False) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+        self.groups = [] if groups is DEFAULT else groups
+        self.require_stable = require_stable
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.topics, self.groups, self.require_stable) == (other.group_id, other.topics, other.groups, other.require_stable)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetFetchRequestTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

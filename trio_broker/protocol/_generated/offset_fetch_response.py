@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetFetchResponsePartition", "OffsetFetchResponseTopic", "OffsetFetchResponsePartitions", "OffsetFetchResponseTopics", "OffsetFetchResponseGroup", "OffsetFetchResponse"]
 
@@ -18,8 +16,7 @@ _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchResponsePartition:
+class OffsetFetchResponsePartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 7), None),
         ("committed_offset", "int64", (0, 7), None),
@@ -28,26 +25,44 @@ class OffsetFetchResponsePartition:
         ("error_code", "int16", (0, 7), None),
     )
 
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    metadata: str | None = ""
-    error_code: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "metadata", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, metadata: str | None = "", error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.committed_offset, self.committed_leader_epoch, self.metadata, self.error_code) == (other.partition_index, other.committed_offset, other.committed_leader_epoch, other.metadata, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchResponseTopic:
+class OffsetFetchResponseTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 7), None),
         ("partitions", "[]OffsetFetchResponsePartition", (0, 7), None),
     )
 
-    name: str = ""
-    partitions: list[OffsetFetchResponsePartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OffsetFetchResponsePartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchResponsePartitions:
+class OffsetFetchResponsePartitions(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (8, 32767), None),
         ("committed_offset", "int64", (8, 32767), None),
@@ -56,38 +71,65 @@ class OffsetFetchResponsePartitions:
         ("error_code", "int16", (8, 32767), None),
     )
 
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    metadata: str | None = ""
-    error_code: int = 0
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "metadata", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, metadata: str | None = "", error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.metadata = metadata
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.committed_offset, self.committed_leader_epoch, self.metadata, self.error_code) == (other.partition_index, other.committed_offset, other.committed_leader_epoch, other.metadata, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchResponseTopics:
+class OffsetFetchResponseTopics(Struct):
     _SCHEMA = (
         ("name", "string", (8, 32767), None),
         ("partitions", "[]OffsetFetchResponsePartitions", (8, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[OffsetFetchResponsePartitions] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[OffsetFetchResponsePartitions] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetFetchResponseGroup:
+class OffsetFetchResponseGroup(Struct):
     _SCHEMA = (
         ("group_id", "string", (8, 32767), None),
         ("topics", "[]OffsetFetchResponseTopics", (8, 32767), None),
         ("error_code", "int16", (8, 32767), None),
     )
 
-    group_id: str = ""
-    topics: list[OffsetFetchResponseTopics] = attrs.Factory(list)
-    error_code: int = 0
+    __slots__ = ("group_id", "topics", "error_code")
+
+    def __init__(self, *, group_id: str = "", topics: list[OffsetFetchResponseTopics] = DEFAULT, error_code: int = 0) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.topics, self.error_code) == (other.group_id, other.topics, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetFetchResponse(Message):
     """OffsetFetchResponse: Kafka response, versions 0-9, flexible from 6."""
 
@@ -103,10 +145,20 @@ class OffsetFetchResponse(Message):
         ("groups", "[]OffsetFetchResponseGroup", (8, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[OffsetFetchResponseTopic] = attrs.Factory(list)
-    error_code: int = 0
-    groups: list[OffsetFetchResponseGroup] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics", "error_code", "groups")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetFetchResponseTopic] = DEFAULT, error_code: int = 0, groups: list[OffsetFetchResponseGroup] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+        self.error_code = error_code
+        self.groups = [] if groups is DEFAULT else groups
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics, self.error_code, self.groups) == (other.throttle_time_ms, other.topics, other.error_code, other.groups)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetFetchResponsePartition_v0(o, buf, regions, _pk_h=_S_h.pack, _pk_iq=_S_iq.pack, _write_nullable_string=_p.write_nullable_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["OffsetForLeaderPartition", "OffsetForLeaderTopic", "OffsetForLeaderEpochRequest"]
 
@@ -17,31 +15,48 @@ _S_ii = struct.Struct(">ii")
 _S_iii = struct.Struct(">iii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetForLeaderPartition:
+class OffsetForLeaderPartition(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("current_leader_epoch", "int32", (2, 32767), None),
         ("leader_epoch", "int32", (0, 32767), None),
     )
 
-    partition: int = 0
-    current_leader_epoch: int = -1
-    leader_epoch: int = 0
+    __slots__ = ("partition", "current_leader_epoch", "leader_epoch")
+
+    def __init__(self, *, partition: int = 0, current_leader_epoch: int = -1, leader_epoch: int = 0) -> None:
+        self.partition = partition
+        self.current_leader_epoch = current_leader_epoch
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.current_leader_epoch, self.leader_epoch) == (other.partition, other.current_leader_epoch, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetForLeaderTopic:
+class OffsetForLeaderTopic(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]OffsetForLeaderPartition", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[OffsetForLeaderPartition] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[OffsetForLeaderPartition] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetForLeaderEpochRequest(Message):
     """OffsetForLeaderEpochRequest: Kafka request, versions 0-4, flexible from 4."""
 
@@ -55,8 +70,18 @@ class OffsetForLeaderEpochRequest(Message):
         ("topics", "[]OffsetForLeaderTopic", (0, 32767), None),
     )
 
-    replica_id: int = -2
-    topics: list[OffsetForLeaderTopic] = attrs.Factory(list)
+    __slots__ = ("replica_id", "topics")
+
+    def __init__(self, *, replica_id: int = -2, topics: list[OffsetForLeaderTopic] = DEFAULT) -> None:
+        self.replica_id = replica_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.replica_id, self.topics) == (other.replica_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_OffsetForLeaderPartition_v0(o, buf, regions, _pk_ii=_S_ii.pack):

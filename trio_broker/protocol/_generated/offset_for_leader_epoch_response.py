@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["EpochEndOffset", "OffsetForLeaderTopicResult", "OffsetForLeaderEpochResponse"]
 
@@ -17,8 +15,7 @@ _S_hiq = struct.Struct(">hiq")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class EpochEndOffset:
+class EpochEndOffset(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("partition", "int32", (0, 32767), None),
@@ -26,24 +23,42 @@ class EpochEndOffset:
         ("end_offset", "int64", (0, 32767), None),
     )
 
-    error_code: int = 0
-    partition: int = 0
-    leader_epoch: int = -1
-    end_offset: int = -1
+    __slots__ = ("error_code", "partition", "leader_epoch", "end_offset")
+
+    def __init__(self, *, error_code: int = 0, partition: int = 0, leader_epoch: int = -1, end_offset: int = -1) -> None:
+        self.error_code = error_code
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+        self.end_offset = end_offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.partition, self.leader_epoch, self.end_offset) == (other.error_code, other.partition, other.leader_epoch, other.end_offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class OffsetForLeaderTopicResult:
+class OffsetForLeaderTopicResult(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partitions", "[]EpochEndOffset", (0, 32767), None),
     )
 
-    topic: str = ""
-    partitions: list[EpochEndOffset] = attrs.Factory(list)
+    __slots__ = ("topic", "partitions")
+
+    def __init__(self, *, topic: str = "", partitions: list[EpochEndOffset] = DEFAULT) -> None:
+        self.topic = topic
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partitions) == (other.topic, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class OffsetForLeaderEpochResponse(Message):
     """OffsetForLeaderEpochResponse: Kafka response, versions 0-4, flexible from 4."""
 
@@ -57,8 +72,18 @@ class OffsetForLeaderEpochResponse(Message):
         ("topics", "[]OffsetForLeaderTopicResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    topics: list[OffsetForLeaderTopicResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "topics")
+
+    def __init__(self, *, throttle_time_ms: int = 0, topics: list[OffsetForLeaderTopicResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.topics) == (other.throttle_time_ms, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_EpochEndOffset_v0(o, buf, regions, _pk_hiq=_S_hiq.pack):

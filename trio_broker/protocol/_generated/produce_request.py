@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["PartitionProduceData", "TopicProduceData", "ProduceRequest"]
 
@@ -17,29 +15,46 @@ _S_hi = struct.Struct(">hi")
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionProduceData:
+class PartitionProduceData(Struct):
     _SCHEMA = (
         ("index", "int32", (0, 32767), None),
         ("records", "records", (0, 32767), (0, 32767)),
     )
 
-    index: int = 0
-    records: Any = None
+    __slots__ = ("index", "records")
+
+    def __init__(self, *, index: int = 0, records: Any = None) -> None:
+        self.index = index
+        self.records = records
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.index, self.records) == (other.index, other.records)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicProduceData:
+class TopicProduceData(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partition_data", "[]PartitionProduceData", (0, 32767), None),
     )
 
-    name: str = ""
-    partition_data: list[PartitionProduceData] = attrs.Factory(list)
+    __slots__ = ("name", "partition_data")
+
+    def __init__(self, *, name: str = "", partition_data: list[PartitionProduceData] = DEFAULT) -> None:
+        self.name = name
+        self.partition_data = [] if partition_data is DEFAULT else partition_data
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_data) == (other.name, other.partition_data)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ProduceRequest(Message):
     """ProduceRequest: Kafka request, versions 0-11, flexible from 9."""
 
@@ -55,10 +70,20 @@ class ProduceRequest(Message):
         ("topic_data", "[]TopicProduceData", (0, 32767), None),
     )
 
-    transactional_id: str | None = None
-    acks: int = 0
-    timeout_ms: int = 0
-    topic_data: list[TopicProduceData] = attrs.Factory(list)
+    __slots__ = ("transactional_id", "acks", "timeout_ms", "topic_data")
+
+    def __init__(self, *, transactional_id: str | None = None, acks: int = 0, timeout_ms: int = 0, topic_data: list[TopicProduceData] = DEFAULT) -> None:
+        self.transactional_id = transactional_id
+        self.acks = acks
+        self.timeout_ms = timeout_ms
+        self.topic_data = [] if topic_data is DEFAULT else topic_data
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.acks, self.timeout_ms, self.topic_data) == (other.transactional_id, other.acks, other.timeout_ms, other.topic_data)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionProduceData_v0(o, buf, regions, _pk_i=_S_i.pack, _write_records=_p.write_records):

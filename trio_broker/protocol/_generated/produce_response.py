@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["BatchIndexAndErrorMessage", "LeaderIdAndEpoch", "PartitionProduceResponse", "TopicProduceResponse", "NodeEndpoint", "ProduceResponse"]
 
@@ -19,30 +17,47 @@ _S_ihqqq = struct.Struct(">ihqqq")
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class BatchIndexAndErrorMessage:
+class BatchIndexAndErrorMessage(Struct):
     _SCHEMA = (
         ("batch_index", "int32", (8, 32767), None),
         ("batch_index_error_message", "string", (8, 32767), (8, 32767)),
     )
 
-    batch_index: int = 0
-    batch_index_error_message: str | None = None
+    __slots__ = ("batch_index", "batch_index_error_message")
+
+    def __init__(self, *, batch_index: int = 0, batch_index_error_message: str | None = None) -> None:
+        self.batch_index = batch_index
+        self.batch_index_error_message = batch_index_error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.batch_index, self.batch_index_error_message) == (other.batch_index, other.batch_index_error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderIdAndEpoch:
+class LeaderIdAndEpoch(Struct):
     _SCHEMA = (
         ("leader_id", "int32", (10, 32767), None),
         ("leader_epoch", "int32", (10, 32767), None),
     )
 
-    leader_id: int = -1
-    leader_epoch: int = -1
+    __slots__ = ("leader_id", "leader_epoch")
+
+    def __init__(self, *, leader_id: int = -1, leader_epoch: int = -1) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.leader_id, self.leader_epoch) == (other.leader_id, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionProduceResponse:
+class PartitionProduceResponse(Struct):
     _SCHEMA = (
         ("index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -54,29 +69,47 @@ class PartitionProduceResponse:
         ("current_leader", "LeaderIdAndEpoch", (10, 32767), None),
     )
 
-    index: int = 0
-    error_code: int = 0
-    base_offset: int = 0
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    record_errors: list[BatchIndexAndErrorMessage] = attrs.Factory(list)
-    error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = attrs.Factory(LeaderIdAndEpoch)
+    __slots__ = ("index", "error_code", "base_offset", "log_append_time_ms", "log_start_offset", "record_errors", "error_message", "current_leader")
+
+    def __init__(self, *, index: int = 0, error_code: int = 0, base_offset: int = 0, log_append_time_ms: int = -1, log_start_offset: int = -1, record_errors: list[BatchIndexAndErrorMessage] = DEFAULT, error_message: str | None = None, current_leader: LeaderIdAndEpoch = DEFAULT) -> None:
+        self.index = index
+        self.error_code = error_code
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.log_start_offset = log_start_offset
+        self.record_errors = [] if record_errors is DEFAULT else record_errors
+        self.error_message = error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.index, self.error_code, self.base_offset, self.log_append_time_ms, self.log_start_offset, self.record_errors, self.error_message, self.current_leader) == (other.index, other.error_code, other.base_offset, other.log_append_time_ms, other.log_start_offset, other.record_errors, other.error_message, other.current_leader)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicProduceResponse:
+class TopicProduceResponse(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partition_responses", "[]PartitionProduceResponse", (0, 32767), None),
     )
 
-    name: str = ""
-    partition_responses: list[PartitionProduceResponse] = attrs.Factory(list)
+    __slots__ = ("name", "partition_responses")
+
+    def __init__(self, *, name: str = "", partition_responses: list[PartitionProduceResponse] = DEFAULT) -> None:
+        self.name = name
+        self.partition_responses = [] if partition_responses is DEFAULT else partition_responses
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_responses) == (other.name, other.partition_responses)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class NodeEndpoint:
+class NodeEndpoint(Struct):
     _SCHEMA = (
         ("node_id", "int32", (10, 32767), None),
         ("host", "string", (10, 32767), None),
@@ -84,13 +117,22 @@ class NodeEndpoint:
         ("rack", "string", (10, 32767), (10, 32767)),
     )
 
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    rack: str | None = None
+    __slots__ = ("node_id", "host", "port", "rack")
+
+    def __init__(self, *, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.node_id, self.host, self.port, self.rack) == (other.node_id, other.host, other.port, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ProduceResponse(Message):
     """ProduceResponse: Kafka response, versions 0-11, flexible from 9."""
 
@@ -105,9 +147,19 @@ class ProduceResponse(Message):
         ("node_endpoints", "[]NodeEndpoint", (10, 32767), None),
     )
 
-    responses: list[TopicProduceResponse] = attrs.Factory(list)
-    throttle_time_ms: int = 0
-    node_endpoints: list[NodeEndpoint] = attrs.Factory(list)
+    __slots__ = ("responses", "throttle_time_ms", "node_endpoints")
+
+    def __init__(self, *, responses: list[TopicProduceResponse] = DEFAULT, throttle_time_ms: int = 0, node_endpoints: list[NodeEndpoint] = DEFAULT) -> None:
+        self.responses = [] if responses is DEFAULT else responses
+        self.throttle_time_ms = throttle_time_ms
+        self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.responses, self.throttle_time_ms, self.node_endpoints) == (other.responses, other.throttle_time_ms, other.node_endpoints)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 _DEFAULT_LeaderIdAndEpoch = LeaderIdAndEpoch()

@@ -6,8 +6,6 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
 from trio_broker.protocol.primitives import ZERO_UUID, Message
 
@@ -16,7 +14,6 @@ __all__ = ["PushTelemetryRequest"]
 _S_iob = struct.Struct(">i?b")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class PushTelemetryRequest(Message):
     """PushTelemetryRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -33,11 +30,21 @@ class PushTelemetryRequest(Message):
         ("metrics", "bytes", (0, 32767), None),
     )
 
-    client_instance_id: uuid.UUID = ZERO_UUID
-    subscription_id: int = 0
-    terminating: bool = False
-    compression_type: int = 0
-    metrics: bytes = b""
+    __slots__ = ("client_instance_id", "subscription_id", "terminating", "compression_type", "metrics")
+
+    def __init__(self, *, client_instance_id: uuid.UUID = ZERO_UUID, subscription_id: int = 0, terminating: bool = False, compression_type: int = 0, metrics: bytes = b"") -> None:
+        self.client_instance_id = client_instance_id
+        self.subscription_id = subscription_id
+        self.terminating = terminating
+        self.compression_type = compression_type
+        self.metrics = metrics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.client_instance_id, self.subscription_id, self.terminating, self.compression_type, self.metrics) == (other.client_instance_id, other.subscription_id, other.terminating, other.compression_type, other.metrics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PushTelemetryRequest_v0(o, buf, regions, _pk_iob=_S_iob.pack, _write_compact_bytes=_p.write_compact_bytes):

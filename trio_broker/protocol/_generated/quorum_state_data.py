@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["Voter", "QuorumStateData"]
 
@@ -18,16 +16,24 @@ _S_iii = struct.Struct(">iii")
 _S_iiiq = struct.Struct(">iiiq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Voter:
+class Voter(Struct):
     _SCHEMA = (
         ("voter_id", "int32", (0, 0), None),
     )
 
-    voter_id: int = 0
+    __slots__ = ("voter_id",)
+
+    def __init__(self, *, voter_id: int = 0) -> None:
+        self.voter_id = voter_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.voter_id == other.voter_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class QuorumStateData(Message):
     """QuorumStateData: Kafka data, versions 0-1, flexible from 0."""
 
@@ -46,13 +52,23 @@ class QuorumStateData(Message):
         ("current_voters", "[]Voter", (0, 0), (0, 0)),
     )
 
-    cluster_id: str = ""
-    leader_id: int = -1
-    leader_epoch: int = -1
-    voted_id: int = -1
-    voted_directory_id: uuid.UUID = ZERO_UUID
-    applied_offset: int = 0
-    current_voters: list[Voter] | None = attrs.Factory(list)
+    __slots__ = ("cluster_id", "leader_id", "leader_epoch", "voted_id", "voted_directory_id", "applied_offset", "current_voters")
+
+    def __init__(self, *, cluster_id: str = "", leader_id: int = -1, leader_epoch: int = -1, voted_id: int = -1, voted_directory_id: uuid.UUID = ZERO_UUID, applied_offset: int = 0, current_voters: list[Voter] | None = DEFAULT) -> None:
+        self.cluster_id = cluster_id
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.voted_id = voted_id
+        self.voted_directory_id = voted_directory_id
+        self.applied_offset = applied_offset
+        self.current_voters = [] if current_voters is DEFAULT else current_voters
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.cluster_id, self.leader_id, self.leader_epoch, self.voted_id, self.voted_directory_id, self.applied_offset, self.current_voters) == (other.cluster_id, other.leader_id, other.leader_epoch, other.voted_id, other.voted_directory_id, other.applied_offset, other.current_voters)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_Voter_v0(o, buf, regions, _pk_i=_S_i.pack):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["StateBatch", "PartitionResult", "ReadStateResult", "ReadShareGroupStateResponse"]
 
@@ -18,8 +16,7 @@ _S_iq = struct.Struct(">iq")
 _S_qqbh = struct.Struct(">qqbh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StateBatch:
+class StateBatch(Struct):
     _SCHEMA = (
         ("first_offset", "int64", (0, 32767), None),
         ("last_offset", "int64", (0, 32767), None),
@@ -27,14 +24,23 @@ class StateBatch:
         ("delivery_count", "int16", (0, 32767), None),
     )
 
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_state: int = 0
-    delivery_count: int = 0
+    __slots__ = ("first_offset", "last_offset", "delivery_state", "delivery_count")
+
+    def __init__(self, *, first_offset: int = 0, last_offset: int = 0, delivery_state: int = 0, delivery_count: int = 0) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.first_offset, self.last_offset, self.delivery_state, self.delivery_count) == (other.first_offset, other.last_offset, other.delivery_state, other.delivery_count)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionResult:
+class PartitionResult(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -44,26 +50,44 @@ class PartitionResult:
         ("state_batches", "[]StateBatch", (0, 32767), None),
     )
 
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    state_epoch: int = 0
-    start_offset: int = 0
-    state_batches: list[StateBatch] = attrs.Factory(list)
+    __slots__ = ("partition", "error_code", "error_message", "state_epoch", "start_offset", "state_batches")
+
+    def __init__(self, *, partition: int = 0, error_code: int = 0, error_message: str | None = None, state_epoch: int = 0, start_offset: int = 0, state_batches: list[StateBatch] = DEFAULT) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.error_code, self.error_message, self.state_epoch, self.start_offset, self.state_batches) == (other.partition, other.error_code, other.error_message, other.state_epoch, other.start_offset, other.state_batches)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReadStateResult:
+class ReadStateResult(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionResult", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ReadShareGroupStateResponse(Message):
     """ReadShareGroupStateResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -76,7 +100,17 @@ class ReadShareGroupStateResponse(Message):
         ("results", "[]ReadStateResult", (0, 32767), None),
     )
 
-    results: list[ReadStateResult] = attrs.Factory(list)
+    __slots__ = ("results",)
+
+    def __init__(self, *, results: list[ReadStateResult] = DEFAULT) -> None:
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.results == other.results  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_StateBatch_v0(o, buf, regions, _pk_qqbh=_S_qqbh.pack):

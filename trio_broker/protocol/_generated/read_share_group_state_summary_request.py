@@ -6,39 +6,54 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["PartitionData", "ReadStateSummaryData", "ReadShareGroupStateSummaryRequest"]
 
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("leader_epoch", "int32", (0, 32767), None),
     )
 
-    partition: int = 0
-    leader_epoch: int = 0
+    __slots__ = ("partition", "leader_epoch")
+
+    def __init__(self, *, partition: int = 0, leader_epoch: int = 0) -> None:
+        self.partition = partition
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.leader_epoch) == (other.partition, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReadStateSummaryData:
+class ReadStateSummaryData(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ReadShareGroupStateSummaryRequest(Message):
     """ReadShareGroupStateSummaryRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -52,8 +67,18 @@ class ReadShareGroupStateSummaryRequest(Message):
         ("topics", "[]ReadStateSummaryData", (0, 32767), None),
     )
 
-    group_id: str = ""
-    topics: list[ReadStateSummaryData] = attrs.Factory(list)
+    __slots__ = ("group_id", "topics")
+
+    def __init__(self, *, group_id: str = "", topics: list[ReadStateSummaryData] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.topics) == (other.group_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionData_v0(o, buf, regions, _pk_ii=_S_ii.pack):

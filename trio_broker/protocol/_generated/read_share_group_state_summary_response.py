@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["PartitionResult", "ReadStateSummaryResult", "ReadShareGroupStateSummaryResponse"]
 
@@ -17,8 +15,7 @@ _S_ih = struct.Struct(">ih")
 _S_iq = struct.Struct(">iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionResult:
+class PartitionResult(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -27,25 +24,43 @@ class PartitionResult:
         ("start_offset", "int64", (0, 32767), None),
     )
 
-    partition: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    state_epoch: int = 0
-    start_offset: int = 0
+    __slots__ = ("partition", "error_code", "error_message", "state_epoch", "start_offset")
+
+    def __init__(self, *, partition: int = 0, error_code: int = 0, error_message: str | None = None, state_epoch: int = 0, start_offset: int = 0) -> None:
+        self.partition = partition
+        self.error_code = error_code
+        self.error_message = error_message
+        self.state_epoch = state_epoch
+        self.start_offset = start_offset
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.error_code, self.error_message, self.state_epoch, self.start_offset) == (other.partition, other.error_code, other.error_message, other.state_epoch, other.start_offset)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ReadStateSummaryResult:
+class ReadStateSummaryResult(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionResult", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionResult] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionResult] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ReadShareGroupStateSummaryResponse(Message):
     """ReadShareGroupStateSummaryResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -58,7 +73,17 @@ class ReadShareGroupStateSummaryResponse(Message):
         ("results", "[]ReadStateSummaryResult", (0, 32767), None),
     )
 
-    results: list[ReadStateSummaryResult] = attrs.Factory(list)
+    __slots__ = ("results",)
+
+    def __init__(self, *, results: list[ReadStateSummaryResult] = DEFAULT) -> None:
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.results == other.results  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack, _pk_iq=_S_iq.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):

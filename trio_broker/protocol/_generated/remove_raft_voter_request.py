@@ -6,8 +6,6 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
 from trio_broker.protocol.primitives import ZERO_UUID, Message
 
@@ -16,7 +14,6 @@ __all__ = ["RemoveRaftVoterRequest"]
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class RemoveRaftVoterRequest(Message):
     """RemoveRaftVoterRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -31,9 +28,19 @@ class RemoveRaftVoterRequest(Message):
         ("voter_directory_id", "uuid", (0, 32767), None),
     )
 
-    cluster_id: str | None = ""
-    voter_id: int = 0
-    voter_directory_id: uuid.UUID = ZERO_UUID
+    __slots__ = ("cluster_id", "voter_id", "voter_directory_id")
+
+    def __init__(self, *, cluster_id: str | None = "", voter_id: int = 0, voter_directory_id: uuid.UUID = ZERO_UUID) -> None:
+        self.cluster_id = cluster_id
+        self.voter_id = voter_id
+        self.voter_directory_id = voter_directory_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.cluster_id, self.voter_id, self.voter_directory_id) == (other.cluster_id, other.voter_id, other.voter_directory_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_RemoveRaftVoterRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):

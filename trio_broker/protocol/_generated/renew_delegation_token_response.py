@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["RenewDelegationTokenResponse"]
 
 _S_hqi = struct.Struct(">hqi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class RenewDelegationTokenResponse(Message):
     """RenewDelegationTokenResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -30,9 +27,19 @@ class RenewDelegationTokenResponse(Message):
         ("throttle_time_ms", "int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    expiry_timestamp_ms: int = 0
-    throttle_time_ms: int = 0
+    __slots__ = ("error_code", "expiry_timestamp_ms", "throttle_time_ms")
+
+    def __init__(self, *, error_code: int = 0, expiry_timestamp_ms: int = 0, throttle_time_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.expiry_timestamp_ms = expiry_timestamp_ms
+        self.throttle_time_ms = throttle_time_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.expiry_timestamp_ms, self.throttle_time_ms) == (other.error_code, other.expiry_timestamp_ms, other.throttle_time_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_RenewDelegationTokenResponse_v0(o, buf, regions, _pk_hqi=_S_hqi.pack):

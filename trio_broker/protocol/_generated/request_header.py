@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["RequestHeader"]
 
 _S_hhi = struct.Struct(">hhi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class RequestHeader(Message):
     """RequestHeader: Kafka header, versions 0-2, flexible from 2."""
 
@@ -31,10 +28,20 @@ class RequestHeader(Message):
         ("client_id", "string", (1, 32767), (1, 32767)),
     )
 
-    request_api_key: int = 0
-    request_api_version: int = 0
-    correlation_id: int = 0
-    client_id: str | None = ""
+    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id")
+
+    def __init__(self, *, request_api_key: int = 0, request_api_version: int = 0, correlation_id: int = 0, client_id: str | None = "") -> None:
+        self.request_api_key = request_api_key
+        self.request_api_version = request_api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.request_api_key, self.request_api_version, self.correlation_id, self.client_id) == (other.request_api_key, other.request_api_version, other.correlation_id, other.client_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_RequestHeader_v0(o, buf, regions, _pk_hhi=_S_hhi.pack):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ResponseHeader"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ResponseHeader(Message):
     """ResponseHeader: Kafka header, versions 0-1, flexible from 1."""
 
@@ -28,7 +25,17 @@ class ResponseHeader(Message):
         ("correlation_id", "int32", (0, 32767), None),
     )
 
-    correlation_id: int = 0
+    __slots__ = ("correlation_id",)
+
+    def __init__(self, *, correlation_id: int = 0) -> None:
+        self.correlation_id = correlation_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.correlation_id == other.correlation_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ResponseHeader_v0(o, buf, regions, _pk_i=_S_i.pack):

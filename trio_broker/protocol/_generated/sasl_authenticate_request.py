@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["SaslAuthenticateRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SaslAuthenticateRequest(Message):
     """SaslAuthenticateRequest: Kafka request, versions 0-2, flexible from 2."""
 
@@ -27,7 +24,17 @@ class SaslAuthenticateRequest(Message):
         ("auth_bytes", "bytes", (0, 32767), None),
     )
 
-    auth_bytes: bytes = b""
+    __slots__ = ("auth_bytes",)
+
+    def __init__(self, *, auth_bytes: bytes = b"") -> None:
+        self.auth_bytes = auth_bytes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.auth_bytes == other.auth_bytes  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SaslAuthenticateRequest_v0(o, buf, regions, _write_bytes=_p.write_bytes):

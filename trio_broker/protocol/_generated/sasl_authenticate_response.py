@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["SaslAuthenticateResponse"]
 
@@ -16,7 +14,6 @@ _S_h = struct.Struct(">h")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SaslAuthenticateResponse(Message):
     """SaslAuthenticateResponse: Kafka response, versions 0-2, flexible from 2."""
 
@@ -32,10 +29,20 @@ class SaslAuthenticateResponse(Message):
         ("session_lifetime_ms", "int64", (1, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = ""
-    auth_bytes: bytes = b""
-    session_lifetime_ms: int = 0
+    __slots__ = ("error_code", "error_message", "auth_bytes", "session_lifetime_ms")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = "", auth_bytes: bytes = b"", session_lifetime_ms: int = 0) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.auth_bytes = auth_bytes
+        self.session_lifetime_ms = session_lifetime_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.auth_bytes, self.session_lifetime_ms) == (other.error_code, other.error_message, other.auth_bytes, other.session_lifetime_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SaslAuthenticateResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _write_bytes=_p.write_bytes, _write_nullable_string=_p.write_nullable_string):

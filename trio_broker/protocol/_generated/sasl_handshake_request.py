@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["SaslHandshakeRequest"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SaslHandshakeRequest(Message):
     """SaslHandshakeRequest: Kafka request, versions 0-1, never flexible."""
 
@@ -27,7 +24,17 @@ class SaslHandshakeRequest(Message):
         ("mechanism", "string", (0, 32767), None),
     )
 
-    mechanism: str = ""
+    __slots__ = ("mechanism",)
+
+    def __init__(self, *, mechanism: str = "") -> None:
+        self.mechanism = mechanism
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.mechanism == other.mechanism  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SaslHandshakeRequest_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["SaslHandshakeResponse"]
 
 _S_h = struct.Struct(">h")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SaslHandshakeResponse(Message):
     """SaslHandshakeResponse: Kafka response, versions 0-1, never flexible."""
 
@@ -29,8 +26,18 @@ class SaslHandshakeResponse(Message):
         ("mechanisms", "[]string", (0, 32767), None),
     )
 
-    error_code: int = 0
-    mechanisms: list[str] = attrs.Factory(list)
+    __slots__ = ("error_code", "mechanisms")
+
+    def __init__(self, *, error_code: int = 0, mechanisms: list[str] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.mechanisms = [] if mechanisms is DEFAULT else mechanisms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.mechanisms) == (other.error_code, other.mechanisms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SaslHandshakeResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

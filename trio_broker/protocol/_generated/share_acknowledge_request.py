@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["AcknowledgementBatch", "AcknowledgePartition", "AcknowledgeTopic", "ShareAcknowledgeRequest"]
 
@@ -17,42 +15,68 @@ _S_i = struct.Struct(">i")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AcknowledgementBatch:
+class AcknowledgementBatch(Struct):
     _SCHEMA = (
         ("first_offset", "int64", (0, 32767), None),
         ("last_offset", "int64", (0, 32767), None),
         ("acknowledge_types", "[]int8", (0, 32767), None),
     )
 
-    first_offset: int = 0
-    last_offset: int = 0
-    acknowledge_types: list[int] = attrs.Factory(list)
+    __slots__ = ("first_offset", "last_offset", "acknowledge_types")
+
+    def __init__(self, *, first_offset: int = 0, last_offset: int = 0, acknowledge_types: list[int] = DEFAULT) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.first_offset, self.last_offset, self.acknowledge_types) == (other.first_offset, other.last_offset, other.acknowledge_types)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AcknowledgePartition:
+class AcknowledgePartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("acknowledgement_batches", "[]AcknowledgementBatch", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    acknowledgement_batches: list[AcknowledgementBatch] = attrs.Factory(list)
+    __slots__ = ("partition_index", "acknowledgement_batches")
+
+    def __init__(self, *, partition_index: int = 0, acknowledgement_batches: list[AcknowledgementBatch] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.acknowledgement_batches = [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.acknowledgement_batches) == (other.partition_index, other.acknowledgement_batches)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AcknowledgeTopic:
+class AcknowledgeTopic(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]AcknowledgePartition", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[AcknowledgePartition] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[AcknowledgePartition] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareAcknowledgeRequest(Message):
     """ShareAcknowledgeRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -68,10 +92,20 @@ class ShareAcknowledgeRequest(Message):
         ("topics", "[]AcknowledgeTopic", (0, 32767), None),
     )
 
-    group_id: str | None = None
-    member_id: str | None = ""
-    share_session_epoch: int = 0
-    topics: list[AcknowledgeTopic] = attrs.Factory(list)
+    __slots__ = ("group_id", "member_id", "share_session_epoch", "topics")
+
+    def __init__(self, *, group_id: str | None = None, member_id: str | None = "", share_session_epoch: int = 0, topics: list[AcknowledgeTopic] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.share_session_epoch, self.topics) == (other.group_id, other.member_id, other.share_session_epoch, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AcknowledgementBatch_v0(o, buf, regions, _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["AcknowledgementBatch", "FetchPartition", "FetchTopic", "ForgottenTopic", "ShareFetchRequest"]
 
@@ -18,55 +16,90 @@ _S_iiii = struct.Struct(">iiii")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AcknowledgementBatch:
+class AcknowledgementBatch(Struct):
     _SCHEMA = (
         ("first_offset", "int64", (0, 32767), None),
         ("last_offset", "int64", (0, 32767), None),
         ("acknowledge_types", "[]int8", (0, 32767), None),
     )
 
-    first_offset: int = 0
-    last_offset: int = 0
-    acknowledge_types: list[int] = attrs.Factory(list)
+    __slots__ = ("first_offset", "last_offset", "acknowledge_types")
+
+    def __init__(self, *, first_offset: int = 0, last_offset: int = 0, acknowledge_types: list[int] = DEFAULT) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.acknowledge_types = [] if acknowledge_types is DEFAULT else acknowledge_types
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.first_offset, self.last_offset, self.acknowledge_types) == (other.first_offset, other.last_offset, other.acknowledge_types)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FetchPartition:
+class FetchPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("partition_max_bytes", "int32", (0, 32767), None),
         ("acknowledgement_batches", "[]AcknowledgementBatch", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    partition_max_bytes: int = 0
-    acknowledgement_batches: list[AcknowledgementBatch] = attrs.Factory(list)
+    __slots__ = ("partition_index", "partition_max_bytes", "acknowledgement_batches")
+
+    def __init__(self, *, partition_index: int = 0, partition_max_bytes: int = 0, acknowledgement_batches: list[AcknowledgementBatch] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.partition_max_bytes = partition_max_bytes
+        self.acknowledgement_batches = [] if acknowledgement_batches is DEFAULT else acknowledgement_batches
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.partition_max_bytes, self.acknowledgement_batches) == (other.partition_index, other.partition_max_bytes, other.acknowledgement_batches)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FetchTopic:
+class FetchTopic(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]FetchPartition", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[FetchPartition] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[FetchPartition] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ForgottenTopic:
+class ForgottenTopic(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareFetchRequest(Message):
     """ShareFetchRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -86,14 +119,24 @@ class ShareFetchRequest(Message):
         ("forgotten_topics_data", "[]ForgottenTopic", (0, 32767), None),
     )
 
-    group_id: str | None = None
-    member_id: str | None = ""
-    share_session_epoch: int = 0
-    max_wait_ms: int = 0
-    min_bytes: int = 0
-    max_bytes: int = 2147483647
-    topics: list[FetchTopic] = attrs.Factory(list)
-    forgotten_topics_data: list[ForgottenTopic] = attrs.Factory(list)
+    __slots__ = ("group_id", "member_id", "share_session_epoch", "max_wait_ms", "min_bytes", "max_bytes", "topics", "forgotten_topics_data")
+
+    def __init__(self, *, group_id: str | None = None, member_id: str | None = "", share_session_epoch: int = 0, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, topics: list[FetchTopic] = DEFAULT, forgotten_topics_data: list[ForgottenTopic] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.share_session_epoch = share_session_epoch
+        self.max_wait_ms = max_wait_ms
+        self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
+        self.topics = [] if topics is DEFAULT else topics
+        self.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes, self.topics, self.forgotten_topics_data) == (other.group_id, other.member_id, other.share_session_epoch, other.max_wait_ms, other.min_bytes, other.max_bytes, other.topics, other.forgotten_topics_data)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_AcknowledgementBatch_v0(o, buf, regions, _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):

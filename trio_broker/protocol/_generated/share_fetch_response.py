@@ -7,10 +7,8 @@ import struct
 import uuid
 from typing import Any
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["LeaderIdAndEpoch", "AcquiredRecords", "PartitionData", "ShareFetchableTopicResponse", "NodeEndpoint", "ShareFetchResponse"]
 
@@ -21,32 +19,49 @@ _S_ii = struct.Struct(">ii")
 _S_qqh = struct.Struct(">qqh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class LeaderIdAndEpoch:
+class LeaderIdAndEpoch(Struct):
     _SCHEMA = (
         ("leader_id", "int32", (0, 32767), None),
         ("leader_epoch", "int32", (0, 32767), None),
     )
 
-    leader_id: int = 0
-    leader_epoch: int = 0
+    __slots__ = ("leader_id", "leader_epoch")
+
+    def __init__(self, *, leader_id: int = 0, leader_epoch: int = 0) -> None:
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.leader_id, self.leader_epoch) == (other.leader_id, other.leader_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class AcquiredRecords:
+class AcquiredRecords(Struct):
     _SCHEMA = (
         ("first_offset", "int64", (0, 32767), None),
         ("last_offset", "int64", (0, 32767), None),
         ("delivery_count", "int16", (0, 32767), None),
     )
 
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_count: int = 0
+    __slots__ = ("first_offset", "last_offset", "delivery_count")
+
+    def __init__(self, *, first_offset: int = 0, last_offset: int = 0, delivery_count: int = 0) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_count = delivery_count
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.first_offset, self.last_offset, self.delivery_count) == (other.first_offset, other.last_offset, other.delivery_count)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
@@ -58,29 +73,47 @@ class PartitionData:
         ("acquired_records", "[]AcquiredRecords", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    acknowledge_error_code: int = 0
-    acknowledge_error_message: str | None = None
-    current_leader: LeaderIdAndEpoch = attrs.Factory(LeaderIdAndEpoch)
-    records: Any = None
-    acquired_records: list[AcquiredRecords] = attrs.Factory(list)
+    __slots__ = ("partition_index", "error_code", "error_message", "acknowledge_error_code", "acknowledge_error_message", "current_leader", "records", "acquired_records")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None, acknowledge_error_code: int = 0, acknowledge_error_message: str | None = None, current_leader: LeaderIdAndEpoch = DEFAULT, records: Any = None, acquired_records: list[AcquiredRecords] = DEFAULT) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+        self.error_message = error_message
+        self.acknowledge_error_code = acknowledge_error_code
+        self.acknowledge_error_message = acknowledge_error_message
+        self.current_leader = LeaderIdAndEpoch() if current_leader is DEFAULT else current_leader
+        self.records = records
+        self.acquired_records = [] if acquired_records is DEFAULT else acquired_records
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code, self.error_message, self.acknowledge_error_code, self.acknowledge_error_message, self.current_leader, self.records, self.acquired_records) == (other.partition_index, other.error_code, other.error_message, other.acknowledge_error_code, other.acknowledge_error_message, other.current_leader, other.records, other.acquired_records)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class ShareFetchableTopicResponse:
+class ShareFetchableTopicResponse(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class NodeEndpoint:
+class NodeEndpoint(Struct):
     _SCHEMA = (
         ("node_id", "int32", (0, 32767), None),
         ("host", "string", (0, 32767), None),
@@ -88,13 +121,22 @@ class NodeEndpoint:
         ("rack", "string", (0, 32767), (0, 32767)),
     )
 
-    node_id: int = 0
-    host: str = ""
-    port: int = 0
-    rack: str | None = None
+    __slots__ = ("node_id", "host", "port", "rack")
+
+    def __init__(self, *, node_id: int = 0, host: str = "", port: int = 0, rack: str | None = None) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.node_id, self.host, self.port, self.rack) == (other.node_id, other.host, other.port, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareFetchResponse(Message):
     """ShareFetchResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -111,11 +153,21 @@ class ShareFetchResponse(Message):
         ("node_endpoints", "[]NodeEndpoint", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = None
-    responses: list[ShareFetchableTopicResponse] = attrs.Factory(list)
-    node_endpoints: list[NodeEndpoint] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses", "node_endpoints")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, responses: list[ShareFetchableTopicResponse] = DEFAULT, node_endpoints: list[NodeEndpoint] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.responses = [] if responses is DEFAULT else responses
+        self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.responses, self.node_endpoints) == (other.throttle_time_ms, other.error_code, other.error_message, other.responses, other.node_endpoints)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_LeaderIdAndEpoch_v0(o, buf, regions, _pk_ii=_S_ii.pack):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["ShareGroupDescribeRequest"]
 
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupDescribeRequest(Message):
     """ShareGroupDescribeRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -29,8 +26,18 @@ class ShareGroupDescribeRequest(Message):
         ("include_authorized_operations", "bool", (0, 32767), None),
     )
 
-    group_ids: list[str] = attrs.Factory(list)
-    include_authorized_operations: bool = False
+    __slots__ = ("group_ids", "include_authorized_operations")
+
+    def __init__(self, *, group_ids: list[str] = DEFAULT, include_authorized_operations: bool = False) -> None:
+        self.group_ids = [] if group_ids is DEFAULT else group_ids
+        self.include_authorized_operations = include_authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_ids, self.include_authorized_operations) == (other.group_ids, other.include_authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ShareGroupDescribeRequest_v0(o, buf, regions, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartitions", "Assignment", "Member", "DescribedGroup", "ShareGroupDescribeResponse"]
 
@@ -18,30 +16,47 @@ _S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitions:
+class TopicPartitions(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("topic_name", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "topic_name", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.topic_name, self.partitions) == (other.topic_id, other.topic_name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Assignment:
+class Assignment(Struct):
     _SCHEMA = (
         ("topic_partitions", "[]TopicPartitions", (0, 32767), None),
     )
 
-    topic_partitions: list[TopicPartitions] = attrs.Factory(list)
+    __slots__ = ("topic_partitions",)
+
+    def __init__(self, *, topic_partitions: list[TopicPartitions] = DEFAULT) -> None:
+        self.topic_partitions = [] if topic_partitions is DEFAULT else topic_partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.topic_partitions == other.topic_partitions  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class Member:
+class Member(Struct):
     _SCHEMA = (
         ("member_id", "string", (0, 32767), None),
         ("rack_id", "string", (0, 32767), (0, 32767)),
@@ -52,17 +67,26 @@ class Member:
         ("assignment", "Assignment", (0, 32767), None),
     )
 
-    member_id: str = ""
-    rack_id: str | None = None
-    member_epoch: int = 0
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: list[str] = attrs.Factory(list)
-    assignment: Assignment = attrs.Factory(Assignment)
+    __slots__ = ("member_id", "rack_id", "member_epoch", "client_id", "client_host", "subscribed_topic_names", "assignment")
+
+    def __init__(self, *, member_id: str = "", rack_id: str | None = None, member_epoch: int = 0, client_id: str = "", client_host: str = "", subscribed_topic_names: list[str] = DEFAULT, assignment: Assignment = DEFAULT) -> None:
+        self.member_id = member_id
+        self.rack_id = rack_id
+        self.member_epoch = member_epoch
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+        self.assignment = Assignment() if assignment is DEFAULT else assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.rack_id, self.member_epoch, self.client_id, self.client_host, self.subscribed_topic_names, self.assignment) == (other.member_id, other.rack_id, other.member_epoch, other.client_id, other.client_host, other.subscribed_topic_names, other.assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class DescribedGroup:
+class DescribedGroup(Struct):
     _SCHEMA = (
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
@@ -75,18 +99,27 @@ class DescribedGroup:
         ("authorized_operations", "int32", (0, 32767), None),
     )
 
-    error_code: int = 0
-    error_message: str | None = None
-    group_id: str = ""
-    group_state: str = ""
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: list[Member] = attrs.Factory(list)
-    authorized_operations: int = -2147483648
+    __slots__ = ("error_code", "error_message", "group_id", "group_state", "group_epoch", "assignment_epoch", "assignor_name", "members", "authorized_operations")
+
+    def __init__(self, *, error_code: int = 0, error_message: str | None = None, group_id: str = "", group_state: str = "", group_epoch: int = 0, assignment_epoch: int = 0, assignor_name: str = "", members: list[Member] = DEFAULT, authorized_operations: int = -2147483648) -> None:
+        self.error_code = error_code
+        self.error_message = error_message
+        self.group_id = group_id
+        self.group_state = group_state
+        self.group_epoch = group_epoch
+        self.assignment_epoch = assignment_epoch
+        self.assignor_name = assignor_name
+        self.members = [] if members is DEFAULT else members
+        self.authorized_operations = authorized_operations
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.error_message, self.group_id, self.group_state, self.group_epoch, self.assignment_epoch, self.assignor_name, self.members, self.authorized_operations) == (other.error_code, other.error_message, other.group_id, other.group_state, other.group_epoch, other.assignment_epoch, other.assignor_name, other.members, other.authorized_operations)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupDescribeResponse(Message):
     """ShareGroupDescribeResponse: Kafka response, versions 0-0, flexible from 0."""
 
@@ -100,8 +133,18 @@ class ShareGroupDescribeResponse(Message):
         ("groups", "[]DescribedGroup", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    groups: list[DescribedGroup] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "groups")
+
+    def __init__(self, *, throttle_time_ms: int = 0, groups: list[DescribedGroup] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.groups = [] if groups is DEFAULT else groups
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.groups) == (other.throttle_time_ms, other.groups)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ShareGroupHeartbeatRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupHeartbeatRequest(Message):
     """ShareGroupHeartbeatRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -32,11 +29,21 @@ class ShareGroupHeartbeatRequest(Message):
         ("subscribed_topic_names", "[]string", (0, 32767), (0, 32767)),
     )
 
-    group_id: str = ""
-    member_id: str = ""
-    member_epoch: int = 0
-    rack_id: str | None = None
-    subscribed_topic_names: list[str] | None = None
+    __slots__ = ("group_id", "member_id", "member_epoch", "rack_id", "subscribed_topic_names")
+
+    def __init__(self, *, group_id: str = "", member_id: str = "", member_epoch: int = 0, rack_id: str | None = None, subscribed_topic_names: list[str] | None = None) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+        self.member_epoch = member_epoch
+        self.rack_id = rack_id
+        self.subscribed_topic_names = subscribed_topic_names
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id, self.member_epoch, self.rack_id, self.subscribed_topic_names) == (other.group_id, other.member_id, other.member_epoch, other.rack_id, other.subscribed_topic_names)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ShareGroupHeartbeatRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):

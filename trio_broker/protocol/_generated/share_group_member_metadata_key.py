@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ShareGroupMemberMetadataKey"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupMemberMetadataKey(Message):
     """ShareGroupMemberMetadataKey: Kafka data, versions 10-10, never flexible."""
 
@@ -28,8 +25,18 @@ class ShareGroupMemberMetadataKey(Message):
         ("member_id", "string", (10, 10), None),
     )
 
-    group_id: str = ""
-    member_id: str = ""
+    __slots__ = ("group_id", "member_id")
+
+    def __init__(self, *, group_id: str = "", member_id: str = "") -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.member_id) == (other.group_id, other.member_id)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ShareGroupMemberMetadataKey_v10(o, buf, regions, _write_string=_p.write_string):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["ShareGroupMemberMetadataValue"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupMemberMetadataValue(Message):
     """ShareGroupMemberMetadataValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -30,10 +27,20 @@ class ShareGroupMemberMetadataValue(Message):
         ("subscribed_topic_names", "[]string", (0, 32767), None),
     )
 
-    rack_id: str | None = ""
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: list[str] = attrs.Factory(list)
+    __slots__ = ("rack_id", "client_id", "client_host", "subscribed_topic_names")
+
+    def __init__(self, *, rack_id: str | None = "", client_id: str = "", client_host: str = "", subscribed_topic_names: list[str] = DEFAULT) -> None:
+        self.rack_id = rack_id
+        self.client_id = client_id
+        self.client_host = client_host
+        self.subscribed_topic_names = [] if subscribed_topic_names is DEFAULT else subscribed_topic_names
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names) == (other.rack_id, other.client_id, other.client_host, other.subscribed_topic_names)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ShareGroupMemberMetadataValue_v0(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):

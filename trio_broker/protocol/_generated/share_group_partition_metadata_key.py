@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["ShareGroupPartitionMetadataKey"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupPartitionMetadataKey(Message):
     """ShareGroupPartitionMetadataKey: Kafka data, versions 9-9, never flexible."""
 
@@ -27,7 +24,17 @@ class ShareGroupPartitionMetadataKey(Message):
         ("group_id", "string", (9, 9), None),
     )
 
-    group_id: str = ""
+    __slots__ = ("group_id",)
+
+    def __init__(self, *, group_id: str = "") -> None:
+        self.group_id = group_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.group_id == other.group_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_ShareGroupPartitionMetadataKey_v9(o, buf, regions, _write_string=_p.write_string):

@@ -6,40 +6,55 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["TopicPartitionsInfo", "TopicInfo", "ShareGroupPartitionMetadataValue"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicPartitionsInfo:
+class TopicPartitionsInfo(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("topic_name", "string", (0, 32767), None),
         ("partitions", "[]int32", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ""
-    partitions: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_id", "topic_name", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "", partitions: list[int] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.topic_name, self.partitions) == (other.topic_id, other.topic_name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TopicInfo:
+class TopicInfo(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("topic_name", "string", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    topic_name: str = ""
+    __slots__ = ("topic_id", "topic_name")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, topic_name: str = "") -> None:
+        self.topic_id = topic_id
+        self.topic_name = topic_name
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.topic_name) == (other.topic_id, other.topic_name)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class ShareGroupPartitionMetadataValue(Message):
     """ShareGroupPartitionMetadataValue: Kafka data, versions 0-0, flexible from 0."""
 
@@ -53,8 +68,18 @@ class ShareGroupPartitionMetadataValue(Message):
         ("deleting_topics", "[]TopicInfo", (0, 32767), None),
     )
 
-    initialized_topics: list[TopicPartitionsInfo] = attrs.Factory(list)
-    deleting_topics: list[TopicInfo] = attrs.Factory(list)
+    __slots__ = ("initialized_topics", "deleting_topics")
+
+    def __init__(self, *, initialized_topics: list[TopicPartitionsInfo] = DEFAULT, deleting_topics: list[TopicInfo] = DEFAULT) -> None:
+        self.initialized_topics = [] if initialized_topics is DEFAULT else initialized_topics
+        self.deleting_topics = [] if deleting_topics is DEFAULT else deleting_topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.initialized_topics, self.deleting_topics) == (other.initialized_topics, other.deleting_topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TopicPartitionsInfo_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["StopReplicaPartitionV0", "StopReplicaTopicV1", "StopReplicaPartitionState", "StopReplicaTopicState", "StopReplicaRequest"]
 
@@ -19,53 +17,88 @@ _S_iiqo = struct.Struct(">iiq?")
 _S_ioiq = struct.Struct(">i?iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StopReplicaPartitionV0:
+class StopReplicaPartitionV0(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 0), None),
         ("partition_index", "int32", (0, 0), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
+    __slots__ = ("topic_name", "partition_index")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index) == (other.topic_name, other.partition_index)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StopReplicaTopicV1:
+class StopReplicaTopicV1(Struct):
     _SCHEMA = (
         ("name", "string", (1, 2), None),
         ("partition_indexes", "[]int32", (1, 2), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StopReplicaPartitionState:
+class StopReplicaPartitionState(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (3, 32767), None),
         ("leader_epoch", "int32", (3, 32767), None),
         ("delete_partition", "bool", (3, 32767), None),
     )
 
-    partition_index: int = 0
-    leader_epoch: int = -1
-    delete_partition: bool = False
+    __slots__ = ("partition_index", "leader_epoch", "delete_partition")
+
+    def __init__(self, *, partition_index: int = 0, leader_epoch: int = -1, delete_partition: bool = False) -> None:
+        self.partition_index = partition_index
+        self.leader_epoch = leader_epoch
+        self.delete_partition = delete_partition
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.leader_epoch, self.delete_partition) == (other.partition_index, other.leader_epoch, other.delete_partition)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StopReplicaTopicState:
+class StopReplicaTopicState(Struct):
     _SCHEMA = (
         ("topic_name", "string", (3, 32767), None),
         ("partition_states", "[]StopReplicaPartitionState", (3, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_states: list[StopReplicaPartitionState] = attrs.Factory(list)
+    __slots__ = ("topic_name", "partition_states")
+
+    def __init__(self, *, topic_name: str = "", partition_states: list[StopReplicaPartitionState] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_states) == (other.topic_name, other.partition_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class StopReplicaRequest(Message):
     """StopReplicaRequest: Kafka request, versions 0-4, flexible from 2."""
 
@@ -85,14 +118,24 @@ class StopReplicaRequest(Message):
         ("topic_states", "[]StopReplicaTopicState", (3, 32767), None),
     )
 
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    delete_partitions: bool = False
-    ungrouped_partitions: list[StopReplicaPartitionV0] = attrs.Factory(list)
-    topics: list[StopReplicaTopicV1] = attrs.Factory(list)
-    topic_states: list[StopReplicaTopicState] = attrs.Factory(list)
+    __slots__ = ("controller_id", "is_k_raft_controller", "controller_epoch", "broker_epoch", "delete_partitions", "ungrouped_partitions", "topics", "topic_states")
+
+    def __init__(self, *, controller_id: int = 0, is_k_raft_controller: bool = False, controller_epoch: int = 0, broker_epoch: int = -1, delete_partitions: bool = False, ungrouped_partitions: list[StopReplicaPartitionV0] = DEFAULT, topics: list[StopReplicaTopicV1] = DEFAULT, topic_states: list[StopReplicaTopicState] = DEFAULT) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.delete_partitions = delete_partitions
+        self.ungrouped_partitions = [] if ungrouped_partitions is DEFAULT else ungrouped_partitions
+        self.topics = [] if topics is DEFAULT else topics
+        self.topic_states = [] if topic_states is DEFAULT else topic_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.controller_id, self.is_k_raft_controller, self.controller_epoch, self.broker_epoch, self.delete_partitions, self.ungrouped_partitions, self.topics, self.topic_states) == (other.controller_id, other.is_k_raft_controller, other.controller_epoch, other.broker_epoch, other.delete_partitions, other.ungrouped_partitions, other.topics, other.topic_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_StopReplicaPartitionV0_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["StopReplicaPartitionError", "StopReplicaResponse"]
 
@@ -16,20 +14,28 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StopReplicaPartitionError:
+class StopReplicaPartitionError(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
-    error_code: int = 0
+    __slots__ = ("topic_name", "partition_index", "error_code")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0, error_code: int = 0) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index, self.error_code) == (other.topic_name, other.partition_index, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class StopReplicaResponse(Message):
     """StopReplicaResponse: Kafka response, versions 0-4, flexible from 2."""
 
@@ -43,8 +49,18 @@ class StopReplicaResponse(Message):
         ("partition_errors", "[]StopReplicaPartitionError", (0, 32767), None),
     )
 
-    error_code: int = 0
-    partition_errors: list[StopReplicaPartitionError] = attrs.Factory(list)
+    __slots__ = ("error_code", "partition_errors")
+
+    def __init__(self, *, error_code: int = 0, partition_errors: list[StopReplicaPartitionError] = DEFAULT) -> None:
+        self.error_code = error_code
+        self.partition_errors = [] if partition_errors is DEFAULT else partition_errors
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.error_code, self.partition_errors) == (other.error_code, other.partition_errors)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_StopReplicaPartitionError_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_string=_p.write_string):

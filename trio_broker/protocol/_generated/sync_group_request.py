@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["SyncGroupRequestAssignment", "SyncGroupRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class SyncGroupRequestAssignment:
+class SyncGroupRequestAssignment(Struct):
     _SCHEMA = (
         ("member_id", "string", (0, 32767), None),
         ("assignment", "bytes", (0, 32767), None),
     )
 
-    member_id: str = ""
-    assignment: bytes = b""
+    __slots__ = ("member_id", "assignment")
+
+    def __init__(self, *, member_id: str = "", assignment: bytes = b"") -> None:
+        self.member_id = member_id
+        self.assignment = assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.member_id, self.assignment) == (other.member_id, other.assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SyncGroupRequest(Message):
     """SyncGroupRequest: Kafka request, versions 0-5, flexible from 4."""
 
@@ -45,13 +51,23 @@ class SyncGroupRequest(Message):
         ("assignments", "[]SyncGroupRequestAssignment", (0, 32767), None),
     )
 
-    group_id: str = ""
-    generation_id: int = 0
-    member_id: str = ""
-    group_instance_id: str | None = None
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignments: list[SyncGroupRequestAssignment] = attrs.Factory(list)
+    __slots__ = ("group_id", "generation_id", "member_id", "group_instance_id", "protocol_type", "protocol_name", "assignments")
+
+    def __init__(self, *, group_id: str = "", generation_id: int = 0, member_id: str = "", group_instance_id: str | None = None, protocol_type: str | None = None, protocol_name: str | None = None, assignments: list[SyncGroupRequestAssignment] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignments = [] if assignments is DEFAULT else assignments
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.generation_id, self.member_id, self.group_instance_id, self.protocol_type, self.protocol_name, self.assignments) == (other.group_id, other.generation_id, other.member_id, other.group_instance_id, other.protocol_type, other.protocol_name, other.assignments)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SyncGroupRequestAssignment_v0(o, buf, regions, _write_bytes=_p.write_bytes, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["SyncGroupResponse"]
 
@@ -16,7 +14,6 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class SyncGroupResponse(Message):
     """SyncGroupResponse: Kafka response, versions 0-5, flexible from 4."""
 
@@ -33,11 +30,21 @@ class SyncGroupResponse(Message):
         ("assignment", "bytes", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
+    __slots__ = ("throttle_time_ms", "error_code", "protocol_type", "protocol_name", "assignment")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, protocol_type: str | None = None, protocol_name: str | None = None, assignment: bytes = b"") -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.protocol_type = protocol_type
+        self.protocol_name = protocol_name
+        self.assignment = assignment
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.protocol_type, self.protocol_name, self.assignment) == (other.throttle_time_ms, other.error_code, other.protocol_type, other.protocol_name, other.assignment)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_SyncGroupResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _write_bytes=_p.write_bytes):

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["TransactionLogKey"]
 
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class TransactionLogKey(Message):
     """TransactionLogKey: Kafka data, versions 0-0, never flexible."""
 
@@ -27,7 +24,17 @@ class TransactionLogKey(Message):
         ("transactional_id", "string", (0, 0), None),
     )
 
-    transactional_id: str = ""
+    __slots__ = ("transactional_id",)
+
+    def __init__(self, *, transactional_id: str = "") -> None:
+        self.transactional_id = transactional_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.transactional_id == other.transactional_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TransactionLogKey_v0(o, buf, regions, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["PartitionsSchema", "TransactionLogValue"]
 
@@ -16,18 +14,26 @@ _S_qhib = struct.Struct(">qhib")
 _S_qq = struct.Struct(">qq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionsSchema:
+class PartitionsSchema(Struct):
     _SCHEMA = (
         ("topic", "string", (0, 32767), None),
         ("partition_ids", "[]int32", (0, 32767), None),
     )
 
-    topic: str = ""
-    partition_ids: list[int] = attrs.Factory(list)
+    __slots__ = ("topic", "partition_ids")
+
+    def __init__(self, *, topic: str = "", partition_ids: list[int] = DEFAULT) -> None:
+        self.topic = topic
+        self.partition_ids = [] if partition_ids is DEFAULT else partition_ids
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic, self.partition_ids) == (other.topic, other.partition_ids)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class TransactionLogValue(Message):
     """TransactionLogValue: Kafka data, versions 0-1, flexible from 1."""
 
@@ -46,13 +52,23 @@ class TransactionLogValue(Message):
         ("transaction_start_timestamp_ms", "int64", (0, 32767), None),
     )
 
-    producer_id: int = 0
-    producer_epoch: int = 0
-    transaction_timeout_ms: int = 0
-    transaction_status: int = 0
-    transaction_partitions: list[PartitionsSchema] | None = attrs.Factory(list)
-    transaction_last_update_timestamp_ms: int = 0
-    transaction_start_timestamp_ms: int = 0
+    __slots__ = ("producer_id", "producer_epoch", "transaction_timeout_ms", "transaction_status", "transaction_partitions", "transaction_last_update_timestamp_ms", "transaction_start_timestamp_ms")
+
+    def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, transaction_timeout_ms: int = 0, transaction_status: int = 0, transaction_partitions: list[PartitionsSchema] | None = DEFAULT, transaction_last_update_timestamp_ms: int = 0, transaction_start_timestamp_ms: int = 0) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self.transaction_status = transaction_status
+        self.transaction_partitions = [] if transaction_partitions is DEFAULT else transaction_partitions
+        self.transaction_last_update_timestamp_ms = transaction_last_update_timestamp_ms
+        self.transaction_start_timestamp_ms = transaction_start_timestamp_ms
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.producer_id, self.producer_epoch, self.transaction_timeout_ms, self.transaction_status, self.transaction_partitions, self.transaction_last_update_timestamp_ms, self.transaction_start_timestamp_ms) == (other.producer_id, other.producer_epoch, other.transaction_timeout_ms, other.transaction_status, other.transaction_partitions, other.transaction_last_update_timestamp_ms, other.transaction_start_timestamp_ms)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_PartitionsSchema_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TxnOffsetCommitRequestPartition", "TxnOffsetCommitRequestTopic", "TxnOffsetCommitRequest"]
 
@@ -18,8 +16,7 @@ _S_qh = struct.Struct(">qh")
 _S_qhi = struct.Struct(">qhi")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TxnOffsetCommitRequestPartition:
+class TxnOffsetCommitRequestPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("committed_offset", "int64", (0, 32767), None),
@@ -27,24 +24,42 @@ class TxnOffsetCommitRequestPartition:
         ("committed_metadata", "string", (0, 32767), (0, 32767)),
     )
 
-    partition_index: int = 0
-    committed_offset: int = 0
-    committed_leader_epoch: int = -1
-    committed_metadata: str | None = ""
+    __slots__ = ("partition_index", "committed_offset", "committed_leader_epoch", "committed_metadata")
+
+    def __init__(self, *, partition_index: int = 0, committed_offset: int = 0, committed_leader_epoch: int = -1, committed_metadata: str | None = "") -> None:
+        self.partition_index = partition_index
+        self.committed_offset = committed_offset
+        self.committed_leader_epoch = committed_leader_epoch
+        self.committed_metadata = committed_metadata
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.committed_offset, self.committed_leader_epoch, self.committed_metadata) == (other.partition_index, other.committed_offset, other.committed_leader_epoch, other.committed_metadata)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class TxnOffsetCommitRequestTopic:
+class TxnOffsetCommitRequestTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]TxnOffsetCommitRequestPartition", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[TxnOffsetCommitRequestPartition] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[TxnOffsetCommitRequestPartition] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class TxnOffsetCommitRequest(Message):
     """TxnOffsetCommitRequest: Kafka request, versions 0-4, flexible from 3."""
 
@@ -64,14 +79,24 @@ class TxnOffsetCommitRequest(Message):
         ("topics", "[]TxnOffsetCommitRequestTopic", (0, 32767), None),
     )
 
-    transactional_id: str = ""
-    group_id: str = ""
-    producer_id: int = 0
-    producer_epoch: int = 0
-    generation_id: int = -1
-    member_id: str = ""
-    group_instance_id: str | None = None
-    topics: list[TxnOffsetCommitRequestTopic] = attrs.Factory(list)
+    __slots__ = ("transactional_id", "group_id", "producer_id", "producer_epoch", "generation_id", "member_id", "group_instance_id", "topics")
+
+    def __init__(self, *, transactional_id: str = "", group_id: str = "", producer_id: int = 0, producer_epoch: int = 0, generation_id: int = -1, member_id: str = "", group_instance_id: str | None = None, topics: list[TxnOffsetCommitRequestTopic] = DEFAULT) -> None:
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.generation_id = generation_id
+        self.member_id = member_id
+        self.group_instance_id = group_instance_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.transactional_id, self.group_id, self.producer_id, self.producer_epoch, self.generation_id, self.member_id, self.group_instance_id, self.topics) == (other.transactional_id, other.group_id, other.producer_id, other.producer_epoch, other.generation_id, other.member_id, other.group_instance_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_TxnOffsetCommitRequestPartition_v0(o, buf, regions, _pk_iq=_S_iq.pack, _write_nullable_string=_p.write_nullable_string):

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["UnregisterBrokerRequest"]
 
 _S_i = struct.Struct(">i")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class UnregisterBrokerRequest(Message):
     """UnregisterBrokerRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -28,7 +25,17 @@ class UnregisterBrokerRequest(Message):
         ("broker_id", "int32", (0, 32767), None),
     )
 
-    broker_id: int = 0
+    __slots__ = ("broker_id",)
+
+    def __init__(self, *, broker_id: int = 0) -> None:
+        self.broker_id = broker_id
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.broker_id == other.broker_id  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_UnregisterBrokerRequest_v0(o, buf, regions, _pk_i=_S_i.pack):

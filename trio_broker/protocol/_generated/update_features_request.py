@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["FeatureUpdateKey", "UpdateFeaturesRequest"]
 
@@ -18,8 +16,7 @@ _S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class FeatureUpdateKey:
+class FeatureUpdateKey(Struct):
     _SCHEMA = (
         ("feature", "string", (0, 32767), None),
         ("max_version_level", "int16", (0, 32767), None),
@@ -27,13 +24,22 @@ class FeatureUpdateKey:
         ("upgrade_type", "int8", (1, 32767), None),
     )
 
-    feature: str = ""
-    max_version_level: int = 0
-    allow_downgrade: bool = False
-    upgrade_type: int = 1
+    __slots__ = ("feature", "max_version_level", "allow_downgrade", "upgrade_type")
+
+    def __init__(self, *, feature: str = "", max_version_level: int = 0, allow_downgrade: bool = False, upgrade_type: int = 1) -> None:
+        self.feature = feature
+        self.max_version_level = max_version_level
+        self.allow_downgrade = allow_downgrade
+        self.upgrade_type = upgrade_type
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.feature, self.max_version_level, self.allow_downgrade, self.upgrade_type) == (other.feature, other.max_version_level, other.allow_downgrade, other.upgrade_type)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class UpdateFeaturesRequest(Message):
     """UpdateFeaturesRequest: Kafka request, versions 0-1, flexible from 0."""
 
@@ -48,9 +54,19 @@ class UpdateFeaturesRequest(Message):
         ("validate_only", "bool", (1, 32767), None),
     )
 
-    timeout_ms: int = 60000
-    feature_updates: list[FeatureUpdateKey] = attrs.Factory(list)
-    validate_only: bool = False
+    __slots__ = ("timeout_ms", "feature_updates", "validate_only")
+
+    def __init__(self, *, timeout_ms: int = 60000, feature_updates: list[FeatureUpdateKey] = DEFAULT, validate_only: bool = False) -> None:
+        self.timeout_ms = timeout_ms
+        self.feature_updates = [] if feature_updates is DEFAULT else feature_updates
+        self.validate_only = validate_only
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.timeout_ms, self.feature_updates, self.validate_only) == (other.timeout_ms, other.feature_updates, other.validate_only)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_FeatureUpdateKey_v0(o, buf, regions, _pk_ho=_S_ho.pack, _write_compact_string=_p.write_compact_string):

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["UpdatableFeatureResult", "UpdateFeaturesResponse"]
 
@@ -16,20 +14,28 @@ _S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UpdatableFeatureResult:
+class UpdatableFeatureResult(Struct):
     _SCHEMA = (
         ("feature", "string", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    feature: str = ""
-    error_code: int = 0
-    error_message: str | None = ""
+    __slots__ = ("feature", "error_code", "error_message")
+
+    def __init__(self, *, feature: str = "", error_code: int = 0, error_message: str | None = "") -> None:
+        self.feature = feature
+        self.error_code = error_code
+        self.error_message = error_message
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.feature, self.error_code, self.error_message) == (other.feature, other.error_code, other.error_message)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class UpdateFeaturesResponse(Message):
     """UpdateFeaturesResponse: Kafka response, versions 0-1, flexible from 0."""
 
@@ -45,10 +51,20 @@ class UpdateFeaturesResponse(Message):
         ("results", "[]UpdatableFeatureResult", (0, 32767), None),
     )
 
-    throttle_time_ms: int = 0
-    error_code: int = 0
-    error_message: str | None = ""
-    results: list[UpdatableFeatureResult] = attrs.Factory(list)
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "results")
+
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = "", results: list[UpdatableFeatureResult] = DEFAULT) -> None:
+        self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
+        self.results = [] if results is DEFAULT else results
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.results) == (other.throttle_time_ms, other.error_code, other.error_message, other.results)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_UpdatableFeatureResult_v0(o, buf, regions, _pk_h=_S_h.pack, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):

@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["UpdateMetadataPartitionState", "UpdateMetadataTopicState", "UpdateMetadataEndpoint", "UpdateMetadataBroker", "UpdateMetadataRequest"]
 
@@ -22,8 +20,7 @@ _S_iiq = struct.Struct(">iiq")
 _S_ioiq = struct.Struct(">i?iq")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UpdateMetadataPartitionState:
+class UpdateMetadataPartitionState(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 4), None),
         ("partition_index", "int32", (0, 32767), None),
@@ -36,32 +33,50 @@ class UpdateMetadataPartitionState:
         ("offline_replicas", "[]int32", (4, 32767), None),
     )
 
-    topic_name: str = ""
-    partition_index: int = 0
-    controller_epoch: int = 0
-    leader: int = 0
-    leader_epoch: int = 0
-    isr: list[int] = attrs.Factory(list)
-    zk_version: int = 0
-    replicas: list[int] = attrs.Factory(list)
-    offline_replicas: list[int] = attrs.Factory(list)
+    __slots__ = ("topic_name", "partition_index", "controller_epoch", "leader", "leader_epoch", "isr", "zk_version", "replicas", "offline_replicas")
+
+    def __init__(self, *, topic_name: str = "", partition_index: int = 0, controller_epoch: int = 0, leader: int = 0, leader_epoch: int = 0, isr: list[int] = DEFAULT, zk_version: int = 0, replicas: list[int] = DEFAULT, offline_replicas: list[int] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.partition_index = partition_index
+        self.controller_epoch = controller_epoch
+        self.leader = leader
+        self.leader_epoch = leader_epoch
+        self.isr = [] if isr is DEFAULT else isr
+        self.zk_version = zk_version
+        self.replicas = [] if replicas is DEFAULT else replicas
+        self.offline_replicas = [] if offline_replicas is DEFAULT else offline_replicas
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.partition_index, self.controller_epoch, self.leader, self.leader_epoch, self.isr, self.zk_version, self.replicas, self.offline_replicas) == (other.topic_name, other.partition_index, other.controller_epoch, other.leader, other.leader_epoch, other.isr, other.zk_version, other.replicas, other.offline_replicas)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UpdateMetadataTopicState:
+class UpdateMetadataTopicState(Struct):
     _SCHEMA = (
         ("topic_name", "string", (5, 32767), None),
         ("topic_id", "uuid", (7, 32767), None),
         ("partition_states", "[]UpdateMetadataPartitionState", (5, 32767), None),
     )
 
-    topic_name: str = ""
-    topic_id: uuid.UUID = ZERO_UUID
-    partition_states: list[UpdateMetadataPartitionState] = attrs.Factory(list)
+    __slots__ = ("topic_name", "topic_id", "partition_states")
+
+    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, partition_states: list[UpdateMetadataPartitionState] = DEFAULT) -> None:
+        self.topic_name = topic_name
+        self.topic_id = topic_id
+        self.partition_states = [] if partition_states is DEFAULT else partition_states
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_name, self.topic_id, self.partition_states) == (other.topic_name, other.topic_id, other.partition_states)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UpdateMetadataEndpoint:
+class UpdateMetadataEndpoint(Struct):
     _SCHEMA = (
         ("port", "int32", (1, 32767), None),
         ("host", "string", (1, 32767), None),
@@ -69,14 +84,23 @@ class UpdateMetadataEndpoint:
         ("security_protocol", "int16", (1, 32767), None),
     )
 
-    port: int = 0
-    host: str = ""
-    listener: str = ""
-    security_protocol: int = 0
+    __slots__ = ("port", "host", "listener", "security_protocol")
+
+    def __init__(self, *, port: int = 0, host: str = "", listener: str = "", security_protocol: int = 0) -> None:
+        self.port = port
+        self.host = host
+        self.listener = listener
+        self.security_protocol = security_protocol
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.port, self.host, self.listener, self.security_protocol) == (other.port, other.host, other.listener, other.security_protocol)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class UpdateMetadataBroker:
+class UpdateMetadataBroker(Struct):
     _SCHEMA = (
         ("id", "int32", (0, 32767), None),
         ("v0_host", "string", (0, 0), None),
@@ -85,14 +109,23 @@ class UpdateMetadataBroker:
         ("rack", "string", (2, 32767), (0, 32767)),
     )
 
-    id: int = 0
-    v0_host: str = ""
-    v0_port: int = 0
-    endpoints: list[UpdateMetadataEndpoint] = attrs.Factory(list)
-    rack: str | None = ""
+    __slots__ = ("id", "v0_host", "v0_port", "endpoints", "rack")
+
+    def __init__(self, *, id: int = 0, v0_host: str = "", v0_port: int = 0, endpoints: list[UpdateMetadataEndpoint] = DEFAULT, rack: str | None = "") -> None:
+        self.id = id
+        self.v0_host = v0_host
+        self.v0_port = v0_port
+        self.endpoints = [] if endpoints is DEFAULT else endpoints
+        self.rack = rack
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.id, self.v0_host, self.v0_port, self.endpoints, self.rack) == (other.id, other.v0_host, other.v0_port, other.endpoints, other.rack)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class UpdateMetadataRequest(Message):
     """UpdateMetadataRequest: Kafka request, versions 0-8, flexible from 6."""
 
@@ -112,14 +145,24 @@ class UpdateMetadataRequest(Message):
         ("live_brokers", "[]UpdateMetadataBroker", (0, 32767), None),
     )
 
-    controller_id: int = 0
-    is_k_raft_controller: bool = False
-    type: int = 0
-    controller_epoch: int = 0
-    broker_epoch: int = -1
-    ungrouped_partition_states: list[UpdateMetadataPartitionState] = attrs.Factory(list)
-    topic_states: list[UpdateMetadataTopicState] = attrs.Factory(list)
-    live_brokers: list[UpdateMetadataBroker] = attrs.Factory(list)
+    __slots__ = ("controller_id", "is_k_raft_controller", "type", "controller_epoch", "broker_epoch", "ungrouped_partition_states", "topic_states", "live_brokers")
+
+    def __init__(self, *, controller_id: int = 0, is_k_raft_controller: bool = False, type: int = 0, controller_epoch: int = 0, broker_epoch: int = -1, ungrouped_partition_states: list[UpdateMetadataPartitionState] = DEFAULT, topic_states: list[UpdateMetadataTopicState] = DEFAULT, live_brokers: list[UpdateMetadataBroker] = DEFAULT) -> None:
+        self.controller_id = controller_id
+        self.is_k_raft_controller = is_k_raft_controller
+        self.type = type
+        self.controller_epoch = controller_epoch
+        self.broker_epoch = broker_epoch
+        self.ungrouped_partition_states = [] if ungrouped_partition_states is DEFAULT else ungrouped_partition_states
+        self.topic_states = [] if topic_states is DEFAULT else topic_states
+        self.live_brokers = [] if live_brokers is DEFAULT else live_brokers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.controller_id, self.is_k_raft_controller, self.type, self.controller_epoch, self.broker_epoch, self.ungrouped_partition_states, self.topic_states, self.live_brokers) == (other.controller_id, other.is_k_raft_controller, other.type, other.controller_epoch, other.broker_epoch, other.ungrouped_partition_states, other.topic_states, other.live_brokers)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_UpdateMetadataPartitionState_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

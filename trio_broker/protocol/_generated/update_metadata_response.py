@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import Message
 
 __all__ = ["UpdateMetadataResponse"]
 
 _S_h = struct.Struct(">h")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class UpdateMetadataResponse(Message):
     """UpdateMetadataResponse: Kafka response, versions 0-8, flexible from 6."""
 
@@ -28,7 +25,17 @@ class UpdateMetadataResponse(Message):
         ("error_code", "int16", (0, 32767), None),
     )
 
-    error_code: int = 0
+    __slots__ = ("error_code",)
+
+    def __init__(self, *, error_code: int = 0) -> None:
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.error_code == other.error_code  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_UpdateMetadataResponse_v0(o, buf, regions, _pk_h=_S_h.pack):

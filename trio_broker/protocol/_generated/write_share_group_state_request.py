@@ -6,10 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["StateBatch", "PartitionData", "WriteStateData", "WriteShareGroupStateRequest"]
 
@@ -17,8 +15,7 @@ _S_iiiq = struct.Struct(">iiiq")
 _S_qqbh = struct.Struct(">qqbh")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class StateBatch:
+class StateBatch(Struct):
     _SCHEMA = (
         ("first_offset", "int64", (0, 32767), None),
         ("last_offset", "int64", (0, 32767), None),
@@ -26,14 +23,23 @@ class StateBatch:
         ("delivery_count", "int16", (0, 32767), None),
     )
 
-    first_offset: int = 0
-    last_offset: int = 0
-    delivery_state: int = 0
-    delivery_count: int = 0
+    __slots__ = ("first_offset", "last_offset", "delivery_state", "delivery_count")
+
+    def __init__(self, *, first_offset: int = 0, last_offset: int = 0, delivery_state: int = 0, delivery_count: int = 0) -> None:
+        self.first_offset = first_offset
+        self.last_offset = last_offset
+        self.delivery_state = delivery_state
+        self.delivery_count = delivery_count
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.first_offset, self.last_offset, self.delivery_state, self.delivery_count) == (other.first_offset, other.last_offset, other.delivery_state, other.delivery_count)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class PartitionData:
+class PartitionData(Struct):
     _SCHEMA = (
         ("partition", "int32", (0, 32767), None),
         ("state_epoch", "int32", (0, 32767), None),
@@ -42,25 +48,43 @@ class PartitionData:
         ("state_batches", "[]StateBatch", (0, 32767), None),
     )
 
-    partition: int = 0
-    state_epoch: int = 0
-    leader_epoch: int = 0
-    start_offset: int = 0
-    state_batches: list[StateBatch] = attrs.Factory(list)
+    __slots__ = ("partition", "state_epoch", "leader_epoch", "start_offset", "state_batches")
+
+    def __init__(self, *, partition: int = 0, state_epoch: int = 0, leader_epoch: int = 0, start_offset: int = 0, state_batches: list[StateBatch] = DEFAULT) -> None:
+        self.partition = partition
+        self.state_epoch = state_epoch
+        self.leader_epoch = leader_epoch
+        self.start_offset = start_offset
+        self.state_batches = [] if state_batches is DEFAULT else state_batches
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition, self.state_epoch, self.leader_epoch, self.start_offset, self.state_batches) == (other.partition, other.state_epoch, other.leader_epoch, other.start_offset, other.state_batches)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WriteStateData:
+class WriteStateData(Struct):
     _SCHEMA = (
         ("topic_id", "uuid", (0, 32767), None),
         ("partitions", "[]PartitionData", (0, 32767), None),
     )
 
-    topic_id: uuid.UUID = ZERO_UUID
-    partitions: list[PartitionData] = attrs.Factory(list)
+    __slots__ = ("topic_id", "partitions")
+
+    def __init__(self, *, topic_id: uuid.UUID = ZERO_UUID, partitions: list[PartitionData] = DEFAULT) -> None:
+        self.topic_id = topic_id
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.topic_id, self.partitions) == (other.topic_id, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class WriteShareGroupStateRequest(Message):
     """WriteShareGroupStateRequest: Kafka request, versions 0-0, flexible from 0."""
 
@@ -74,8 +98,18 @@ class WriteShareGroupStateRequest(Message):
         ("topics", "[]WriteStateData", (0, 32767), None),
     )
 
-    group_id: str = ""
-    topics: list[WriteStateData] = attrs.Factory(list)
+    __slots__ = ("group_id", "topics")
+
+    def __init__(self, *, group_id: str = "", topics: list[WriteStateData] = DEFAULT) -> None:
+        self.group_id = group_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.group_id, self.topics) == (other.group_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_StateBatch_v0(o, buf, regions, _pk_qqbh=_S_qqbh.pack):

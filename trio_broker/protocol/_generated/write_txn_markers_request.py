@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["WritableTxnMarkerTopic", "WritableTxnMarker", "WriteTxnMarkersRequest"]
 
@@ -16,19 +14,27 @@ _S_i = struct.Struct(">i")
 _S_qho = struct.Struct(">qh?")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WritableTxnMarkerTopic:
+class WritableTxnMarkerTopic(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partition_indexes", "[]int32", (0, 32767), None),
     )
 
-    name: str = ""
-    partition_indexes: list[int] = attrs.Factory(list)
+    __slots__ = ("name", "partition_indexes")
+
+    def __init__(self, *, name: str = "", partition_indexes: list[int] = DEFAULT) -> None:
+        self.name = name
+        self.partition_indexes = [] if partition_indexes is DEFAULT else partition_indexes
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partition_indexes) == (other.name, other.partition_indexes)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WritableTxnMarker:
+class WritableTxnMarker(Struct):
     _SCHEMA = (
         ("producer_id", "int64", (0, 32767), None),
         ("producer_epoch", "int16", (0, 32767), None),
@@ -37,14 +43,23 @@ class WritableTxnMarker:
         ("coordinator_epoch", "int32", (0, 32767), None),
     )
 
-    producer_id: int = 0
-    producer_epoch: int = 0
-    transaction_result: bool = False
-    topics: list[WritableTxnMarkerTopic] = attrs.Factory(list)
-    coordinator_epoch: int = 0
+    __slots__ = ("producer_id", "producer_epoch", "transaction_result", "topics", "coordinator_epoch")
+
+    def __init__(self, *, producer_id: int = 0, producer_epoch: int = 0, transaction_result: bool = False, topics: list[WritableTxnMarkerTopic] = DEFAULT, coordinator_epoch: int = 0) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.transaction_result = transaction_result
+        self.topics = [] if topics is DEFAULT else topics
+        self.coordinator_epoch = coordinator_epoch
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.producer_id, self.producer_epoch, self.transaction_result, self.topics, self.coordinator_epoch) == (other.producer_id, other.producer_epoch, other.transaction_result, other.topics, other.coordinator_epoch)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class WriteTxnMarkersRequest(Message):
     """WriteTxnMarkersRequest: Kafka request, versions 0-1, flexible from 1."""
 
@@ -57,7 +72,17 @@ class WriteTxnMarkersRequest(Message):
         ("markers", "[]WritableTxnMarker", (0, 32767), None),
     )
 
-    markers: list[WritableTxnMarker] = attrs.Factory(list)
+    __slots__ = ("markers",)
+
+    def __init__(self, *, markers: list[WritableTxnMarker] = DEFAULT) -> None:
+        self.markers = [] if markers is DEFAULT else markers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.markers == other.markers  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_WritableTxnMarkerTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):

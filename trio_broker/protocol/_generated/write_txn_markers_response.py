@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import struct
 
-import attrs
-
 from trio_broker.protocol import primitives as _p
-from trio_broker.protocol.primitives import ZERO_UUID, Message
+from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["WritableTxnMarkerPartitionResult", "WritableTxnMarkerTopicResult", "WritableTxnMarkerResult", "WriteTxnMarkersResponse"]
 
@@ -16,40 +14,66 @@ _S_ih = struct.Struct(">ih")
 _S_q = struct.Struct(">q")
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WritableTxnMarkerPartitionResult:
+class WritableTxnMarkerPartitionResult(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
     )
 
-    partition_index: int = 0
-    error_code: int = 0
+    __slots__ = ("partition_index", "error_code")
+
+    def __init__(self, *, partition_index: int = 0, error_code: int = 0) -> None:
+        self.partition_index = partition_index
+        self.error_code = error_code
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.partition_index, self.error_code) == (other.partition_index, other.error_code)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WritableTxnMarkerTopicResult:
+class WritableTxnMarkerTopicResult(Struct):
     _SCHEMA = (
         ("name", "string", (0, 32767), None),
         ("partitions", "[]WritableTxnMarkerPartitionResult", (0, 32767), None),
     )
 
-    name: str = ""
-    partitions: list[WritableTxnMarkerPartitionResult] = attrs.Factory(list)
+    __slots__ = ("name", "partitions")
+
+    def __init__(self, *, name: str = "", partitions: list[WritableTxnMarkerPartitionResult] = DEFAULT) -> None:
+        self.name = name
+        self.partitions = [] if partitions is DEFAULT else partitions
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.partitions) == (other.name, other.partitions)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
-class WritableTxnMarkerResult:
+class WritableTxnMarkerResult(Struct):
     _SCHEMA = (
         ("producer_id", "int64", (0, 32767), None),
         ("topics", "[]WritableTxnMarkerTopicResult", (0, 32767), None),
     )
 
-    producer_id: int = 0
-    topics: list[WritableTxnMarkerTopicResult] = attrs.Factory(list)
+    __slots__ = ("producer_id", "topics")
+
+    def __init__(self, *, producer_id: int = 0, topics: list[WritableTxnMarkerTopicResult] = DEFAULT) -> None:
+        self.producer_id = producer_id
+        self.topics = [] if topics is DEFAULT else topics
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.producer_id, self.topics) == (other.producer_id, other.topics)  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
-@attrs.define(kw_only=True, slots=True, eq=True)
 class WriteTxnMarkersResponse(Message):
     """WriteTxnMarkersResponse: Kafka response, versions 0-1, flexible from 1."""
 
@@ -62,7 +86,17 @@ class WriteTxnMarkersResponse(Message):
         ("markers", "[]WritableTxnMarkerResult", (0, 32767), None),
     )
 
-    markers: list[WritableTxnMarkerResult] = attrs.Factory(list)
+    __slots__ = ("markers",)
+
+    def __init__(self, *, markers: list[WritableTxnMarkerResult] = DEFAULT) -> None:
+        self.markers = [] if markers is DEFAULT else markers
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.markers == other.markers  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _enc_WritableTxnMarkerPartitionResult_v0(o, buf, regions, _pk_ih=_S_ih.pack):
