@@ -25,10 +25,10 @@ import struct
 from pathlib import Path
 
 import attrs
-import crc32c
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.checkpoints import atomic_write
+from trio_broker.protocol import crc
 
 __all__ = [
     "BatchMetadata",
@@ -347,7 +347,7 @@ class ProducerStateManager:
                 entry.coordinator_epoch,
                 entry.current_txn_first_offset,
             )
-        head = struct.pack(">hI", _SNAPSHOT_VERSION, crc32c.crc32c(bytes(body)))
+        head = struct.pack(">hI", _SNAPSHOT_VERSION, crc.crc32c(bytes(body)))
         path = snapshot_path(self.partition_dir, self.map_end_offset)
         atomic_write(path, head + body, sync=sync)
         self.last_snapshot_offset = self.map_end_offset
@@ -389,10 +389,10 @@ class ProducerStateManager:
 
 def _read_snapshot(path: Path) -> dict[int, ProducerStateEntry]:
     data = path.read_bytes()
-    version, crc, count = _HEAD.unpack_from(data, 0)
+    version, stored_crc, count = _HEAD.unpack_from(data, 0)
     if version != _SNAPSHOT_VERSION:
         raise ValueError(f"unknown snapshot version {version}")
-    if crc32c.crc32c(data[6:]) != crc:
+    if crc.crc32c(data[6:]) != stored_crc:
         raise ValueError("snapshot CRC mismatch")
     if len(data) != _HEAD.size + count * _ENTRY.size:
         raise ValueError("snapshot size does not match its entry count")

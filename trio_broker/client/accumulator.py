@@ -20,11 +20,11 @@ import struct
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-import crc32c
 import trio
 
 from trio_broker.client.buffer_pool import BufferPool
 from trio_broker.protocol import compression as _codecs
+from trio_broker.protocol import crc
 from trio_broker.protocol.records import CRC_OFFSET, CRC_START, HEADER, HEADER_SIZE, LOG_OVERHEAD
 
 __all__ = ["ProducerBatch", "RecordAccumulator", "record_size"]
@@ -277,7 +277,7 @@ class ProducerBatch:
             self.record_count,
         )
         view = memoryview(target)
-        _UINT32.pack_into(target, CRC_OFFSET, crc32c.crc32c(view[CRC_START:size]))
+        _UINT32.pack_into(target, CRC_OFFSET, crc.crc32c(view[CRC_START:size]))
         self.payload = view[:size]
         self.size = size
 
@@ -287,7 +287,7 @@ class ProducerBatch:
         payload = self.payload
         if payload is not None:
             _INT32.pack_into(payload, _BASE_SEQUENCE_OFFSET, sequence)
-            _UINT32.pack_into(payload, CRC_OFFSET, crc32c.crc32c(payload[CRC_START:]))
+            _UINT32.pack_into(payload, CRC_OFFSET, crc.crc32c(payload[CRC_START:]))
 
     def complete(self, base_offset: int, log_append_time: int) -> None:
         if self.finished:

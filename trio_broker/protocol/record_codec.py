@@ -16,10 +16,10 @@ import struct
 from collections.abc import Iterator, Sequence
 
 import attrs
-import crc32c
 
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol import compression as _codecs
+from trio_broker.protocol import crc
 from trio_broker.protocol.records import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -321,7 +321,7 @@ def build_batch(
         count,
     )
     out[HEADER_SIZE:] = payload
-    _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    _UINT32.pack_into(out, CRC_OFFSET, crc.crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
 
 

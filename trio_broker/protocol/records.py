@@ -24,9 +24,8 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import crc32c
-
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol import crc
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",
@@ -206,7 +205,7 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 
 def _crc_of(mv: memoryview, pos: int, size: int) -> int:
     # A memoryview slice shares the buffer: crc32c reads it in place, no copy.
-    return crc32c.crc32c(mv[pos + CRC_START : pos + size])
+    return crc.crc32c(mv[pos + CRC_START : pos + size])
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
