@@ -20,9 +20,7 @@ keeps its fast path and never imports this module.
 
 from __future__ import annotations
 
-import errno
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -205,7 +203,13 @@ class ReplicaManager:
             try:
                 pending.sync()
             except OSError as exc:
-                self._new_logs_not_durable(exc, errors)
+                # Those partitions answer KAFKA_STORAGE_ERROR, as when creating one fails.
+                manager = self.broker.log_manager
+                log_dir = manager.new_logs_not_durable(exc)
+                for key in errors:
+                    log = manager.get_log(*key)
+                    if log is not None and log.dir.parent == log_dir:
+                        errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
         if version >= 5:
             by_topic: dict[str, list[Any]] = {}
             for (topic, p), code in errors.items():
@@ -227,23 +231,7 @@ class ReplicaManager:
             ],
         )
 
-    def _new_logs_not_durable(self, exc: OSError, errors: dict[TopicPartition, int]) -> None:
-        """An fsync of new logs failed: as when creating a log fails, its log dir goes
-        offline (unless full) and the partitions there answer KAFKA_STORAGE_ERROR."""
-        manager = self.broker.log_manager
-        failed = Path(exc.filename or "")
-        log_dir = next((d for d in manager.log_dirs if d == failed or d in failed.parents), None)
-        logger.error("LeaderAndIsr: new logs in %s not durable: %s", log_dir, exc)
-        if log_dir is None:
-            return
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            manager.mark_dir_offline(log_dir, exc)
-        for key in errors:
-            log = manager.get_log(*key)
-            if log is not None and log.dir.parent == log_dir:
-                errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
-
-    async def _apply(self, state: Any, topic_id: Any, pending: PendingSyncs | None = None) -> int:
+    async def _apply(self, state: Any, topic_id: Any, pending: PendingSyncs) -> int:
         topic, index = state.topic_name, state.partition_index
         key = (topic, index)
         if self.node_id not in state.replicas:
@@ -330,7 +318,7 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     async def _ensure_log(
-        self, topic: str, index: int, topic_id: Any, pending: PendingSyncs | None = None
+        self, topic: str, index: int, topic_id: Any, pending: PendingSyncs
     ) -> Any:
         from trio_broker.cluster.topic_config import resolve_log_config
         from trio_broker.protocol.primitives import ZERO_UUID

@@ -220,7 +220,11 @@ class TopicManager:
                 topic.partitions[index] = self._new_partition(name, index)
                 self.logs.create_log(name, index, topic.topic_id, cfg, pending=pending)
                 created.append(index)
-            pending.sync()
+            try:
+                pending.sync()
+            except OSError as exc:
+                self.logs.new_logs_not_durable(exc)
+                raise
             self.metadata.topics[name] = topic
             self.metadata.save()
         except (KafkaError, OSError) as exc:

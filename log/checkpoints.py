@@ -60,13 +60,17 @@ class CorruptCheckpointError(Exception):
     """A checkpoint file that does not parse; the caller decides whether to ignore it."""
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a rename or create inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+def _fsync_path(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> None:
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or create inside `path` durable."""
+    _fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 class PendingSyncs:
@@ -96,11 +100,7 @@ class PendingSyncs:
         """fsync every file, then every directory; an OSError names the path that failed."""
         try:
             for path in self.files:
-                fd = os.open(path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_path(path)
             for path in self.dirs:
                 fsync_dir(path)
         except OSError as exc:

@@ -302,8 +302,7 @@ class LogManager:
             # code to answer (topic creation is retried by the client).
             if not existed:
                 shutil.rmtree(path, ignore_errors=True)
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                self.mark_dir_offline(log_dir, exc)
+            self._creation_failed(log_dir, exc)
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"cannot create the log of {topic}-{partition} in {log_dir}: {exc}",
@@ -311,6 +310,22 @@ class LogManager:
         self.logs[(topic, partition)] = self._watch(log)
         logger.info("created log %s in %s", log.name, log_dir)
         return log
+
+    def _creation_failed(self, log_dir: Path, exc: OSError) -> None:
+        # A full disk leaves the dir online (creation is retried once there is space); any
+        # other error leaves its files in doubt.
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            self.mark_dir_offline(log_dir, exc)
+
+    def new_logs_not_durable(self, exc: OSError) -> Path | None:
+        """`PendingSyncs.sync()` of logs made with `pending` failed on `exc.filename`: its
+        log dir is handled as when creating a log fails; returns that dir."""
+        failed = Path(exc.filename or "")
+        log_dir = next((d for d in self.log_dirs if d == failed or d in failed.parents), None)
+        logger.error("new logs in %s are not durable: %s", log_dir, exc)
+        if log_dir is not None:
+            self._creation_failed(log_dir, exc)
+        return log_dir
 
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; the files go

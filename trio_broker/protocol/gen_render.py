@@ -86,10 +86,13 @@ def _methods(st: StructSpec, msg: MessageSpec) -> list[str]:
     names = [f.attr for f in st.fields]
     slots = ", ".join(py_str(n) for n in names) + ("," if len(names) == 1 else "")
     lines = [f"    __slots__ = ({slots})", ""]
-    params = "".join(f", {f.attr}: {type_hint(f)} = {init_default(f, msg)[0]}" for f in st.fields)
+    defaults = [init_default(f, msg) for f in st.fields]
+    params = "".join(
+        f", {f.attr}: {type_hint(f)} = {default}"
+        for f, (default, _) in zip(st.fields, defaults, strict=True)
+    )
     lines.append(f"    def __init__(self{', *' if names else ''}{params}) -> None:")
-    for f in st.fields:
-        factory = init_default(f, msg)[1]
+    for f, (_, factory) in zip(st.fields, defaults, strict=True):
         value = f.attr if factory is None else f"{factory} if {f.attr} is DEFAULT else {f.attr}"
         lines.append(f"        self.{f.attr} = {value}")
     if not names:
