@@ -127,11 +127,47 @@ class BrokerThread:
         self.stop()
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; elsewhere bind(0) below still answers
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (another process may take it before you do)."""
+    """A TCP port nothing listens on now, for a server this process is about to start.
+
+    It is taken below the kernel's ephemeral range (ip_local_port_range): a port that
+    bind(0) returns lies inside that range, where any process's outgoing connection can be
+    given it as its local port before the server binds it ("Address already in use").
+    Ports this process handed out are not handed out again. Another process may still
+    start a server on it first; that is rare, and a caller that cares retries."""
+    import random
+
+    low = _ephemeral_low()
+    if low > 12000:
+        for _attempt in range(100):
+            port = random.randrange(10000, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:
+                # As a listener binds (trio sets SO_REUSEADDR): a connection in TIME_WAIT
+                # on the port does not stop it, a listener does.
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port = s.getsockname()[1]
+    _handed_out.add(port)
+    return port
 
 
 class BrokerProcess:
