@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trio_broker.cluster import zk_data
+from trio_broker.cluster.topics import validate_topic_name
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -32,6 +33,18 @@ if TYPE_CHECKING:
     from trio_broker.cluster.zookeeper import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
+
+
+def _legal(name: str | None) -> bool:
+    """Whether a client's topic name could have a znode. One that could not (empty, "..",
+    a "/" or a NUL in it) must never become a ZooKeeper path: it would name another znode
+    (the empty name, /brokers/topics itself) or make kazoo raise."""
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return False
+    return True
+
 
 __all__ = ["ZkTopics"]
 
@@ -280,13 +293,16 @@ class ZkTopics:
         finally:
             self._creating.discard(name)
 
+    async def _exists(self, name: str) -> bool:
+        return _legal(name) and await self.zk.exists(zk_data.topic_path(name)) is not None
+
     # --- delete -----------------------------------------------------------------------------
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
         from trio_broker.cluster import zk_admin
 
         topic = self.metadata.topics.get(name)
-        if topic is None and await self.zk.exists(zk_data.topic_path(name)) is None:
+        if topic is None and not await self._exists(name):
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                 "This server does not host this topic-partition.",
@@ -296,7 +312,8 @@ class ZkTopics:
         if not self.topics.config.delete_topic_enable:
             raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED)
         await zk_admin.mark_for_deletion(self.zk, name)
-        with trio.move_on_after(timeout_ms / 1000) as scope:
+        # Kafka: a timeout of 0 or less starts the deletion and answers REQUEST_TIMED_OUT.
+        with trio.move_on_after(max(timeout_ms, 0) / 1000) as scope:
             while name in self.metadata.topics:
                 await trio.sleep(_POLL_S)
         if scope.cancelled_caught:
@@ -317,7 +334,7 @@ class ZkTopics:
         starting where partition 0's preferred leader is) into the topic znode."""
         from trio_broker.cluster import zk_admin
 
-        read = await zk_admin.read_assignment(self.zk, name)
+        read = await zk_admin.read_assignment(self.zk, name) if _legal(name) else None
         if read is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."

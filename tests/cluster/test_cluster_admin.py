@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from wire import request_of, roundtrip
 
 from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.create_partitions_request import CreatePartitionsTopic
 from trio_broker.testing import KafkaCluster
 
 
@@ -70,6 +71,54 @@ def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_v
     # The name is free again.
     admin.create_topics([NewTopic("doomed", 1, 3)])["doomed"].result()
     assert sorted(zk_view.json("/brokers/topics/doomed")["partitions"]["0"]) == [1, 2, 3]
+
+
+def test_names_that_cannot_be_topics_and_a_zero_timeout(kafka_cluster, zk_view):
+    # A name no topic can have never becomes a ZooKeeper path: the empty name would be
+    # /brokers/topics itself, and a NUL or ".." makes the ZooKeeper client raise. Each gets
+    # UNKNOWN_TOPIC_OR_PARTITION, and the connection goes on serving. (A fuzzer found
+    # both: the handler failed and the broker closed the connection.)
+    broker = kafka_cluster.brokers[1]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("short-wait", 1, 3)])["short-wait"].result()
+    names = ["", "..", "a/b", "bad\x00name", "x" * 300]
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with socket.create_connection((broker.host, broker.port), timeout=20) as sock:
+        deleted = roundtrip(sock, request_of(20, topic_names=names, timeout_ms=5000), 4)
+        assert [(r.name, r.error_code) for r in deleted.responses] == [(n, unknown) for n in names]
+        grown = roundtrip(
+            sock,
+            request_of(
+                37,
+                topics=[CreatePartitionsTopic(name=n, count=2, assignments=None) for n in names],
+                timeout_ms=5000,
+            ),
+            2,
+            correlation_id=2,
+        )
+        assert [(r.name, r.error_code) for r in grown.results] == [(n, unknown) for n in names]
+        # Kafka: a timeout of 0 or less starts the deletion and answers REQUEST_TIMED_OUT.
+        for correlation_id, timeout_ms in ((3, 0), (4, -1)):
+            if timeout_ms == -1:
+                admin.create_topics([NewTopic("short-wait", 1, 3)])["short-wait"].result()
+            answer = roundtrip(
+                sock,
+                request_of(20, topic_names=["short-wait"], timeout_ms=timeout_ms),
+                4,
+                correlation_id=correlation_id,
+            )
+            assert [(r.name, r.error_code) for r in answer.responses] == [
+                ("short-wait", ErrorCode.REQUEST_TIMED_OUT)
+            ]
+            eventually(
+                lambda: zk_view.exists("/brokers/topics/short-wait") is None,
+                budget_s=15,
+                what="deleted anyway",
+            )
+            eventually(
+                lambda: "short-wait" not in _topics(broker.bootstrap), budget_s=15, what="gone"
+            )
+    assert zk_view.exists("/brokers/topics") is not None
 
 
 def test_preferred_leaders_come_back_by_election(zookeeper, tmp_path, zk_view):
