@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.create_topics import MAX_PARTITIONS_PER_REQUEST
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.create_partitions_response import (
     CreatePartitionsResponse,
@@ -69,8 +70,31 @@ async def _create(
         broker.topics.create_partitions(topic.name, topic.count)
 
 
+def _partitions_added(broker: Broker, topics: list[CreatePartitionsTopic]) -> int:
+    total = 0
+    for topic in topics:
+        current = broker.metadata.topics.get(topic.name)
+        total += max(0, topic.count - (len(current.partitions) if current is not None else 0))
+    return total
+
+
 async def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
     body = request.body
+    added = _partitions_added(broker, body.topics)
+    if added > MAX_PARTITIONS_PER_REQUEST:
+        # CreateTopics' bound, applied to what this request would add.
+        message = (
+            f"A request may create at most {MAX_PARTITIONS_PER_REQUEST} partitions; "
+            f"this one asks for {added}."
+        )
+        return CreatePartitionsResponse(
+            results=[
+                CreatePartitionsTopicResult(
+                    name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=message
+                )
+                for t in body.topics
+            ]
+        )
     counts = Counter(t.name for t in body.topics)
     results: list[CreatePartitionsTopicResult] = []
     seen: set[str] = set()

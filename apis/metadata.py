@@ -8,6 +8,7 @@ LEADER_NOT_AVAILABLE until the controller has elected its leaders, as Kafka's do
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from trio_broker.apis.endpoints import node_on_listener
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.cluster.metadata import PartitionState, TopicState
     from trio_broker.server.requests import Request
+
+_NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 def _partition(broker: Broker, topic: str, p: PartitionState) -> MetadataResponsePartition:
@@ -81,6 +84,17 @@ async def handle(broker: Broker, request: Request) -> MetadataResponse:
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if body.topics is None or (request.api_version == 0 and not body.topics):
         topics = [_topic(broker, t) for t in sorted(meta.topics.values(), key=lambda t: t.name)]
+    elif request.api_version < 12 and any(
+        t.name is None or t.topic_id != _NO_TOPIC_ID for t in body.topics
+    ):
+        # v10 and v11 carry topic ids but cannot look topics up by them, and their answer
+        # cannot carry a null name: the whole request is INVALID_REQUEST, as in Kafka.
+        topics = [
+            MetadataResponseTopic(
+                error_code=ErrorCode.INVALID_REQUEST, name=t.name or "", topic_id=t.topic_id
+            )
+            for t in body.topics
+        ]
     else:
         allow_create = request.api_version < 4 or body.allow_auto_topic_creation
         for wanted in body.topics:

@@ -235,3 +235,39 @@ def test_create_partitions(kafka_broker):
     finally:
         kp.close()
     assert len(partition_dirs(kafka_broker, "grow")) == 6
+
+
+def test_a_request_creates_at_most_ten_thousand_partitions(kafka_broker):
+    # Kafka 4's bound: a request that would create more is refused whole (every topic
+    # POLICY_VIOLATION), before anything is made; a few bytes must not make the broker
+    # create 2**31 - 1 partition directories.
+    client = admin(kafka_broker)
+    asked = client.create_topics([NewTopic("small", 2, 1), NewTopic("huge", 50_000, 1)])
+    assert error_of(asked["small"]) == KafkaError.POLICY_VIOLATION
+    assert error_of(asked["huge"]) == KafkaError.POLICY_VIOLATION
+    with socket.create_connection((kafka_broker.host, kafka_broker.port), timeout=TIMEOUT) as s:
+        raw = roundtrip(
+            s,
+            request_of(
+                19,
+                topics=[
+                    CreatableTopic(name="huge", num_partitions=2**31 - 1, replication_factor=1)
+                ],
+                timeout_ms=5000,
+            ),
+            7,
+        )
+    assert [(t.name, t.error_code) for t in raw.topics] == [("huge", ErrorCode.POLICY_VIOLATION)]
+    many = client.create_topics([NewTopic(f"many-{i}", 2_001, 1) for i in range(5)])
+    assert {error_of(f) for f in many.values()} == {KafkaError.POLICY_VIOLATION}
+    assert not [
+        p for p in kafka_broker.log_dir.iterdir() if p.name.startswith(("small", "huge", "many"))
+    ]
+
+    client.create_topics([NewTopic("grown", 1, 1)])["grown"].result(TIMEOUT)
+    grow = client.create_partitions([NewPartitions("grown", 20_000)])
+    assert error_of(grow["grown"]) == KafkaError.POLICY_VIOLATION
+    assert partition_dirs(kafka_broker, "grown") == ["grown-0"]
+    # Within the bound, as before.
+    client.create_partitions([NewPartitions("grown", 3)])["grown"].result(TIMEOUT)
+    assert partition_dirs(kafka_broker, "grown") == ["grown-0", "grown-1", "grown-2"]

@@ -115,3 +115,28 @@ def test_pipelined_requests_answered_in_order(kafka_broker):
     sock.sendall(data)
     assert [read_response(sock, 18, 3)[0] for _ in range(50)] == list(range(50))
     sock.close()
+
+
+def test_metadata_v10_and_v11_cannot_look_topics_up_by_id(kafka_broker):
+    # Their requests carry topic ids, their answers cannot carry a null name: a topic given
+    # by id (or with no name) makes the whole request INVALID_REQUEST, as in Kafka, and the
+    # connection stays open. (It closed: the answer's null name could not be encoded.)
+    import uuid
+
+    from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
+
+    sock = _connect(kafka_broker)
+    some_id = uuid.UUID(int=7)
+    for correlation_id, version in ((1, 10), (2, 11)):
+        topics = [MetadataRequestTopic(name=None, topic_id=some_id), MetadataRequestTopic(name="t")]
+        answer = roundtrip(sock, request_of(3, topics=topics), version, correlation_id)
+        assert [(t.name, t.topic_id, t.error_code) for t in answer.topics] == [
+            ("", some_id, 42),  # INVALID_REQUEST
+            ("t", uuid.UUID(int=0), 42),
+        ]
+    # v12 looks the id up: unknown here.
+    answer = roundtrip(
+        sock, request_of(3, topics=[MetadataRequestTopic(name=None, topic_id=some_id)]), 12, 3
+    )
+    assert [(t.name, t.error_code) for t in answer.topics] == [(None, 100)]  # UNKNOWN_TOPIC_ID
+    sock.close()
