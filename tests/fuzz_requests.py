@@ -25,6 +25,7 @@ from typing import Any
 from wire import encode_request
 
 from trio_broker.apis.registry import supported_versions
+from trio_broker.protocol import crc
 from trio_broker.protocol._generated import request_class
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.list_offsets_request import (
@@ -128,6 +129,8 @@ class Mutator:
             return rng.choice(_INTS[typ])
         if typ == "string":
             return rng.choice(_STRINGS)
+        if typ == "records" and current and len(current) > 61 and rng.random() < 0.7:
+            return self.batch(bytes(current))
         if typ in ("bytes", "records"):
             whole = bytes(current) if current else b""
             return rng.choice([None, b"", rng.randbytes(rng.randrange(1, 80)), whole[:-1]])
@@ -141,6 +144,38 @@ class Mutator:
         if struct_class is not None:
             return self.mutate(current if isinstance(current, Struct) else struct_class())
         return current
+
+    def batch(self, data: bytes) -> bytes:
+        """A record batch with one field or byte changed and its CRC made right again, so
+        that it gets past the checksum to the checks behind it."""
+        rng = self.rng
+        b = bytearray(data)
+        # Header fields: (offset, size) of length, magic, attributes, last offset delta,
+        # first/max timestamp, producer id/epoch, base sequence, record count.
+        fields = [
+            (8, 4),
+            (16, 1),
+            (21, 2),
+            (23, 4),
+            (27, 8),
+            (35, 8),
+            (43, 8),
+            (51, 2),
+            (53, 4),
+            (57, 4),
+        ]
+        if rng.random() < 0.5:
+            at, size = rng.choice(fields)
+            b[at : at + size] = rng.choice(
+                _INTS[{1: "int8", 2: "int16", 4: "int32", 8: "int64"}[size]]
+            ).to_bytes(size, "big", signed=True)
+        else:
+            at = rng.randrange(61, len(b))
+            b[at] = rng.randrange(256)
+        if rng.random() < 0.2:
+            b += b[61:]  # trailing bytes the length does not cover
+        b[17:21] = crc.crc32c(bytes(b[21:])).to_bytes(4, "big")
+        return bytes(b)
 
     def array(self, owner: Struct, element: str, current: list | None) -> list | None:
         rng = self.rng
