@@ -337,3 +337,34 @@ async def test_submit_writes_a_lone_request_itself_and_queues_behind_a_partial_w
             assert [(r.offset, r.value) for r in iter_records(data.records)] == list(
                 enumerate(values)
             )
+
+
+async def test_an_address_no_resolver_takes_is_a_connection_error():
+    # A host or port from a broker's metadata may be anything: a label too long for IDNA
+    # raised UnicodeError, a port out of range OverflowError, out of the client's tasks.
+    async with _client("127.0.0.1:1", reconnect_backoff_ms=1, reconnect_backoff_max_ms=1) as client:
+        for where in ("x" * 300 + ".example:9092", "127.0.0.1:70000"):
+            try:
+                await client.send(where, MetadataRequest(topics=None))
+                raise AssertionError("no error")
+            except KafkaConnectionError as exc:
+                assert "cannot connect" in str(exc)
+            assert not client.is_connected(where)
+
+
+def test_an_error_code_this_client_does_not_know_is_kept_by_number():
+    # A newer broker's code (or a peer's bug) must not raise ValueError where an answer is
+    # read (a consumer's heartbeat loop died on one, ending the consumer).
+    from trio_broker.client.errors import error_for
+
+    code = ErrorCode(32767)
+    assert code == 32767 and code.name == "UNKNOWN_ERROR_CODE_32767"
+    error = error_for(32767, "InitProducerId")
+    assert error.code == 32767 and not error.retriable
+    assert "UNKNOWN_ERROR_CODE_32767" in str(error)
+    assert ErrorCode(3) is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        ErrorCode(1 << 20)  # not an int16: still a ValueError
+        raise AssertionError("no error")
+    except ValueError:
+        pass

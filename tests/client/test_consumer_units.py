@@ -21,7 +21,7 @@ from trio_broker.client.consumer_protocol import (
 )
 from trio_broker.client.fetcher import FetchSession, decode_records, scan_next_offset
 from trio_broker.client.subscription import PartitionState, TopicPartition
-from trio_broker.errors import KafkaError
+from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol.record_codec import build_batch
 from trio_broker.protocol.records import Compression
 
@@ -180,6 +180,22 @@ def test_consumer_protocol_messages_round_trip():
     assignment = encode_assignment([("t", 2), ("t", 0), ("u", 1)])
     assert decode_assignment(assignment) == {("t", 0), ("t", 2), ("u", 1)}
     assert decode_assignment(b"") == set()
+
+
+@pytest.mark.parametrize("cut", [1, 5, 9, -1])
+def test_unreadable_group_protocol_bytes_are_a_kafka_error(cut):
+    # A member's subscription (read by the group leader) or the leader's assignment (read
+    # by every member) that does not decode ends the membership with an error the
+    # application sees, as Java's consumer does; it raised DecodeError out of the
+    # consumer's task, ending the consumer.
+    subscription = encode_subscription(["topic"], [TopicPartition("topic", 0)])[:cut]
+    with pytest.raises(KafkaError) as info:
+        decode_subscription("m-1", subscription, None)
+    assert info.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL and "m-1" in str(info.value)
+    assignment = encode_assignment([("topic", 0), ("topic", 1)])[:cut]
+    with pytest.raises(KafkaError) as info:
+        decode_assignment(assignment)
+    assert info.value.code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_the_fast_reader_agrees_with_the_record_codec():

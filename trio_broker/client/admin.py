@@ -36,9 +36,9 @@ from trio_broker.client.admin_types import (
 )
 from trio_broker.client.config import AdminConfig
 from trio_broker.client.consumer_protocol import decode_assignment, decode_subscription
-from trio_broker.client.errors import error_for
+from trio_broker.client.errors import KafkaConnectionError, error_for
 from trio_broker.client.fetcher import EARLIEST, LATEST, list_offsets
-from trio_broker.client.metadata import ClusterMetadata
+from trio_broker.client.metadata import ClusterMetadata, find_group_coordinator
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.client.subscription import TopicPartition
 from trio_broker.errors import ErrorCode, KafkaError, is_retriable
@@ -68,7 +68,6 @@ from trio_broker.protocol._generated.describe_configs_request import (
     DescribeConfigsResource,
 )
 from trio_broker.protocol._generated.describe_groups_request import DescribeGroupsRequest
-from trio_broker.protocol._generated.find_coordinator_request import FindCoordinatorRequest
 from trio_broker.protocol._generated.list_groups_request import ListGroupsRequest
 from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
 from trio_broker.protocol._generated.offset_fetch_request import (
@@ -131,23 +130,19 @@ class Admin:
         cluster = await self.metadata.refresh([])
         if cluster.controller_id in cluster.brokers:
             return cluster.controller_id
+        if not cluster.brokers:
+            raise KafkaConnectionError("the cluster's metadata names no broker")
         return next(iter(cluster.brokers))
 
     async def _coordinator(self, group_id: str) -> tuple[str, int]:
         with trio.fail_after(self.config.request_timeout_ms / 1000):
             while True:
                 node = self.client.least_loaded_node()
-                version = await self.client.api_version(node, FindCoordinatorRequest.API_KEY)
-                if version >= 4:
-                    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id])
-                    found = (await self.client.send(node, request, version)).coordinators[0]
-                else:
-                    request = FindCoordinatorRequest(key=group_id, key_type=0)
-                    found = await self.client.send(node, request, version)
-                if not found.error_code:
-                    return (found.host, found.port)
-                if not is_retriable(found.error_code):
-                    raise error_for(found.error_code, f"FindCoordinator for group {group_id!r}")
+                code, host, port = await find_group_coordinator(self.client, node, group_id)
+                if not code:
+                    return (host, port)
+                if not is_retriable(code):
+                    raise error_for(code, f"FindCoordinator for group {group_id!r}")
                 await trio.sleep(self._backoff_s)
 
     async def _leaders(

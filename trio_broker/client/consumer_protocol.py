@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from trio_broker.client.assignors import MemberSubscription
 from trio_broker.client.subscription import TopicPartition
+from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.consumer_protocol_assignment import (
     ConsumerProtocolAssignment,
 )
@@ -44,9 +45,18 @@ def encode_subscription(topics: Iterable[str], owned: Iterable[TopicPartition] =
     return bytes(message.encode(1, bytearray(_VERSION.pack(1))))
 
 
+def _unreadable(what: str, exc: Exception) -> KafkaError:
+    # Java's consumer raises on these too (a SchemaException out of poll); as a KafkaError
+    # it ends the group membership with an error the application sees, not a crash.
+    return KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{what} cannot be decoded: {exc}")
+
+
 def decode_subscription(member_id: str, data: bytes, instance_id: str | None) -> MemberSubscription:
-    (version,) = _VERSION.unpack_from(data)
-    message, _ = ConsumerProtocolSubscription.decode(data, min(version, 3), 2)
+    try:
+        (version,) = _VERSION.unpack_from(data)
+        message, _ = ConsumerProtocolSubscription.decode(data, min(version, 3), 2)
+    except (ValueError, struct.error, TypeError) as exc:
+        raise _unreadable(f"the subscription of member {member_id!r}", exc) from None
     owned = tuple(
         TopicPartition(t.topic, p) for t in message.owned_partitions for p in t.partitions
     )
@@ -74,6 +84,9 @@ def encode_assignment(partitions: Iterable[tuple[str, int]]) -> bytes:
 def decode_assignment(data: bytes) -> set[TopicPartition]:
     if not data:
         return set()
-    (version,) = _VERSION.unpack_from(data)
-    message, _ = ConsumerProtocolAssignment.decode(data, min(version, 3), 2)
+    try:
+        (version,) = _VERSION.unpack_from(data)
+        message, _ = ConsumerProtocolAssignment.decode(data, min(version, 3), 2)
+    except (ValueError, struct.error, TypeError) as exc:
+        raise _unreadable("the assignment from the group leader", exc) from None
     return {TopicPartition(t.topic, p) for t in message.assigned_partitions for p in t.partitions}

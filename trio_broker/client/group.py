@@ -34,11 +34,10 @@ from trio_broker.client.consumer_protocol import (
     encode_subscription,
 )
 from trio_broker.client.errors import KafkaConnectionError, RequestTimedOutError, error_for
-from trio_broker.client.metadata import ClusterMetadata
+from trio_broker.client.metadata import ClusterMetadata, find_group_coordinator
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.client.subscription import SubscriptionState, TopicPartition
 from trio_broker.errors import ErrorCode, KafkaError
-from trio_broker.protocol._generated.find_coordinator_request import FindCoordinatorRequest
 from trio_broker.protocol._generated.heartbeat_request import HeartbeatRequest
 from trio_broker.protocol._generated.join_group_request import (
     JoinGroupRequest,
@@ -150,16 +149,7 @@ class GroupMember:
         while self.coordinator is None:
             node = self.client.least_loaded_node()
             try:
-                version = await self.client.api_version(node, FindCoordinatorRequest.API_KEY)
-                if version >= 4:
-                    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
-                    response = await self.client.send(node, request, version)
-                    found = response.coordinators[0]
-                    code, host, port = found.error_code, found.host, found.port
-                else:
-                    request = FindCoordinatorRequest(key=self.group_id, key_type=0)
-                    response = await self.client.send(node, request, version)
-                    code, host, port = response.error_code, response.host, response.port
+                code, host, port = await find_group_coordinator(self.client, node, self.group_id)
             except (KafkaConnectionError, RequestTimedOutError) as exc:
                 log.info("FindCoordinator for %r: %s", self.group_id, exc)
                 await trio.sleep(self._backoff_s)
@@ -383,7 +373,13 @@ class GroupMember:
         topics = sorted({t for m in members.values() for t in m.topics})
         self.metadata.add_topics(topics)
         counts = await self._partition_counts(topics)
-        assignor = ASSIGNORS[response.protocol_name]
+        assignor = ASSIGNORS.get(response.protocol_name)
+        if assignor is None:
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"the coordinator chose assignor {response.protocol_name!r}, which this "
+                "consumer did not offer",
+            )
         result = assignor(members, counts)
         log.info("group %r: leader %s assigned with %s: %s", self.group_id, self.member_id,
                  response.protocol_name, result)  # fmt: skip

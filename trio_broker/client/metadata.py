@@ -28,6 +28,7 @@ from trio_broker.client.errors import (
 )
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.find_coordinator_request import FindCoordinatorRequest
 from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
 
 __all__ = ["Cluster", "ClusterMetadata", "PartitionMetadata", "TopicMetadata"]
@@ -232,3 +233,22 @@ class ClusterMetadata:
         raise error_for(
             code, f"topic {topic!r} not present in metadata after {timeout_s * 1000:.0f} ms"
         )
+
+
+async def find_group_coordinator(
+    client: NetworkClient, node: int | str, group_id: str
+) -> tuple[int, str, int]:
+    """FindCoordinator for a group, asked of `node`: (error code, host, port). From v4 the
+    answer is a list by key; one without our key is COORDINATOR_NOT_AVAILABLE (retriable),
+    as a batched lookup leaves a key it was not told about to the next try."""
+    version = await client.api_version(node, FindCoordinatorRequest.API_KEY)
+    if version < 4:
+        request = FindCoordinatorRequest(key=group_id, key_type=0)
+        response = await client.send(node, request, version)
+        return response.error_code, response.host, response.port
+    request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id])
+    response = await client.send(node, request, version)
+    for found in response.coordinators or ():
+        if found.key == group_id:
+            return found.error_code, found.host, found.port
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE, "", -1

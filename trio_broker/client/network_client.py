@@ -222,7 +222,12 @@ class NetworkClient:
         host, port = address
         config = self.config
         with trio.fail_after(config.socket_connection_setup_timeout_ms / 1000):
-            stream: Any = await trio.open_tcp_stream(host, port)
+            try:
+                stream: Any = await trio.open_tcp_stream(host, port)
+            except (ValueError, OverflowError) as exc:
+                # A host or port from a broker's metadata that no resolver takes (a label
+                # too long for IDNA, a port out of range): a failed connect, not a crash.
+                raise OSError(f"cannot connect to {host!r}:{port}: {exc}") from exc
             if config.secure and config.security_protocol in ("SSL", "SASL_SSL"):
                 from trio_broker.client.security import tls_stream
 

@@ -285,4 +285,18 @@ def render_error_codes(spec_dir: Path) -> str:
     for row in rows[1:]:
         if row:
             out.append(f"    {row[1].strip()} = {int(row[0])}")
+    out += [
+        "",
+        "    @classmethod",
+        "    def _missing_(cls, value: object) -> \"ErrorCode | None\":",
+        "        # A code this list does not have (a newer broker's, or a peer's bug) is kept as",
+        "        # it came, named by its number, rather than raising ValueError where an answer",
+        "        # is read: callers treat it as an error they do not know (not retriable).",
+        "        if not isinstance(value, int) or not -32768 <= value <= 32767:",
+        "            return None",
+        "        member = int.__new__(cls, value)",
+        '        member._name_ = f"UNKNOWN_ERROR_CODE_{value}"',
+        "        member._value_ = value",
+        "        return member",
+    ]
     return "\n".join(out) + "\n"

@@ -134,3 +134,15 @@ class ErrorCode(enum.IntEnum):
     INVALID_VOTER_KEY = 125
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
+
+    @classmethod
+    def _missing_(cls, value: object) -> "ErrorCode | None":
+        # A code this list does not have (a newer broker's, or a peer's bug) is kept as
+        # it came, named by its number, rather than raising ValueError where an answer
+        # is read: callers treat it as an error they do not know (not retriable).
+        if not isinstance(value, int) or not -32768 <= value <= 32767:
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = f"UNKNOWN_ERROR_CODE_{value}"
+        member._value_ = value
+        return member
