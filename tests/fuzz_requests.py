@@ -276,7 +276,11 @@ def run_fuzz(
                 sock.settimeout(0.1 if acks_0 else 5)
                 answer = _read_frame(sock)
             except TimeoutError:
-                outcome["no answer (acks=0)" if acks_0 else "slow"] += 1
+                if acks_0:
+                    outcome["no answer (acks=0)"] += 1
+                else:
+                    outcome["slow"] += 1
+                    outcome[f"slow api {type(request).API_KEY}"] += 1
                 sock.close()
                 sock = None
                 continue
