@@ -288,7 +288,7 @@ def render_error_codes(spec_dir: Path) -> str:
     out += [
         "",
         "    @classmethod",
-        "    def _missing_(cls, value: object) -> \"ErrorCode | None\":",
+        '    def _missing_(cls, value: object) -> "ErrorCode | None":',
         "        # A code this list does not have (a newer broker's, or a peer's bug) is kept as",
         "        # it came, named by its number, rather than raising ValueError where an answer",
         "        # is read: callers treat it as an error they do not know (not retriable).",
