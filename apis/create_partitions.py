@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from trio_broker.apis.create_topics import MAX_PARTITIONS_PER_REQUEST
+from trio_broker.apis.create_topics import over_partition_bound
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.create_partitions_response import (
     CreatePartitionsResponse,
@@ -80,13 +80,8 @@ def _partitions_added(broker: Broker, topics: list[CreatePartitionsTopic]) -> in
 
 async def handle(broker: Broker, request: Request) -> CreatePartitionsResponse:
     body = request.body
-    added = _partitions_added(broker, body.topics)
-    if added > MAX_PARTITIONS_PER_REQUEST:
-        # CreateTopics' bound, applied to what this request would add.
-        message = (
-            f"A request may create at most {MAX_PARTITIONS_PER_REQUEST} partitions; "
-            f"this one asks for {added}."
-        )
+    message = over_partition_bound(_partitions_added(broker, body.topics))
+    if message is not None:
         return CreatePartitionsResponse(
             results=[
                 CreatePartitionsTopicResult(

@@ -35,6 +35,17 @@ _NO_TOPIC_ID = uuid.UUID(int=0)
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
 
+def over_partition_bound(asked: int) -> str | None:
+    """The POLICY_VIOLATION message for a request that would create `asked` partitions,
+    or None within the bound (CreatePartitions applies it to what it would add)."""
+    if asked <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return (
+        f"A request may create at most {MAX_PARTITIONS_PER_REQUEST} partitions; "
+        f"this one asks for {asked}."
+    )
+
+
 def _partitions_asked(broker: Broker, topics: list[CreatableTopic]) -> int:
     total = 0
     for topic in topics:
@@ -185,12 +196,8 @@ async def handle(broker: Broker, request: Request) -> CreateTopicsResponse:
     body = request.body
     # A cluster creates through ZooKeeper and answers once leaders are known.
     in_cluster = broker.topics.zk_topics is not None
-    asked = _partitions_asked(broker, body.topics)
-    if asked > MAX_PARTITIONS_PER_REQUEST:
-        message = (
-            f"A request may create at most {MAX_PARTITIONS_PER_REQUEST} partitions; "
-            f"this one asks for {asked}."
-        )
+    message = over_partition_bound(_partitions_asked(broker, body.topics))
+    if message is not None:
         return CreateTopicsResponse(
             topics=[_error(t.name, ErrorCode.POLICY_VIOLATION, message) for t in body.topics]
         )
