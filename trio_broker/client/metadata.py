@@ -239,8 +239,9 @@ async def find_group_coordinator(
     client: NetworkClient, node: int | str, group_id: str
 ) -> tuple[int, str, int]:
     """FindCoordinator for a group, asked of `node`: (error code, host, port). From v4 the
-    answer is a list by key; one without our key is COORDINATOR_NOT_AVAILABLE (retriable),
-    as a batched lookup leaves a key it was not told about to the next try."""
+    answer is a list by key: ours, or the only entry (a broker that does not echo keys);
+    an empty list is COORDINATOR_NOT_AVAILABLE (retriable), as a batched lookup leaves a
+    key it was not told about to the next try."""
     version = await client.api_version(node, FindCoordinatorRequest.API_KEY)
     if version < 4:
         request = FindCoordinatorRequest(key=group_id, key_type=0)
@@ -248,7 +249,8 @@ async def find_group_coordinator(
         return response.error_code, response.host, response.port
     request = FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id])
     response = await client.send(node, request, version)
-    for found in response.coordinators or ():
-        if found.key == group_id:
+    coordinators = response.coordinators or []
+    for found in coordinators:
+        if found.key == group_id or len(coordinators) == 1:
             return found.error_code, found.host, found.port
     return ErrorCode.COORDINATOR_NOT_AVAILABLE, "", -1
