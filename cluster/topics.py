@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INTERNAL_TOPICS", "TopicManager", "validate_topic_name"]
+__all__ = ["INTERNAL_TOPICS", "TopicManager", "is_legal_topic_name", "validate_topic_name"]
 
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 _MAX_NAME_LENGTH = 249
@@ -50,6 +50,15 @@ def validate_topic_name(name: str | None) -> None:
             f'Topic name "{name}" is illegal, it contains a character other than '
             "ASCII alphanumerics, '.', '_' and '-'",
         )
+
+
+def is_legal_topic_name(name: str | None) -> bool:
+    """Whether a topic could have this name (validate_topic_name would pass it)."""
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return False
+    return True
 
 
 class TopicManager:

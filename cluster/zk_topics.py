@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from trio_broker.cluster import zk_data
-from trio_broker.cluster.topics import validate_topic_name
+from trio_broker.cluster.topics import is_legal_topic_name
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -33,17 +33,6 @@ if TYPE_CHECKING:
     from trio_broker.cluster.zookeeper import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
-
-
-def _legal(name: str | None) -> bool:
-    """Whether a client's topic name could have a znode. One that could not (empty, "..",
-    a "/" or a NUL in it) must never become a ZooKeeper path: it would name another znode
-    (the empty name, /brokers/topics itself) or make kazoo raise."""
-    try:
-        validate_topic_name(name)
-    except KafkaError:
-        return False
-    return True
 
 
 __all__ = ["ZkTopics"]
@@ -294,7 +283,11 @@ class ZkTopics:
             self._creating.discard(name)
 
     async def _exists(self, name: str) -> bool:
-        return _legal(name) and await self.zk.exists(zk_data.topic_path(name)) is not None
+        # A name no topic can have never becomes a ZooKeeper path: the empty one would be
+        # /brokers/topics itself, and a NUL or ".." makes kazoo raise.
+        return (
+            is_legal_topic_name(name) and await self.zk.exists(zk_data.topic_path(name)) is not None
+        )
 
     # --- delete -----------------------------------------------------------------------------
 
@@ -334,7 +327,7 @@ class ZkTopics:
         starting where partition 0's preferred leader is) into the topic znode."""
         from trio_broker.cluster import zk_admin
 
-        read = await zk_admin.read_assignment(self.zk, name) if _legal(name) else None
+        read = await zk_admin.read_assignment(self.zk, name) if is_legal_topic_name(name) else None
         if read is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."

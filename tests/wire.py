@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from trio_broker.protocol._generated import request_class, response_class
@@ -28,6 +29,17 @@ def encode_request(
     ).encode(header_version, body)
     request.encode(version, body)
     return struct.pack(">i", len(body)) + bytes(body)
+
+
+def split_frames(buffer: bytearray) -> Iterator[bytes]:
+    """Remove and yield every complete size-prefixed frame at the start of `buffer`."""
+    while len(buffer) >= 4:
+        (size,) = struct.unpack_from(">i", buffer, 0)
+        if len(buffer) < 4 + size:
+            return
+        frame = bytes(buffer[4 : 4 + size])
+        del buffer[: 4 + size]
+        yield frame
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:

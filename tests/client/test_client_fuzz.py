@@ -17,6 +17,7 @@ import traceback
 import pytest
 import trio
 from fuzz_requests import Mutator, clone
+from wire import split_frames
 
 import trio_broker
 from trio_broker.client import Admin, Consumer, Producer
@@ -30,18 +31,9 @@ API_VERSIONS = 18
 
 def _frames(sock: socket.socket):
     buf = bytearray()
-    while True:
-        data = sock.recv(1 << 20)
-        if not data:
-            return
+    while data := sock.recv(1 << 20):
         buf += data
-        while len(buf) >= 4:
-            (n,) = struct.unpack_from(">i", buf)
-            if len(buf) < 4 + n:
-                break
-            frame = bytes(buf[4 : 4 + n])
-            del buf[: 4 + n]
-            yield frame
+        yield from split_frames(buf)
 
 
 class MutatingProxy:

@@ -13,12 +13,12 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import attrs
+from wire import split_frames
 
-__all__ = ["CapturedFrame", "RecordingProxy", "split_frames"]
+__all__ = ["CapturedFrame", "RecordingProxy"]
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hh")
@@ -38,17 +38,6 @@ class CapturedFrame:
     @property
     def api_version(self) -> int:
         return _KEY_VERSION.unpack_from(self.data, 0)[1]
-
-
-def split_frames(buffer: bytearray) -> Iterator[bytes]:
-    """Remove and yield every complete size-prefixed frame at the start of `buffer`."""
-    while len(buffer) >= 4:
-        (size,) = _SIZE.unpack_from(buffer, 0)
-        if len(buffer) < 4 + size:
-            return
-        frame = bytes(buffer[4 : 4 + size])
-        del buffer[: 4 + size]
-        yield frame
 
 
 class RecordingProxy:

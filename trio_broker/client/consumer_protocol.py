@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from typing import Any
 
 from trio_broker.client.assignors import MemberSubscription
 from trio_broker.client.subscription import TopicPartition
@@ -45,18 +46,23 @@ def encode_subscription(topics: Iterable[str], owned: Iterable[TopicPartition] =
     return bytes(message.encode(1, bytearray(_VERSION.pack(1))))
 
 
-def _unreadable(what: str, exc: Exception) -> KafkaError:
-    # Java's consumer raises on these too (a SchemaException out of poll); as a KafkaError
-    # it ends the group membership with an error the application sees, not a crash.
-    return KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{what} cannot be decoded: {exc}")
+def _decode(cls: type, data: bytes, what: str) -> Any:
+    """A version-prefixed consumer protocol message. Bytes that do not decode are
+    INCONSISTENT_GROUP_PROTOCOL: Java's consumer raises on them too (a SchemaException out
+    of poll); as a KafkaError it ends the membership with an error the application sees."""
+    try:
+        (version,) = _VERSION.unpack_from(data)
+        return cls.decode(data, min(version, 3), 2)[0]
+    except (ValueError, struct.error, TypeError) as exc:
+        raise KafkaError(
+            ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"{what} cannot be decoded: {exc}"
+        ) from None
 
 
 def decode_subscription(member_id: str, data: bytes, instance_id: str | None) -> MemberSubscription:
-    try:
-        (version,) = _VERSION.unpack_from(data)
-        message, _ = ConsumerProtocolSubscription.decode(data, min(version, 3), 2)
-    except (ValueError, struct.error, TypeError) as exc:
-        raise _unreadable(f"the subscription of member {member_id!r}", exc) from None
+    message = _decode(
+        ConsumerProtocolSubscription, data, f"the subscription of member {member_id!r}"
+    )
     owned = tuple(
         TopicPartition(t.topic, p) for t in message.owned_partitions for p in t.partitions
     )
@@ -84,9 +90,5 @@ def encode_assignment(partitions: Iterable[tuple[str, int]]) -> bytes:
 def decode_assignment(data: bytes) -> set[TopicPartition]:
     if not data:
         return set()
-    try:
-        (version,) = _VERSION.unpack_from(data)
-        message, _ = ConsumerProtocolAssignment.decode(data, min(version, 3), 2)
-    except (ValueError, struct.error, TypeError) as exc:
-        raise _unreadable("the assignment from the group leader", exc) from None
+    message = _decode(ConsumerProtocolAssignment, data, "the assignment from the group leader")
     return {TopicPartition(t.topic, p) for t in message.assigned_partitions for p in t.partitions}
