@@ -97,7 +97,7 @@ class _Fetch:
             if error is None and replicas is not None:
                 # Checked again at every build: a fetch that waited may outlive leadership.
                 if replicas.leader_partition(p.topic, p.partition) is None:
-                    error = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    error = replicas.not_led_here(p.topic, p.partition)
             if error is None and log is not None:
                 hw = log.high_watermark
                 lso = log.last_stable_offset
@@ -290,7 +290,7 @@ def _leadership_errors(
             error = (
                 None
                 if replicas.leader_partition(p.topic, p.partition) is not None
-                else ErrorCode.NOT_LEADER_OR_FOLLOWER
+                else replicas.not_led_here(p.topic, p.partition)
             )
         if error is None and replica_id >= 0:
             error = _check_epoch(broker, p)

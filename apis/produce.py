@@ -121,10 +121,11 @@ def append_partition(
             if not known:
                 answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 return answer
-            answer.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            leader_id, leader_epoch = replicas.leader_of(topic, partition)
-            answer.current_leader.leader_id = leader_id
-            answer.current_leader.leader_epoch = leader_epoch
+            answer.error_code = replicas.not_led_here(topic, partition)
+            if answer.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                leader_id, leader_epoch = replicas.leader_of(topic, partition)
+                answer.current_leader.leader_id = leader_id
+                answer.current_leader.leader_epoch = leader_epoch
             return answer
         log = leader.log
         # The cache's configs follow /config/changes; before UpdateMetadata named the

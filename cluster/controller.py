@@ -23,6 +23,11 @@ KafkaController, ZooKeeper era).
                                  replicas, UpdateMetadata to all
               ISR changed        notifications read and deleted, states re-read,
                                  UpdateMetadata to all
+              log dir failed     notifications read and deleted, LeaderAndIsr to the
+                                 broker for all its replicas; its answers name the
+                                 replicas in the failed dir (KAFKA_STORAGE_ERROR), which
+                                 leave their ISRs and lose their leaderships (elections),
+                                 and are reported as offline replicas
               controlled shutdown, ElectLeaders, leader rebalance, topic deletion
                                  (cluster/controller_actions.py)
               reassignments      (cluster/controller_reassignment.py)
@@ -96,6 +101,7 @@ class Controller:
                     ("topics", zk_data.TOPICS_PATH),
                     ("delete", zk_data.DELETE_TOPICS_PATH),
                     ("isr", zk_data.ISR_CHANGE_NOTIFICATION_PATH),
+                    ("log_dirs", zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH),
                 ):
                     nursery.start_soon(self._watch_children, kind, path)
                 if self.broker.config.auto_leader_rebalance_enable:
@@ -161,10 +167,18 @@ class Controller:
 
     def _on_response(self, broker_id: int, request: Any, response: Any) -> None:
         """A broker's answer to a controller request (None: it does not serve that API).
-        StopReplica(delete) answers move topic deletion on, on the event loop."""
+        StopReplica(delete) answers move topic deletion on, LeaderAndIsr answers tell
+        which replicas are in failed log dirs; both on the event loop."""
         from trio_broker.errors import ErrorCode
+        from trio_broker.protocol._generated.leader_and_isr_request import LeaderAndIsrRequest
         from trio_broker.protocol._generated.stop_replica_request import StopReplicaRequest
 
+        if isinstance(request, LeaderAndIsrRequest):
+            if response is not None and response.error_code == ErrorCode.NONE:
+                self._events_send.send_nowait(
+                    ("replica_states", broker_id, request.broker_epoch, self._storage(response))
+                )
+            return
         if not isinstance(request, StopReplicaRequest) or not request.delete_partitions:
             return
         asked = [
@@ -192,6 +206,27 @@ class Controller:
                 logger.warning("broker %d could not delete %s", broker_id, sorted(failed))
             deleted = [tp for tp in asked if tp not in failed]
         self._events_send.send_nowait(("deleted", broker_id, deleted))
+
+    def _storage(self, response: Any) -> dict[tuple[str, int], bool]:
+        """A LeaderAndIsr answer's partitions: True for those in a failed log dir
+        (KAFKA_STORAGE_ERROR), False for those now online (NONE); others left out."""
+        from trio_broker.errors import ErrorCode
+
+        names = {topic_id: topic for topic, topic_id in self.ctx.topic_ids.items()}
+        errors = [
+            ((e.topic_name, e.partition_index), e.error_code) for e in response.partition_errors
+        ]
+        for topic in response.topics:
+            name = names.get(topic.topic_id)
+            if name is not None:
+                errors += [
+                    ((name, e.partition_index), e.error_code) for e in topic.partition_errors
+                ]
+        return {
+            tp: code == ErrorCode.KAFKA_STORAGE_ERROR
+            for tp, code in errors
+            if code in (ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR)
+        }
 
     async def _rebalance_timer(self) -> None:
         interval = self.broker.config.leader_imbalance_check_interval_seconds
@@ -224,6 +259,10 @@ class Controller:
             await self._on_partitions(event[1], event[2])
         elif kind == "isr":
             await self._on_isr_change(event[1])
+        elif kind == "log_dirs":
+            await self._on_log_dir_events(event[1])
+        elif kind == "replica_states":
+            await self._on_replica_states(event[1], event[2], event[3])
         elif kind == "delete":
             await actions.on_delete_topics(self, event[1])
         elif kind == "deleted":
@@ -327,7 +366,8 @@ class Controller:
         state = self.ctx.states.get(tp)
         if state is None:
             return False
-        return not self.ctx.is_live(state.leader) or any(not self.ctx.is_live(r) for r in state.isr)
+        online = self.ctx.is_replica_online
+        return not online(state.leader, tp) or any(not online(r, tp) for r in state.isr)
 
     async def _read_brokers(self, children: list[str]) -> tuple[set[int], set[int]]:
         """The live brokers from /brokers/ids; returns (started, gone). A broker whose
@@ -412,6 +452,7 @@ class Controller:
         for broker_id in gone:
             self.channel.remove_broker(broker_id)
             self.ctx.shutting_down.discard(broker_id)
+            self.ctx.replicas_on_offline_dirs.pop(broker_id, None)
         for broker_id in started:
             node = self.ctx.live_brokers[broker_id]
             self.channel.add_broker(broker_id, node.host, node.port)
@@ -427,6 +468,9 @@ class Controller:
         from trio_broker.cluster import partition_state_machine as psm
 
         ctx = self.ctx
+        for broker_id in broker_ids:
+            # A new registration: its log dirs were checked again when it started.
+            ctx.replicas_on_offline_dirs.pop(broker_id, None)
         logger.info(
             "controller epoch %d: brokers started %s, live %s",
             self.epoch,
@@ -446,7 +490,7 @@ class Controller:
         offline = [
             tp
             for tp in ctx.partitions()
-            if tp in ctx.states and not ctx.is_live(ctx.states[tp].leader)
+            if tp in ctx.states and not ctx.is_replica_online(ctx.states[tp].leader, tp)
         ]
         elected = await psm.elect(
             ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean
@@ -579,6 +623,83 @@ class Controller:
         from trio_broker.cluster.controller_reassignment import maybe_complete
 
         await maybe_complete(self, sorted(partitions))
+
+    # --- failed log dirs (Kafka's LogDirEventNotification, KIP-112) -------------------------
+
+    async def _on_log_dir_events(self, children: list[str]) -> None:
+        """Read and delete the notifications; LeaderAndIsr for every replica of each live
+        broker named, whose answers say which of them are offline (_on_replica_states)."""
+        from kazoo.exceptions import NoNodeError
+
+        ctx = self.ctx
+        brokers: set[int] = set()
+        for child in children:
+            if not child.startswith(zk_data.LOG_DIR_EVENT_PREFIX):
+                continue
+            path = f"{zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}"
+            try:
+                data, _ = await self.zk.get(path)
+                broker_id, event = zk_data.decode_log_dir_event(data)
+                if event == zk_data.LOG_DIR_FAILURE:
+                    brokers.add(broker_id)
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+                logger.warning("unreadable log dir event notification %s", child)
+            try:
+                await self.zk.delete(path)
+            except NoNodeError:
+                pass
+        brokers &= set(ctx.live_brokers)
+        if not brokers:
+            return
+        logger.info(
+            "controller epoch %d: log dir failure on brokers %s", self.epoch, sorted(brokers)
+        )
+        batch = self.batch()
+        for broker_id in sorted(brokers):
+            for tp in ctx.partitions_on(broker_id):
+                if tp[0] not in ctx.topics_being_deleted:
+                    batch.add_leader_and_isr([broker_id], *tp)
+        batch.send(self.channel)
+
+    async def _on_replica_states(
+        self, broker_id: int, broker_epoch: int, states: dict[tuple[str, int], bool]
+    ) -> None:
+        """A broker's LeaderAndIsr answer: its replicas in a failed log dir (True) and
+        those online (False). Newly offline ones leave their ISRs, and those they led get
+        a leader from the rest of the ISR (Kafka's onReplicasBecomeOffline); then
+        UpdateMetadata reports them offline to every broker."""
+        from trio_broker.cluster import partition_state_machine as psm
+
+        ctx = self.ctx
+        node = ctx.live_brokers.get(broker_id)
+        if node is None or node.epoch != broker_epoch:
+            return  # an answer from an earlier registration of the broker
+        known = ctx.replicas_on_offline_dirs.get(broker_id, set())
+        now = {tp for tp in known if not (tp in states and not states[tp])}
+        now |= {tp for tp, offline in states.items() if offline and tp in ctx.states}
+        new = sorted(now - known)
+        if now:
+            ctx.replicas_on_offline_dirs[broker_id] = now
+        else:
+            ctx.replicas_on_offline_dirs.pop(broker_id, None)
+        if not new:
+            return
+        logger.warning(
+            "controller epoch %d: broker %d's replicas of %s are in a failed log dir",
+            self.epoch,
+            broker_id,
+            ", ".join(f"{t}-{p}" for t, p in new),
+        )
+        changed = await psm.elect(
+            ctx, self.zk, new, psm.Election.OFFLINE, unclean_default=self.unclean
+        )
+        batch = self.batch()
+        for tp in changed:
+            batch.add_leader_and_isr([r for r in ctx.replicas(*tp) if r != broker_id], *tp)
+        batch.add_update_metadata(ctx.live_brokers)
+        batch.send(self.channel)
 
     # --- requests from handlers (run on the event loop: cluster/controller_actions.py) -----
 

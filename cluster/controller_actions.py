@@ -73,7 +73,7 @@ async def elect_leaders(
         if state is None:
             results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         elif unclean:
-            if ctx.is_live(state.leader):
+            if ctx.is_replica_online(state.leader, tp):
                 results[tp] = ErrorCode.ELECTION_NOT_NEEDED
             else:
                 todo.append(tp)

@@ -301,7 +301,12 @@ class RequestBatch:
                         isr=list(state.isr),
                         zk_version=state.zk_version,
                         replicas=list(replicas),
-                        offline_replicas=[r for r in replicas if r not in ctx.live_brokers],
+                        offline_replicas=[
+                            r
+                            for r in replicas
+                            if r not in ctx.live_brokers
+                            or (topic, partition) in ctx.replicas_on_offline_dirs.get(r, ())
+                        ],
                     )
                 )
             if states:

@@ -82,6 +82,10 @@ class ControllerContext:
     topics_being_deleted: set[str] = attrs.Factory(set)
     # topic -> (broker, partition) replicas not yet deleted by StopReplica(delete)
     deletion_pending: dict[str, set[tuple[int, int]]] = attrs.Factory(dict)
+    # broker -> its replicas in a failed log dir, as its LeaderAndIsr answers said
+    # (KAFKA_STORAGE_ERROR); forgotten when the broker registers again (Kafka's
+    # replicasOnOfflineDirs).
+    replicas_on_offline_dirs: dict[int, set[tuple[str, int]]] = attrs.Factory(dict)
 
     def replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         assignment = self.assignments.get(topic)
@@ -103,6 +107,13 @@ class ControllerContext:
         """Alive and not shutting down: may lead and stay in an ISR."""
         return broker_id in self.live_brokers and broker_id not in self.shutting_down
 
+    def is_replica_online(self, broker_id: int, tp: tuple[str, int]) -> bool:
+        """The broker is live and its replica of `tp` is not in a failed log dir: it may
+        lead `tp` and stay in its ISR (Kafka's isReplicaOnline)."""
+        return self.is_live(broker_id) and tp not in self.replicas_on_offline_dirs.get(
+            broker_id, ()
+        )
+
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_of(topic):
             self.states.pop(tp, None)
@@ -110,3 +121,5 @@ class ControllerContext:
         self.topic_ids.pop(topic, None)
         self.topics_being_deleted.discard(topic)
         self.deletion_pending.pop(topic, None)
+        for offline in self.replicas_on_offline_dirs.values():
+            offline.difference_update([tp for tp in offline if tp[0] == topic])

@@ -198,11 +198,11 @@ async def maybe_complete(ctrl: Controller, partitions: list[TopicPartition]) -> 
         if not set(target) <= set(ctx.states[tp].isr):
             continue
 
-        def change(state, target=target):
+        def change(state, target=target, tp=tp):
             isr = tuple(r for r in state.isr if r in target)
-            if state.leader in target and ctx.is_live(state.leader):
+            if state.leader in target and ctx.is_replica_online(state.leader, tp):
                 return state.leader, isr
-            leader = next((r for r in target if r in isr and ctx.is_live(r)), None)
+            leader = next((r for r in target if r in isr and ctx.is_replica_online(r, tp)), None)
             return (leader, isr) if leader is not None else None
 
         if not await psm.update(ctx, ctrl.zk, *tp, change, "reassignment"):

@@ -89,7 +89,7 @@ async def initialize(
     done: list[tuple[str, int]] = []
     for topic, partition in partitions:
         replicas = ctx.replicas(topic, partition)
-        live = tuple(r for r in replicas if ctx.is_live(r))
+        live = tuple(r for r in replicas if ctx.is_replica_online(r, (topic, partition)))
         if not live:
             logger.error(
                 "no live replica of %s-%d (replicas %s): it stays offline",
@@ -126,19 +126,25 @@ async def initialize(
 
 def _choose(
     ctx: ControllerContext,
+    tp: tuple[str, int],
     replicas: tuple[int, ...],
     state: PartitionLeadership,
     why: Election,
     unclean: bool,
 ) -> tuple[int, tuple[int, ...]] | None:
-    """(leader, isr) by the election's rule, or None when nothing should change."""
-    live_isr = tuple(r for r in state.isr if ctx.is_live(r))
+    """(leader, isr) by the election's rule, or None when nothing should change. A replica
+    counts when its broker is live and its log dir online (ctx.is_replica_online)."""
+
+    def online(r: int) -> bool:
+        return ctx.is_replica_online(r, tp)
+
+    live_isr = tuple(r for r in state.isr if online(r))
     if why is Election.PREFERRED:
         preferred = replicas[0] if replicas else -1
         if state.leader == preferred or preferred not in live_isr:
             return None
         return preferred, live_isr
-    if ctx.is_live(state.leader) and state.leader in state.isr:
+    if online(state.leader) and state.leader in state.isr:
         # The leader stays; dead (or shutting down) followers leave the ISR.
         return (state.leader, live_isr) if live_isr != state.isr else None
     leader = next((r for r in replicas if r in live_isr), None)
@@ -149,7 +155,7 @@ def _choose(
         # (the partition is in its ControlledShutdown answer).
         return None
     if unclean and why is Election.OFFLINE:
-        leader = next((r for r in replicas if ctx.is_live(r)), None)
+        leader = next((r for r in replicas if online(r)), None)
         if leader is not None:
             logger.warning("unclean leader election: broker %d, out of the ISR", leader)
             return leader, (leader,)
@@ -181,9 +187,11 @@ async def elect(
                 break
             ctx.states[(topic, partition)] = state
             unclean = False
-            if why is Election.OFFLINE and not any(ctx.is_live(r) for r in state.isr):
+            if why is Election.OFFLINE and not any(
+                ctx.is_replica_online(r, (topic, partition)) for r in state.isr
+            ):
                 unclean = await _unclean_allowed(zk, topic, unclean_default)
-            choice = _choose(ctx, replicas, state, why, unclean)
+            choice = _choose(ctx, (topic, partition), replicas, state, why, unclean)
             if choice is None:
                 break
             leader, isr = choice

@@ -49,6 +49,10 @@ class FetchState:
     fetch_offset: int
     truncating: bool = True
     backoff_until: float = -math.inf
+    # Set when handling this partition raised something unexpected (a bug, not an error
+    # code): it is fetched no more until LeaderAndIsr adds it again (Kafka's failed
+    # partitions), so one bad partition cannot stop the others or the broker.
+    failed: bool = False
 
 
 class ReplicaFetcher:
@@ -93,7 +97,7 @@ class ReplicaFetcher:
         with self.scope:
             async with NetworkClient(client_config) as client:
                 while True:
-                    if not self.partitions:
+                    if all(s.failed for s in self.partitions.values()):
                         self._changed = trio.Event()
                         await self._changed.wait()
                         continue
@@ -102,10 +106,11 @@ class ReplicaFetcher:
                         await trio.sleep(backoff)
                         continue
                     client.set_nodes({self.source: address})
+                    live = [s for s in self.partitions.values() if not s.failed]
                     try:
-                        if any(s.truncating for s in self.partitions.values()):
+                        if any(s.truncating for s in live):
                             await self._truncate(client)
-                        if any(not s.truncating for s in self.partitions.values()):
+                        if any(not s.truncating for s in live):
                             await self._fetch(client)
                         else:
                             await trio.sleep(min(backoff, 0.1))
@@ -115,6 +120,16 @@ class ReplicaFetcher:
                             self.source,
                             self.index,
                             exc,
+                            backoff,
+                        )
+                        await trio.sleep(backoff)
+                    except Exception:
+                        # Not an error code: a bug, or an answer we cannot read. The
+                        # fetcher goes on (Kafka's keeps running and backs off).
+                        logger.exception(
+                            "replica fetcher %s-%s failed; retrying in %s s",
+                            self.source,
+                            self.index,
                             backoff,
                         )
                         await trio.sleep(backoff)
@@ -129,7 +144,7 @@ class ReplicaFetcher:
         )
 
         rm = self.manager.replica_manager
-        todo = {k: s for k, s in self.partitions.items() if s.truncating}
+        todo = {k: s for k, s in self.partitions.items() if s.truncating and not s.failed}
         no_epoch = []
         by_topic: dict[str, list[Any]] = {}
         for (topic, p), state in todo.items():
@@ -146,10 +161,7 @@ class ReplicaFetcher:
         for key, state in no_epoch:
             # A log with no epoch: empty (nothing to truncate), or written before epochs
             # existed, where Kafka's fallback is the high watermark.
-            log = state.partition.log
-            if log.log_end_offset > 0:
-                log.truncate_to(log.high_watermark)
-            self._done_truncating(key, state)
+            self._isolated(key, state, self._truncate_to_high_watermark, key, state)
         if not by_topic:
             return
         request = OffsetForLeaderEpochRequest(
@@ -166,7 +178,38 @@ class ReplicaFetcher:
                 if result.error_code:
                     self._partition_error(key, state, result.error_code, "OffsetForLeaderEpoch")
                     continue
-                self._truncate_partition(key, state, result.leader_epoch, result.end_offset)
+                self._isolated(
+                    key,
+                    state,
+                    self._truncate_partition,
+                    key,
+                    state,
+                    result.leader_epoch,
+                    result.end_offset,
+                )
+
+    def _isolated(self, key: TopicPartition, state: FetchState, fn: Any, *args: Any) -> None:
+        """`fn(*args)` for one partition; what it raises besides an error code marks that
+        partition failed instead of stopping the fetcher (Kafka's markPartitionFailed)."""
+        try:
+            fn(*args)
+        except KafkaError as exc:
+            logger.error("follower of %s-%s: %s", key[0], key[1], exc)
+            state.backoff_until = trio.current_time() + 1
+        except Exception:
+            logger.exception(
+                "follower of %s-%s: failed; not fetched again until the controller's next "
+                "LeaderAndIsr for it",
+                key[0],
+                key[1],
+            )
+            state.failed = True
+
+    def _truncate_to_high_watermark(self, key: TopicPartition, state: FetchState) -> None:
+        log = state.partition.log
+        if log.log_end_offset > 0:
+            log.truncate_to(log.high_watermark)
+        self._done_truncating(key, state)
 
     def _truncate_partition(
         self, key: TopicPartition, state: FetchState, leader_epoch: int, end_offset: int
@@ -223,7 +266,7 @@ class ReplicaFetcher:
         sent: dict[TopicPartition, FetchState] = {}
         by_topic: dict[str, list[Any]] = {}
         for key, state in self.partitions.items():
-            if state.truncating or state.backoff_until > now:
+            if state.truncating or state.failed or state.backoff_until > now:
                 continue
             log = state.partition.log
             sent[key] = state
@@ -263,9 +306,18 @@ class ReplicaFetcher:
                 if state is None or not self._current(key, state):
                     continue  # removed, or re-added for a newer epoch, while in flight
                 if data.error_code:
-                    self._partition_error(key, state, data.error_code, "Fetch", data)
+                    self._isolated(
+                        key,
+                        state,
+                        self._partition_error,
+                        key,
+                        state,
+                        data.error_code,
+                        "Fetch",
+                        data,
+                    )
                     continue
-                self._process(key, state, data)
+                self._isolated(key, state, self._process, key, state, data)
 
     def _process(self, key: TopicPartition, state: FetchState, data: Any) -> None:
         from trio_broker.protocol.records import HEADER_SIZE, InvalidRecords, read_header

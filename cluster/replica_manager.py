@@ -73,6 +73,7 @@ class ReplicaManager:
         # group and transaction coordinators load and unload their partitions.
         self.on_become_leader: list[Any] = [self._coordinator_elected]
         self.on_resign: list[Any] = [self._coordinator_resigned]
+        broker.log_manager.dir_failure_listeners.append(self._on_log_dir_failure)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -243,6 +244,11 @@ class ReplicaManager:
                 state.replicas,
             )
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        existing = self.broker.log_manager.get_log(topic, index)
+        if existing is not None and existing.offline:
+            # Its log dir failed: the replica stays offline until a restart, and this
+            # answer is how the controller learns it (Kafka's HostedPartition.Offline).
+            return ErrorCode.KAFKA_STORAGE_ERROR
         part = self.partitions.get(key)
         if part is not None:
             if state.leader_epoch < part.leader_epoch:
@@ -261,13 +267,14 @@ class ReplicaManager:
                     part.isr = list(state.isr)
                     part.replicas = list(state.replicas)
                     part.zk_version = state.partition_epoch
+                fetching = self.fetchers.fetch_state(key)
                 if (
                     not part.is_leader
                     and part.leader_id >= 0
-                    and self.fetchers.fetch_state(key) is None
+                    and (fetching is None or fetching.failed)
                 ):
                     # A follower not fetching (an earlier attempt of this request failed
-                    # half-way): fetch now.
+                    # half-way, or its fetcher gave up on it): fetch now.
                     self.fetchers.add_partition(part)
                 return ErrorCode.NONE
         log = await self._ensure_log(topic, index, topic_id, pending)
@@ -376,6 +383,61 @@ class ReplicaManager:
         cached.isr = list(part.isr)
         cached.zk_version = part.zk_version
 
+    # -- a failed log dir ------------------------------------------------------------------
+
+    def _on_log_dir_failure(self, log_dir: Any, logs: list[Any]) -> None:
+        """Kafka's handleLogDirFailure, called on the event loop by the LogManager when
+        `log_dir` goes offline: its replicas stop fetching and stop leading (waiting acks=all
+        produces are answered, the coordinators unload what they loaded from them), and
+        the controller is told through /log_dir_event_notification. It sends this broker
+        LeaderAndIsr for all its replicas; the answers name the offline ones
+        (KAFKA_STORAGE_ERROR), whose leaderships it then moves and which it reports as
+        offline replicas."""
+        keys = sorted((log.topic, log.partition) for log in logs)
+        resigned = []
+        for key in keys:
+            self.fetchers.remove_partition(key)
+            part = self.partitions.get(key)
+            if part is None:
+                continue
+            if part.is_leader:
+                part.make_follower(
+                    leader=-1,
+                    leader_epoch=part.leader_epoch,
+                    isr=list(part.isr),
+                    replicas=list(part.replicas),
+                    zk_version=part.zk_version,
+                    controller_epoch=part.controller_epoch,
+                )
+                for callback in self.on_resign:
+                    callback(key[0], key[1], part.leader_epoch)
+                resigned.append(key)
+            self._wake(key)
+        logger.error(
+            "broker %s: stopped serving the %d replica(s) in failed log dir %s (leader of %s); "
+            "telling the controller",
+            self.node_id,
+            len(keys),
+            log_dir,
+            ", ".join(f"{t}-{p}" for t, p in resigned) or "none",
+        )
+        self.spawn(self._notify_log_dir_failure)
+
+    async def _notify_log_dir_failure(self) -> None:
+        """/log_dir_event_notification/log_dir_event_<seq>, until ZooKeeper takes it: the
+        controller has no other way to learn of the failure."""
+        while True:
+            try:
+                await self.broker.zk.create(
+                    f"{zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH}/{zk_data.LOG_DIR_EVENT_PREFIX}",
+                    zk_data.encode_log_dir_event(self.node_id),
+                    sequence=True,
+                )
+                return
+            except Exception as exc:
+                logger.warning("cannot write the log dir failure notification (%s); again", exc)
+                await trio.sleep(1)
+
     # -- controlled shutdown ---------------------------------------------------------------
 
     def resign_moved_leaderships(self, *, everything: bool = False) -> list[TopicPartition]:
@@ -432,6 +494,11 @@ class ReplicaManager:
             part = self.partitions.get(key)
             if part is not None and 0 <= leader_epoch < part.leader_epoch:
                 return ErrorCode.FENCED_LEADER_EPOCH
+            log = self.broker.log_manager.get_log(topic, index)
+            if log is not None and log.offline:
+                # In a failed log dir: nothing to stop, nothing that may be touched until
+                # a restart (a deletion is sent again once the broker registers anew).
+                return ErrorCode.KAFKA_STORAGE_ERROR
             self.fetchers.remove_partition(key)
             was_leader = part is not None and part.is_leader
             if part is not None:
@@ -447,10 +514,19 @@ class ReplicaManager:
 
     # -- leader side of replication --------------------------------------------------------
 
+    def not_led_here(self, topic: str, index: int) -> ErrorCode:
+        """Why this broker does not serve `topic-index` as its leader: its replica's log dir
+        is offline (KAFKA_STORAGE_ERROR, as Kafka answers for an offline partition), or
+        another broker leads it."""
+        log = self.broker.log_manager.get_log(topic, index)
+        if log is not None and log.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
     def follower_fetch_error(self, replica_id: int, topic: str, index: int) -> int | None:
         part = self.partitions.get((topic, index))
         if part is None or not part.is_leader:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            return self.not_led_here(topic, index)
         if replica_id not in part.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None

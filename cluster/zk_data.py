@@ -40,6 +40,7 @@ TOPICS_PATH = "/brokers/topics"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
 
 # What Kafka's KafkaZkClient.createTopLevelPaths makes sure exists (persistent, empty) when a
 # broker starts, whoever starts first: ZkData.PersistentZkPaths and one path per config type.
@@ -52,7 +53,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     "/brokers/seqid",
     ISR_CHANGE_NOTIFICATION_PATH,
     PRODUCER_ID_BLOCK_PATH,
-    "/log_dir_event_notification",
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     "/config/topics",
     "/config/clients",
     "/config/users",
@@ -345,6 +346,26 @@ def encode_isr_change(partitions: Sequence[tuple[str, int]]) -> bytes:
 
 def decode_isr_change(data: bytes) -> list[tuple[str, int]]:
     return [(e["topic"], int(e["partition"])) for e in json.loads(data)["partitions"]]
+
+
+# --- /log_dir_event_notification/log_dir_event_<seq> -------------------------------------------
+# {"version":1,"broker":2,"event":1}: written (sequential) by a broker one of whose log dirs
+# went offline (event 1, Kafka's LogDirFailure), so that the controller finds out which of
+# its replicas are offline (LeaderAndIsr answers KAFKA_STORAGE_ERROR for them) and moves
+# their leaderships.
+
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE = 1
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE})
+
+
+def decode_log_dir_event(data: bytes) -> tuple[int, int]:
+    """(broker id, event)."""
+    value = json.loads(data)
+    return int(value["broker"]), int(value.get("event", LOG_DIR_FAILURE))
 
 
 # --- /latest_producer_id_block: {"version":1,"broker":1,"block_start":"0","block_end":"999"} --

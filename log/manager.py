@@ -97,6 +97,10 @@ class LogManager:
         # Log dirs that failed I/O, with the error (Kafka's LogDirFailureChannel): offline
         # until a restart. Their logs answer KAFKA_STORAGE_ERROR; the other dirs go on.
         self.offline_dirs: dict[Path, str] = {}
+        # Called as (log dir, its logs) when a dir goes offline: in a cluster the replica
+        # manager stops those replicas and tells the controller (Kafka's
+        # ReplicaManager.handleLogDirFailure).
+        self.dir_failure_listeners: list[Callable[[Path, list[PartitionLog]], None]] = []
         self._run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
         # Partitions moving to another log dir (log/dir_mover.py: LogDirMove), and the
         # nursery of `run` their tasks go in.
@@ -222,12 +226,13 @@ class LogManager:
         if log_dir in self.offline_dirs:
             return
         self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
-        names = []
+        failed = []
         for log in self.logs.values():
             if log.dir.parent == log_dir:
                 log.offline = True
                 log.closed = True
-                names.append(log.name)
+                failed.append(log)
+        names = [log.name for log in failed]
         for move in list(self.moves.values()):
             if move.target == log_dir or move.log.offline:
                 move.cancel()
@@ -239,6 +244,8 @@ class LogManager:
             len(names),
             names,
         )
+        for listener in self.dir_failure_listeners:
+            listener(log_dir, failed)
 
     def online_dirs(self) -> list[Path]:
         return [d for d in self.log_dirs if d not in self.offline_dirs]

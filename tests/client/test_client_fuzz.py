@@ -8,111 +8,16 @@ subscription) must not escape as another exception and end the application's tas
 
 from __future__ import annotations
 
-import random
-import socket
-import struct
-import threading
 import traceback
 
 import pytest
 import trio
-from fuzz_requests import Mutator, clone
-from wire import split_frames
+from fuzz_requests import MutatingProxy
 
 import trio_broker
 from trio_broker.client import Admin, Consumer, Producer
 from trio_broker.client.errors import KafkaTimeoutError
 from trio_broker.errors import KafkaError
-from trio_broker.protocol._generated import response_class
-from trio_broker.protocol._generated.response_header import ResponseHeader
-
-API_VERSIONS = 18
-
-
-def _frames(sock: socket.socket):
-    buf = bytearray()
-    while data := sock.recv(1 << 20):
-        buf += data
-        yield from split_frames(buf)
-
-
-class MutatingProxy:
-    """Forwards to a broker; mutates a `share` of its answers (never ApiVersions)."""
-
-    def __init__(self, target: tuple[str, int], seed: int, share: float) -> None:
-        self.target = target
-        self.rng = random.Random(seed)
-        self.mutator = Mutator(self.rng)
-        self.share = share
-        self.mutated = 0
-        self.lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self) -> None:
-        self.listener.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
-
-    @staticmethod
-    def _shut(*socks: socket.socket) -> None:
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
-        asked: dict[int, tuple[int, int]] = {}
-
-        def up() -> None:
-            try:
-                for frame in _frames(client):
-                    key, version, correlation_id = struct.unpack_from(">hhi", frame)
-                    asked[correlation_id] = (key, version)
-                    upstream.sendall(struct.pack(">i", len(frame)) + frame)
-            except OSError:
-                pass
-            finally:
-                self._shut(client, upstream)
-
-        threading.Thread(target=up, daemon=True).start()
-        try:
-            for frame in _frames(upstream):
-                (correlation_id,) = struct.unpack_from(">i", frame)
-                key, version = asked.pop(correlation_id, (API_VERSIONS, 0))
-                with self.lock:
-                    if key != API_VERSIONS and self.rng.random() < self.share:
-                        frame = self._mutate(frame, key, version)
-                client.sendall(struct.pack(">i", len(frame)) + frame)
-        except OSError:
-            pass
-        finally:
-            self._shut(client, upstream)
-
-    def _mutate(self, frame: bytes, key: int, version: int) -> bytes:
-        cls = response_class(key)
-        flexible = cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
-        header_version = 1 if flexible else 0
-        header, pos = ResponseHeader.decode(frame, header_version)
-        body, _ = cls.decode(frame, version, pos)
-        body = self.mutator.mutate(clone(body))
-        out = bytearray()
-        header.encode(header_version, out)
-        try:
-            body.encode(version, out)
-        except (struct.error, ValueError, TypeError, AttributeError, OverflowError):
-            return frame  # a value the field cannot carry: sent as it was
-        self.mutated += 1
-        return bytes(out)
 
 
 @pytest.mark.parametrize("seed", [9, 16, 18])
