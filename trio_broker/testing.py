@@ -423,6 +423,26 @@ class ZooKeeperServer:
                 self.proc.wait()
         self.proc = None
 
+    def kill(self) -> None:
+        """kill -9 the server: every session's connection drops at once, and nothing
+        answers on the port until `start_again()`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def start_again(self) -> ZooKeeperServer:
+        """After `kill()`: the same server again, on the same port with the same data, so
+        sessions and znodes come back from its transaction log, as after a crash."""
+        classpath = zookeeper_classpath()
+        if classpath is None:
+            raise RuntimeError(ZOOKEEPER_MISSING)
+        if self.proc is not None:
+            raise RuntimeError("ZooKeeper is still running")
+        if not self._launch(classpath):
+            raise RuntimeError(f"ZooKeeper did not start again; see {self.log_file}")
+        return self
+
     def stop(self) -> None:
         import shutil
 

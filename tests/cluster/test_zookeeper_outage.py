@@ -1,0 +1,76 @@
+"""ZooKeeper gone: killed (kill -9) under a 3-broker cluster carrying idempotent acks=all
+load, down for longer than the brokers' session timeout, then started again on the same
+port and data (as after a crash).
+
+What Kafka promises, checked here: brokers keep serving while ZooKeeper is down (the
+partitions' leaders and ISRs do not need it while nothing changes), so producers go on
+being acknowledged; nothing stops a broker; once ZooKeeper is back every broker is
+registered again, a controller is elected, and the cluster takes metadata changes again
+(a new topic gets leaders); nothing acknowledged is lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import time
+
+from clustertest_helpers import FAST_SESSION, ZooKeeperView, eventually, view
+from failover_helpers import (
+    CountingProducer,
+    assert_every_ack_read_once,
+    create_topic,
+    high_watermarks,
+    read_all,
+    wait_for_leaders,
+)
+
+from trio_broker.testing import KafkaCluster
+
+OUTAGE_S = 6  # longer than FAST_SESSION's 4 s session timeout
+
+
+def test_the_cluster_serves_through_a_zookeeper_outage_and_recovers(zookeeper, tmp_path):
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=FAST_SESSION) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "through", 3, 3, config={"min.insync.replicas": "2"})
+        wait_for_leaders(bootstrap, "through", 3, isr_size=3)
+        with CountingProducer(bootstrap, "through") as producer:
+            eventually(lambda: len(producer.acked) > 500, budget_s=30, what="first acks")
+            zookeeper.kill()
+            down_at = time.monotonic()
+            time.sleep(OUTAGE_S)
+            during = producer.acks_after(down_at + 1)
+            zookeeper.start_again()
+            up_at = time.monotonic()
+            # Acknowledged while ZooKeeper was down: the leaders and ISRs held.
+            assert during > 200, f"{during} acks while ZooKeeper was down"
+            for n, broker in cluster.brokers.items():
+                assert broker._thread.is_alive(), f"broker {n} stopped"
+            zk_view = ZooKeeperView(zookeeper.connect)
+            try:
+                eventually(
+                    lambda: zk_view.broker_ids() == [1, 2, 3],
+                    budget_s=30,
+                    what="every broker registered again",
+                )
+                controller = eventually(zk_view.controller, budget_s=30, what="a controller")
+            finally:
+                zk_view.close()
+            for broker in cluster.brokers.values():
+                eventually(
+                    lambda b=broker: (
+                        view(b.bootstrap)[1] == controller
+                        and [n for n, _, _ in view(b.bootstrap)[2]] == [1, 2, 3]
+                    ),
+                    budget_s=30,
+                    what=f"{broker.bootstrap} sees the controller and every broker",
+                )
+            create_topic(bootstrap, "after", 2, 3)
+            wait_for_leaders(bootstrap, "after", 2, isr_size=3)
+            producer.wait_for_acks_after(time.monotonic(), budget_s=30, what="acks after")
+        assert not producer.errors, producer.errors[:3]
+        print(
+            f"{during} acks during the {OUTAGE_S} s outage; back {up_at - down_at:.1f} s "
+            f"after the kill; {len(producer.acked)} acknowledged in all"
+        )
+        hw = high_watermarks(bootstrap, "through", range(3))
+        assert_every_ack_read_once(producer.acked, read_all(bootstrap, "through", hw))
