@@ -5,6 +5,8 @@ Kafka-compatible broker (Kafka's tools and rpk in spirit):
     trio-broker groups  list|describe|reset-offsets|delete
     trio-broker configs describe|set|delete
     trio-broker cluster info
+    trio-broker reassign generate|execute|verify|cancel|list
+    trio-broker leader-election / log-dirs describe
     trio-broker produce TOPIC / consume TOPIC
 
 Every command takes `--bootstrap host:port` (also spelled `--bootstrap-server`),
@@ -21,7 +23,17 @@ from typing import Any
 
 __all__ = ["COMMANDS", "add_parsers", "run"]
 
-COMMANDS = ("topics", "groups", "configs", "cluster", "produce", "consume")
+COMMANDS = (
+    "topics",
+    "groups",
+    "configs",
+    "cluster",
+    "reassign",
+    "leader-election",
+    "log-dirs",
+    "produce",
+    "consume",
+)
 
 
 def _common() -> argparse.ArgumentParser:
@@ -53,13 +65,14 @@ def _common() -> argparse.ArgumentParser:
 
 
 def add_parsers(sub: Any) -> None:
-    from trio_broker.admin_cli import configs, groups, records, topics
+    from trio_broker.admin_cli import configs, groups, records, replicas, topics
 
     common = _common()
     topics.add_parser(sub, common)
     groups.add_parser(sub, common)
     configs.add_parser(sub, common)
     records.add_parsers(sub, common)
+    replicas.add_parsers(sub, common)
 
 
 def client_config(args: argparse.Namespace, config_class: Any) -> dict[str, Any]:

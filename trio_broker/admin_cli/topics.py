@@ -32,7 +32,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
     p = ops.add_parser("describe", parents=[common], help="partitions, leaders, ISR, configs")
     p.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
-    p.set_defaults(handler=describe_topics)
+    only = p.add_mutually_exclusive_group()
+    for flag, text in _FILTERS.items():
+        only.add_argument(f"--{flag}", dest="only", action="store_const", const=flag, help=text)
+    p.set_defaults(handler=describe_topics, only=None)
 
     p = ops.add_parser("create", parents=[common], help="create topics")
     p.add_argument("topics", nargs="+", metavar="TOPIC")
@@ -84,6 +87,27 @@ async def list_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+# kafka-topics --describe's filters: only the partitions that need an operator's look.
+_FILTERS = {
+    "under-replicated-partitions": "only partitions whose ISR is smaller than their replicas",
+    "unavailable-partitions": "only partitions without a live leader",
+    "under-min-isr-partitions": "only partitions whose ISR is below min.insync.replicas",
+    "at-min-isr-partitions": "only partitions whose ISR is exactly min.insync.replicas",
+}
+
+
+def _wanted(only: str | None, p: Any, live: set[int], min_isr: int) -> bool:
+    if only is None:
+        return True
+    if only == "under-replicated-partitions":
+        return len(p.isr) < len(p.replicas)
+    if only == "unavailable-partitions":
+        return p.leader < 0 or p.leader not in live
+    if only == "under-min-isr-partitions":
+        return len(p.isr) < min_isr
+    return len(p.isr) == min_isr
+
+
 async def describe_topics(args: argparse.Namespace) -> int:
     from trio_broker.admin_cli import admin
     from trio_broker.client.admin import ConfigResource, ConfigResourceType
@@ -92,11 +116,17 @@ async def describe_topics(args: argparse.Namespace) -> int:
         described = await client.describe_topics(args.topics or None)
         resources = [ConfigResource(ConfigResourceType.TOPIC, name) for name in sorted(described)]
         configs = await client.describe_configs(resources) if resources else {}
+        live = set((await client.describe_cluster())["brokers"]) if args.only else set()
     out = []
     for name in sorted(described):
         t = described[name]
         entries = configs.get(ConfigResource(ConfigResourceType.TOPIC, name), {})
         overrides = {k: e.value for k, e in sorted(entries.items()) if e.source == 1}
+        min_isr_entry = entries.get("min.insync.replicas")
+        min_isr = int(min_isr_entry.value) if min_isr_entry and min_isr_entry.value else 1
+        partitions = [p for p in t.partitions if _wanted(args.only, p, live, min_isr)]
+        if args.only and not partitions:
+            continue
         out.append(
             {
                 "name": name,
@@ -111,8 +141,9 @@ async def describe_topics(args: argparse.Namespace) -> int:
                         "leader": p.leader,
                         "replicas": list(p.replicas),
                         "isr": list(p.isr),
+                        "offline": list(p.offline_replicas),
                     }
-                    for p in t.partitions
+                    for p in partitions
                 ],
             }
         )
@@ -128,7 +159,10 @@ async def describe_topics(args: argparse.Namespace) -> int:
             f"{t['partition_count']}  ReplicationFactor: {t['replication_factor']}  "
             f"Configs: {configs_text}"
         )
-        print_table(["partition", "leader", "replicas", "isr"], t["partitions"])
+        columns = ["partition", "leader", "replicas", "isr"]
+        if any(p["offline"] for p in t["partitions"]):
+            columns.append("offline")
+        print_table(columns, t["partitions"])
     return 0
 
 

@@ -19,10 +19,13 @@ __all__ = [
     "ConfigResourceType",
     "GroupDescription",
     "GroupListing",
+    "LogDirDescription",
     "MemberDescription",
     "NewTopic",
     "PartitionInfo",
     "PartitionLag",
+    "PartitionReassignment",
+    "ReplicaLogDirInfo",
     "TopicDescription",
 ]
 
@@ -66,6 +69,8 @@ class PartitionInfo:
     leader: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # Replicas on brokers that are down or in a failed log dir (Metadata v5+).
+    offline_replicas: tuple[int, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -125,3 +130,32 @@ class PartitionLag:
     def lag(self) -> int:
         """Records not yet consumed: all of them when nothing is committed."""
         return self.log_end_offset - (self.committed if self.committed is not None else 0)
+
+
+@attrs.frozen(kw_only=True)
+class PartitionReassignment:
+    """An ongoing reassignment (ListPartitionReassignments): the replica set now, and the
+    replicas being added and removed."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+@attrs.frozen(kw_only=True)
+class ReplicaLogDirInfo:
+    size: int  # bytes of the replica's segments
+    offset_lag: int  # a future replica's distance to the current one; else 0
+    is_future: bool  # the copy being made by AlterReplicaLogDirs
+
+
+@attrs.frozen(kw_only=True)
+class LogDirDescription:
+    """One log dir of a broker (DescribeLogDirs). `error` is NONE, or
+    KAFKA_STORAGE_ERROR for an offline dir; the byte counts are -1 when unknown."""
+
+    path: str
+    error: int
+    replicas: Mapping[TopicPartition, ReplicaLogDirInfo]
+    total_bytes: int = -1
+    usable_bytes: int = -1
