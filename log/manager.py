@@ -60,6 +60,10 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return topic, int(partition)
 
 
+# At most this many replicas not created yet may have a log dir asked for.
+MAX_PREFERRED_DIRS = 10_000
+
+
 class LogManager:
     def __init__(
         self,
@@ -101,6 +105,8 @@ class LogManager:
         # manager stops those replicas and tells the controller (Kafka's
         # ReplicaManager.handleLogDirFailure).
         self.dir_failure_listeners: list[Callable[[Path, list[PartitionLog]], None]] = []
+        # Log dirs asked for (AlterReplicaLogDirs) for replicas not created yet.
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
         self._run_sync: Callable[..., Awaitable[Any]] = trio.to_thread.run_sync
         # Partitions moving to another log dir (log/dir_mover.py: LogDirMove), and the
         # nursery of `run` their tasks go in.
@@ -283,7 +289,10 @@ class LogManager:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"no online log dir for {topic}-{partition}: {self.offline_dirs}",
             )
-        if len(online) == 1:
+        preferred = self.preferred_dirs.pop((topic, partition), None)
+        if preferred in online:
+            log_dir = preferred
+        elif len(online) == 1:
             log_dir = online[0]
         else:
             counts = {d: 0 for d in online}
@@ -352,6 +361,13 @@ class LogManager:
         """Delete a closed log's (renamed `-delete`) dir after file.delete.delay.ms."""
         self._logs_to_delete.append((self.now_ms() + log.config.file_delete_delay_ms, log))
 
+    def _prefer(self, topic: str, partition: int, log_dir: Path) -> None:
+        preferred = self.preferred_dirs
+        preferred.pop((topic, partition), None)
+        preferred[(topic, partition)] = log_dir
+        while len(preferred) > MAX_PREFERRED_DIRS:  # what clients ask for, bounded
+            del preferred[next(iter(preferred))]
+
     def alter_log_dir(self, topic: str, partition: int, path: str) -> ErrorCode:
         """AlterReplicaLogDirs for one partition: start moving it to the log dir `path`
         (Kafka's answers: LOG_DIR_NOT_FOUND, KAFKA_STORAGE_ERROR, UNKNOWN_TOPIC_OR_PARTITION)."""
@@ -363,6 +379,10 @@ class LogManager:
             return ErrorCode.KAFKA_STORAGE_ERROR
         log = self.logs.get((topic, partition))
         if log is None:
+            # Not here yet (a reassignment is about to add it): remembered, so that the
+            # replica is created in `target` instead of copied there (Kafka's
+            # preferredLogDirs). The caller asks again once the replica exists.
+            self._prefer(topic, partition, target)
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if log.offline:
             return ErrorCode.KAFKA_STORAGE_ERROR

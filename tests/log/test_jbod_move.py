@@ -196,3 +196,24 @@ def test_move_while_producing_loses_nothing(tmp_path, acks):
         assert where(broker.bootstrap, TOPIC, 0) == {str(target): False}
     assert partition_dirs(source) == []
     assert partition_dirs(target) == [f"{TOPIC}-0"]
+
+
+def test_a_log_dir_asked_for_before_the_replica_exists_is_where_it_is_created(tmp_path):
+    """AlterReplicaLogDirs for a partition this broker has no replica of yet answers
+    UNKNOWN_TOPIC_OR_PARTITION and remembers the dir (Kafka's preferred log dirs): the
+    replica, once created, starts there rather than in the least loaded dir, with nothing
+    to copy. Another partition still goes to the least loaded dir."""
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    dirs = [tmp_path / "disk0", tmp_path / "disk1"]
+    config = {"log.dirs": ",".join(str(d) for d in dirs), "offsets.topic.num.partitions": "1"}
+    with BrokerThread(config) as broker:
+        assert alter_log_dir(broker.bootstrap, "later", 0, str(dirs[1])) is (
+            UnknownTopicOrPartitionError
+        )
+        create_topics(broker.bootstrap, {"later": 2})
+        # Without the preference both would spread from disk0 (the least loaded, first).
+        assert (dirs[1] / "later-0").is_dir() and not (dirs[0] / "later-0").exists()
+        assert (dirs[0] / "later-1").is_dir()
+        assert where(broker.bootstrap, "later", 0) == {str(dirs[1]): False}
+        assert alter_log_dir(broker.bootstrap, "later", 0, str(dirs[1])) is NoError
