@@ -7,12 +7,16 @@ Kafka-compatible broker (Kafka's tools and rpk in spirit):
     trio-broker cluster info
     trio-broker reassign generate|execute|verify|cancel|list
     trio-broker leader-election / log-dirs describe
+    trio-broker acls    list|add|remove
+    trio-broker users   list|set|delete           (SCRAM credentials)
+    trio-broker quotas  describe|set|delete       (client quotas)
     trio-broker produce TOPIC / consume TOPIC
 
 Every command takes `--bootstrap host:port` (also spelled `--bootstrap-server`),
-`--command-config FILE` (client properties, Kafka's dotted keys), `--json` and
-`--timeout-ms`. Exit codes are in admin_cli/output.py. This module imports only argparse
-at the top: the client and trio are imported when a command runs.
+`--command-config FILE` (client properties, Kafka's dotted keys, with the security keys
+of a secured broker: security.protocol, sasl.*, ssl.*), `--json` and `--timeout-ms`.
+Exit codes are in admin_cli/output.py. This module imports only argparse at the top: the
+client and trio are imported when a command runs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ COMMANDS = (
     "reassign",
     "leader-election",
     "log-dirs",
+    "acls",
+    "users",
+    "quotas",
     "produce",
     "consume",
 )
@@ -49,7 +56,8 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument(
         "--command-config",
         metavar="FILE",
-        help="client properties (Kafka's dotted keys, e.g. client.id, request.timeout.ms)",
+        help="client properties (Kafka's dotted keys, e.g. client.id, request.timeout.ms, "
+        "security.protocol, sasl.mechanism, sasl.jaas.config, ssl.truststore.location)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument(
@@ -65,21 +73,23 @@ def _common() -> argparse.ArgumentParser:
 
 
 def add_parsers(sub: Any) -> None:
-    from trio_broker.admin_cli import configs, groups, records, replicas, topics
+    from trio_broker.admin_cli import configs, groups, records, replicas, security, topics
 
     common = _common()
     topics.add_parser(sub, common)
     groups.add_parser(sub, common)
     configs.add_parser(sub, common)
-    records.add_parsers(sub, common)
     replicas.add_parsers(sub, common)
+    security.add_parsers(sub, common)
+    records.add_parsers(sub, common)
 
 
 def client_config(args: argparse.Namespace, config_class: Any) -> dict[str, Any]:
-    """--command-config's keys that `config_class` knows, plus --timeout-ms. A key no
-    client knows is a usage error (exit 2), not silently ignored."""
-    import attrs
-
+    """--command-config's keys that `config_class` knows, plus --timeout-ms. Keys are
+    read as the client reads them (Kafka's, librdkafka's and kafka-python's spellings of
+    the security keys, `sasl.jaas.config`). A key no client knows is a usage error (exit
+    2), not silently ignored; a key of another client (linger.ms for an admin command) is
+    left out."""
     from trio_broker.admin_cli.output import EXIT_USAGE, CommandError
     from trio_broker.client.config import AdminConfig, ConsumerConfig, ProducerConfig
     from trio_broker.config import ConfigError, load_properties
@@ -90,20 +100,42 @@ def client_config(args: argparse.Namespace, config_class: Any) -> dict[str, Any]
             props = load_properties(args.command_config)
         except ConfigError as exc:
             raise CommandError(str(exc), EXIT_USAGE) from None
-    known = {
-        f.name for cls in (AdminConfig, ConsumerConfig, ProducerConfig) for f in attrs.fields(cls)
-    }
-    mine = {f.name for f in attrs.fields(config_class)}
+    others = [c for c in (AdminConfig, ConsumerConfig, ProducerConfig) if c is not config_class]
     out: dict[str, Any] = {"request_timeout_ms": args.timeout_ms}
     for key, value in props.items():
-        name = key.replace(".", "_")
-        if name not in known:
+        try:
+            # {field: value} as the client would take this key (aliases resolved).
+            values = config_class._values({key: value}, {})
+        except ValueError as exc:
+            if not _unknown_key(exc):
+                raise CommandError(
+                    f"{args.command_config}: bad value for {key!r}: {exc}", EXIT_USAGE
+                ) from None
+            if any(_knows(other, key) for other in others):
+                continue
             raise CommandError(
                 f"{args.command_config}: unsupported client config {key!r}", EXIT_USAGE
-            )
-        if name in mine and name != "bootstrap_servers":
-            out[name] = value
+            ) from None
+        values.pop("bootstrap_servers", None)
+        out.update(values)
+    try:
+        config_class.build(out)  # values are checked when the client is made: now
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"{args.command_config}: {exc}", EXIT_USAGE) from None
     return out
+
+
+def _unknown_key(exc: ValueError) -> bool:
+    # ClientConfig._values names a key it has no field for "unknown <class> key ...".
+    return str(exc).startswith("unknown ")
+
+
+def _knows(config_class: Any, key: str) -> bool:
+    try:
+        config_class._values({key: ""}, {})
+    except ValueError as exc:
+        return not _unknown_key(exc)
+    return True
 
 
 def admin(args: argparse.Namespace) -> Any:
