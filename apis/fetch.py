@@ -22,6 +22,7 @@ from trio_broker.cluster.fetch_sessions import (
     FetchSessionCache,
 )
 from trio_broker.cluster.purgatory import DelayedOperation
+from trio_broker.config import RACK_AWARE_REPLICA_SELECTOR
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.fetch_response import (
     AbortedTransaction,
@@ -60,6 +61,9 @@ class _Fetch:
     read_committed: bool
     # A follower's fetch (replica_id >= 0): read up to the log end, not the HW.
     follower: bool = False
+    # A consumer's rack (fetch v11+) when replica.selector.class is rack-aware (KIP-392):
+    # a leader may send it to a replica in its rack instead of answering with records.
+    client_rack: str = ""
     response: FetchResponse | None = None
     total_bytes: int = 0
     # The last build could answer (min_bytes reached, or an error): `answer` sends that
@@ -94,11 +98,34 @@ class _Fetch:
                 )
             if error is None:
                 error = _check_epoch(self.broker, p)
+            part = None
             if error is None and replicas is not None:
                 # Checked again at every build: a fetch that waited may outlive leadership.
-                if replicas.leader_partition(p.topic, p.partition) is None:
+                part = (
+                    replicas.leader_partition(p.topic, p.partition)
+                    if self.follower
+                    else replicas.consumer_readable(p.topic, p.partition, version >= 11)
+                )
+                if part is None:
                     error = replicas.not_led_here(p.topic, p.partition)
-            if error is None and log is not None:
+            if (
+                self.client_rack
+                and part is not None
+                and part.is_leader
+                and (
+                    read_replica := replicas.preferred_read_replica(
+                        part, self.client_rack, p.fetch_offset
+                    )
+                )
+                >= 0
+            ):
+                # Read from that replica instead (no records), as Kafka's leader answers.
+                data.preferred_read_replica = read_replica
+                data.high_watermark = log.high_watermark
+                data.last_stable_offset = log.last_stable_offset
+                data.log_start_offset = log.log_start_offset
+                any_error = True  # answered at once, like an error
+            elif error is None and log is not None:
                 hw = log.high_watermark
                 lso = log.last_stable_offset
                 data.high_watermark = hw
@@ -195,6 +222,7 @@ def _changed(p: CachedPartition, data: PartitionData) -> bool:
         or data.high_watermark != p.high_watermark
         or data.log_start_offset != p.log_start_offset
         or data.last_stable_offset != p.last_stable_offset
+        or data.preferred_read_replica >= 0
     )
 
 
@@ -275,10 +303,11 @@ def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition],
 
 
 def _leadership_errors(
-    broker: Broker, requested: list[CachedPartition], errors: dict, replica_id: int
+    broker: Broker, requested: list[CachedPartition], errors: dict, replica_id: int, version: int
 ) -> None:
-    """In a cluster: a partition not led here is NOT_LEADER_OR_FOLLOWER; a follower's fetch
-    records its log end offset (which may move the HW and the ISR) before the read."""
+    """In a cluster: a partition not led here is NOT_LEADER_OR_FOLLOWER (a consumer's fetch
+    v11+ may read a follower, KIP-392); a follower's fetch records its log end offset
+    (which may move the HW and the ISR) before the read."""
     replicas = broker.replica_manager
     for p in requested:
         key = (p.topic, p.partition)
@@ -289,7 +318,7 @@ def _leadership_errors(
         else:
             error = (
                 None
-                if replicas.leader_partition(p.topic, p.partition) is not None
+                if replicas.consumer_readable(p.topic, p.partition, version >= 11) is not None
                 else replicas.not_led_here(p.topic, p.partition)
             )
         if error is None and replica_id >= 0:
@@ -320,8 +349,16 @@ async def handle(broker: Broker, request: Request) -> Any:
         # A lone broker has no followers: no broker may fetch as one.
         return FetchResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
     requested, errors, forgotten = _requested(broker, request)
+    client_rack = ""
     if replicas is not None:
-        _leadership_errors(broker, requested, errors, replica_id)
+        _leadership_errors(broker, requested, errors, replica_id, version)
+        if (
+            version >= 11
+            and replica_id < 0
+            and body.rack_id
+            and broker.config.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
+        ):
+            client_rack = body.rack_id
     session = None
     incremental = False
     partitions = requested
@@ -362,6 +399,7 @@ async def handle(broker: Broker, request: Request) -> Any:
         max_bytes=body.max_bytes,
         read_committed=body.isolation_level == READ_COMMITTED and replica_id < 0,
         follower=replica_id >= 0,
+        client_rack=client_rack,
     )
     if fetch.build() or body.max_wait_ms <= 0 or not partitions:
         response = fetch.take_response()

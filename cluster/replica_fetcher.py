@@ -380,7 +380,11 @@ class ReplicaFetcher:
             self.bytes_appended += len(records)
             self.manager.bytes_appended += len(records)
         state.fetch_offset = log.log_end_offset
-        log.high_watermark = min(data.high_watermark, log.log_end_offset)
+        high_watermark = min(data.high_watermark, log.log_end_offset)
+        if high_watermark != log.high_watermark:
+            log.high_watermark = high_watermark
+            # Consumers reading this follower (KIP-392) wait on its high watermark.
+            self.manager.replica_manager.broker.fetch_purgatory.wake((key,))
         if data.log_start_offset > log.log_start_offset:
             try:
                 log.delete_records_before(min(data.log_start_offset, log.high_watermark))

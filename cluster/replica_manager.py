@@ -132,6 +132,43 @@ class ReplicaManager:
         part = self.partitions.get((topic, partition))
         return part if part is not None and part.is_leader else None
 
+    def consumer_readable(self, topic: str, index: int, followers_too: bool) -> Partition | None:
+        """The replica a consumer's fetch may read here: the leader's, or with
+        `followers_too` (fetch v11+, KIP-392) a follower's whose log dir is online. A
+        follower serves up to its own high watermark."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            return None
+        if part.is_leader or (followers_too and not part.log.offline):
+            return part
+        return None
+
+    def preferred_read_replica(self, part: Partition, client_rack: str, fetch_offset: int) -> int:
+        """Kafka's RackAwareReplicaSelector, on the leader `part`: the broker a consumer in
+        `client_rack` should read from, or -1 for this leader. Candidates are the ISR
+        followers that hold `fetch_offset`, in the consumer's rack; the leader itself
+        wins when it is in that rack; else the candidate furthest ahead, then the one
+        caught up most recently."""
+        brokers = self.broker.metadata.brokers
+        mine = brokers.get(self.node_id)
+        if mine is not None and mine.rack == client_rack:
+            return -1
+        best: tuple[int, int, int] | None = None
+        for replica_id, state in part.remote.items():
+            node = brokers.get(replica_id)
+            if (
+                node is None
+                or node.rack != client_rack
+                or replica_id not in part.isr
+                or state.log_end_offset < fetch_offset
+                or part.log.log_start_offset > fetch_offset
+            ):
+                continue
+            rank = (state.log_end_offset, state.last_caught_up_ms, -replica_id)
+            if best is None or rank > best:
+                best = rank
+        return -1 if best is None else -best[2]
+
     def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
         """(leader id, leader epoch) as this broker knows them, the newer of the metadata
         cache's and its own replica's; (-1, -1) when unknown."""

@@ -94,6 +94,11 @@ def _at_least(n: int) -> Callable[[Any], None]:
     return check
 
 
+# Kafka's replica.selector.class values (KIP-392), by their Java class names.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
+
+
 def _one_of(*options: str) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         if v not in options:
@@ -606,6 +611,16 @@ BROKER_CONFIGS += (
         _str,
         None,
         "The broker's rack, registered in ZooKeeper and reported in Metadata.",
+    ),
+    ConfigKey(
+        "replica.selector.class",
+        "CLASS",
+        None,
+        _str,
+        _one_of(RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR),
+        "Which replica a consumer reads from (KIP-392). RackAwareReplicaSelector sends a "
+        "consumer that names its rack (client.rack) to an in-sync replica in that rack; "
+        "unset, or LeaderSelector, every consumer reads from the leader.",
     ),
     # the controller (cluster/controller.py) and the broker's part in it
     ConfigKey(

@@ -153,7 +153,8 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
         refused = produce(b1.bootstrap, "div", 0, [b"x"], version=10)
         assert refused.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         assert refused.current_leader.leader_id == 2
-        # So does a consumer's fetch (v16: with the leader's endpoint).
+        # A consumer's fetch before v11 is refused too; from v11 on (KIP-392) the old
+        # leader serves it as a follower, from its own log up to its high watermark.
         from trio_broker.protocol._generated.fetch_request import (
             FetchPartition,
             FetchRequest,
@@ -169,11 +170,21 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
                 )
             ],
         )
+        by_name = FetchRequest(
+            max_wait_ms=0,
+            topics=[
+                FetchTopic(
+                    topic="div",
+                    partitions=[FetchPartition(partition=0, partition_max_bytes=1 << 20)],
+                )
+            ],
+        )
+        answer = raw(b1.bootstrap, by_name, 10)
+        assert answer.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         answer = raw(b1.bootstrap, fetch, 16)
         data = answer.responses[0].partitions[0]
-        assert data.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
-        assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (2, 1)
-        assert [(e.node_id, e.port) for e in answer.node_endpoints] == [(2, b2.port)]
+        assert (data.error_code, data.high_watermark) == (0, 12)
+        assert bytes(data.records) == leader_bytes
 
 
 def test_a_new_follower_starts_at_the_leaders_log_start_even_inside_a_batch(
