@@ -122,6 +122,19 @@ def _error(code: int, message: str | None, what: str) -> KafkaError:
     return error_for(code, f"{what}: {message}" if message else what)
 
 
+def _acl_filter_fields(f: AclBindingFilter) -> dict[str, Any]:
+    """An ACL filter as DescribeAcls and DeleteAcls both carry it."""
+    return {
+        "resource_type_filter": f.resource_type,
+        "resource_name_filter": f.resource_name,
+        "pattern_type_filter": f.pattern_type,
+        "principal_filter": f.principal,
+        "host_filter": f.host,
+        "operation": f.operation,
+        "permission_type": f.permission_type,
+    }
+
+
 class Admin:
     """`async with Admin(bootstrap_servers, **config)`; see the module docstring."""
 
@@ -910,15 +923,7 @@ class Admin:
         from trio_broker.protocol._generated.describe_acls_request import DescribeAclsRequest
 
         f = acl_filter or AclBindingFilter()
-        request = DescribeAclsRequest(
-            resource_type_filter=f.resource_type,
-            resource_name_filter=f.resource_name,
-            pattern_type_filter=f.pattern_type,
-            principal_filter=f.principal,
-            host_filter=f.host,
-            operation=f.operation,
-            permission_type=f.permission_type,
-        )
+        request = DescribeAclsRequest(**_acl_filter_fields(f))
         response = await self.client.send(self.client.least_loaded_node(), request)
         if response.error_code:
             _check("DescribeAcls", {f: _error(response.error_code, response.error_message, str(f))})
@@ -949,18 +954,7 @@ class Admin:
         if not filters:
             return {}
         request = DeleteAclsRequest(
-            filters=[
-                DeleteAclsFilter(
-                    resource_type_filter=f.resource_type,
-                    resource_name_filter=f.resource_name,
-                    pattern_type_filter=f.pattern_type,
-                    principal_filter=f.principal,
-                    host_filter=f.host,
-                    operation=f.operation,
-                    permission_type=f.permission_type,
-                )
-                for f in filters
-            ]
+            filters=[DeleteAclsFilter(**_acl_filter_fields(f)) for f in filters]
         )
         response = await self.client.send(self.client.least_loaded_node(), request)
         results: dict[AclBindingFilter, list[AclBinding]] = {}
