@@ -4,6 +4,8 @@ leaderships away first (Kafka's KafkaController.controlledShutdown).
 Served by the controller only (NOT_CONTROLLER elsewhere, and on a lone broker). The answer
 lists the partitions the broker still leads: empty means every leadership moved (or it
 had none with other replicas) and it may stop; the broker retries otherwise.
+BROKER_NOT_AVAILABLE: the controller could not decide (it cannot reach ZooKeeper, or it
+is being deposed).
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ async def handle(broker: Broker, request: Request) -> ControlledShutdownResponse
     node = controller.ctx.live_brokers.get(body.broker_id)
     if body.broker_epoch != -1 and node is not None and body.broker_epoch < node.epoch:
         return ControlledShutdownResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+    if not controller.zk.connected:
+        # Leaderships move only by writes to ZooKeeper: say so at once rather than hold
+        # the request until it times out, so that a broker stopping while ZooKeeper is
+        # down gives up after its retries instead of after four request timeouts.
+        logger.warning(
+            "controlled shutdown of broker %d refused: ZooKeeper is unreachable", body.broker_id
+        )
+        return ControlledShutdownResponse(error_code=ErrorCode.BROKER_NOT_AVAILABLE)
     remaining = await controller.controlled_shutdown(body.broker_id)
     if remaining is None:
         return ControlledShutdownResponse(error_code=ErrorCode.BROKER_NOT_AVAILABLE)

@@ -74,3 +74,34 @@ def test_the_cluster_serves_through_a_zookeeper_outage_and_recovers(zookeeper, t
         )
         hw = high_watermarks(bootstrap, "through", range(3))
         assert_every_ack_read_once(producer.acked, read_all(bootstrap, "through", hw))
+
+
+def test_brokers_stopped_while_zookeeper_is_down_stop_promptly(zookeeper, tmp_path):
+    """SIGTERM (here: serve() cancelled) while ZooKeeper is down: the controller cannot move
+    leaderships without it, so it answers ControlledShutdown at once instead of holding
+    each request until it times out (controller.socket.timeout.ms, 30 s, times four
+    attempts); the brokers give up their controlled shutdown after the retries and stop,
+    and nothing acknowledged is lost."""
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=FAST_SESSION) as cluster:
+        bootstrap = cluster.bootstrap
+        create_topic(bootstrap, "stopping", 3, 3)
+        wait_for_leaders(bootstrap, "stopping", 3, isr_size=3)
+        with CountingProducer(bootstrap, "stopping") as producer:
+            eventually(lambda: len(producer.acked) > 300, budget_s=30, what="first acks")
+        acked = list(producer.acked)
+        zookeeper.kill()
+        began = time.monotonic()
+        for n in (3, 2, 1):
+            cluster.brokers.pop(n).stop()
+        stopped_s = time.monotonic() - began
+        # Not a timing claim: the budget only tells a broker that waited out its requests
+        # (4 x 30 s each) from one that gave up after the retries (3 x 0.2 s here).
+        assert stopped_s < 45, f"three brokers took {stopped_s:.1f} s to stop"
+        print(f"three brokers stopped in {stopped_s:.1f} s with ZooKeeper down")
+        zookeeper.start_again()
+        for n in (1, 2, 3):
+            cluster.add_broker(n)
+        cluster.wait_all_see()
+        wait_for_leaders(cluster.bootstrap, "stopping", 3, budget_s=60)
+        hw = high_watermarks(cluster.bootstrap, "stopping", range(3))
+        assert_every_ack_read_once(acked, read_all(cluster.bootstrap, "stopping", hw))
