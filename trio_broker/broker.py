@@ -242,6 +242,31 @@ class Broker:
         )
 
 
+# In a cluster, the APIs whose handlers write or read ZooKeeper (or wait for the
+# controller, which does): ControlledShutdown, LeaderAndIsr, StopReplica, UpdateMetadata,
+# CreateTopics, DeleteTopics, InitProducerId (producer id blocks), CreateAcls, DeleteAcls,
+# AlterConfigs, CreatePartitions, ElectLeaders, IncrementalAlterConfigs,
+# AlterPartitionReassignments, ListPartitionReassignments, AlterClientQuotas,
+# AlterUserScramCredentials.
+_ZOOKEEPER_APIS = frozenset({4, 5, 6, 7, 19, 20, 22, 30, 31, 33, 37, 43, 44, 45, 46, 49, 51})
+
+
+def _may_wait_on_zookeeper(request: Request) -> bool:
+    """Answered outside the handler tasks (server/handler_pool.py): requests that may
+    wait on ZooKeeper, and Metadata that may auto-create a topic."""
+    key = request.api_key
+    if key in _ZOOKEEPER_APIS:
+        return True
+    if key == 3:
+        body = request.body
+        return (
+            body is not None
+            and bool(body.topics)
+            and (request.api_version < 4 or body.allow_auto_topic_creation)
+        )
+    return False
+
+
 def _advertisable(host: str) -> str:
     # A wildcard bind address is not an address a client can connect to.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -320,7 +345,10 @@ async def _serve(
                 async with trio.open_nursery() as nursery:
                     # num.io.threads handler tasks; resized by a dynamic config change.
                     broker.handler_pool = HandlerPool(
-                        request_receive, broker.dispatch, new_sender=request_send.clone
+                        request_receive,
+                        broker.dispatch,
+                        new_sender=request_send.clone,
+                        detach=_may_wait_on_zookeeper if broker.zk is not None else None,
                     )
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)

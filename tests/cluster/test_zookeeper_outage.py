@@ -4,13 +4,15 @@ port and data (as after a crash).
 
 What Kafka promises, checked here: brokers keep serving while ZooKeeper is down (the
 partitions' leaders and ISRs do not need it while nothing changes), so producers go on
-being acknowledged; nothing stops a broker; once ZooKeeper is back every broker is
+being acknowledged, even while requests that need ZooKeeper (topic creation, here more
+of them than a broker has handler tasks) wait for it; nothing stops a broker; once ZooKeeper is back every broker is
 registered again, a controller is elected, and the cluster takes metadata changes again
 (a new topic gets leaders); nothing acknowledged is lost or duplicated.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 
 from clustertest_helpers import FAST_SESSION, ZooKeeperView, eventually, view
@@ -22,10 +24,44 @@ from failover_helpers import (
     read_all,
     wait_for_leaders,
 )
+from wire import encode_request, read_response, request_of, roundtrip
 
+from trio_broker.errors import ErrorCode
 from trio_broker.testing import KafkaCluster
 
 OUTAGE_S = 6  # longer than FAST_SESSION's 4 s session timeout
+
+
+def _send_create_topic(broker, name: str):
+    """A CreateTopics sent on a socket of its own; returns (socket, read its error code)."""
+    from trio_broker.protocol._generated.create_topics_request import CreatableTopic
+
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    topic = CreatableTopic(name=name, num_partitions=1, replication_factor=1)
+    sock.sendall(encode_request(request_of(19, topics=[topic], timeout_ms=60_000), 5))
+
+    def read(s):
+        _, response = read_response(s, 19, 5)
+        return response.topics[0].error_code
+
+    return sock, read
+
+
+def _send_auto_create(broker, name: str):
+    """A Metadata that may auto-create `name`, on a socket of its own."""
+    from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
+
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    request = request_of(
+        3, topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=True
+    )
+    sock.sendall(encode_request(request, 9))
+
+    def read(s):
+        _, response = read_response(s, 3, 9)
+        return response.topics[0].error_code
+
+    return sock, read
 
 
 def test_the_cluster_serves_through_a_zookeeper_outage_and_recovers(zookeeper, tmp_path):
@@ -37,7 +73,14 @@ def test_the_cluster_serves_through_a_zookeeper_outage_and_recovers(zookeeper, t
             eventually(lambda: len(producer.acked) > 500, budget_s=30, what="first acks")
             zookeeper.kill()
             down_at = time.monotonic()
-            time.sleep(OUTAGE_S)
+            # Requests that need ZooKeeper, more of them than broker 1 has handler tasks:
+            # they wait for it, and hold none of the tasks produces and fetches need.
+            waiting = [_send_create_topic(cluster.brokers[1], f"made-{i}") for i in range(12)]
+            waiting += [_send_auto_create(cluster.brokers[1], f"auto-{i}") for i in range(6)]
+            time.sleep(1)
+            with socket.create_connection(("127.0.0.1", cluster.brokers[1].port), 5) as sock:
+                assert roundtrip(sock, request_of(18), 3).error_code == 0  # ApiVersions
+            time.sleep(OUTAGE_S - 1)
             during = producer.acks_after(down_at + 1)
             zookeeper.start_again()
             up_at = time.monotonic()
@@ -64,6 +107,12 @@ def test_the_cluster_serves_through_a_zookeeper_outage_and_recovers(zookeeper, t
                     budget_s=30,
                     what=f"{broker.bootstrap} sees the controller and every broker",
                 )
+            # What waited on ZooKeeper is done now: every topic was created.
+            for sock, read in waiting:
+                sock.settimeout(60)
+                assert read(sock) in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE)
+                sock.close()
+            wait_for_leaders(bootstrap, "made-11", 1)
             create_topic(bootstrap, "after", 2, 3)
             wait_for_leaders(bootstrap, "after", 2, isr_size=3)
             producer.wait_for_acks_after(time.monotonic(), budget_s=30, what="acks after")

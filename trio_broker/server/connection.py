@@ -111,6 +111,9 @@ class Connection:
         self.reader = FrameReader(max_frame_bytes=max_request_bytes, pool=pool, spares=pool.spares)
         self._bad_frames = bad_frames
         self.scope = trio.CancelScope()
+        # The scopes of this connection's request running outside a handler task
+        # (server/handler_pool.py _detached): closing the connection cancels it too.
+        self.side_scopes: set[trio.CancelScope] = set()
         self.client_id: str | None = None
         self.in_flight = False
         self.last_active = trio.current_time()
@@ -131,6 +134,8 @@ class Connection:
     def close(self) -> None:
         """Close now: cancels whatever this connection is doing."""
         self.scope.cancel()
+        for scope in self.side_scopes:
+            scope.cancel()
 
     def close_when_idle(self) -> None:
         """Graceful shutdown: finish the request in flight, then close."""
@@ -202,6 +207,8 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             logger.debug("[conn %s] %s went away", self.id, self.peer)
         finally:
+            for scope in self.side_scopes:
+                scope.cancel()
             self._response_send.close()
             # The request in flight, if any, has finished with its frame (its handler
             # returned, or the broker is stopping): all of this reader's memory goes back.

@@ -7,6 +7,10 @@ ignores it otherwise), so no request is ever taken and dropped, a task handling 
 finishes it first, and the per-request path costs one identity test (a cancel scope
 around each receive would cost microseconds per request). Stops queue behind the requests
 already waiting. Each task receives from its own clone of the request channel.
+
+With `detach` (a cluster's brokers), the requests it picks are answered in tasks of their
+own instead (`_detached`): they may wait on ZooKeeper, and a ZooKeeper outage must not
+take every handler task away from produce and fetch.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ class HandlerPool:
         requests: trio.MemoryReceiveChannel[Request],
         dispatch: Dispatch,
         new_sender: Callable[[], trio.MemorySendChannel[Request]] | None = None,
+        detach: Callable[[Request], bool] | None = None,
     ) -> None:
         self._requests = requests
         self._dispatch = dispatch
+        # Which requests are answered in a task of their own (see _detached), or None.
+        self._detach = detach
+        self._side: trio.Nursery | None = None
         # A fresh clone of the request channel's send side (to send stops), or None.
         self._new_sender = new_sender
         self._nursery: trio.Nursery | None = None
@@ -52,11 +60,18 @@ class HandlerPool:
         self, size: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve with `size` tasks until the request channel closes."""
-        async with self._requests, trio.open_nursery() as nursery:
-            self._nursery = nursery
-            self.resize(size)
-            task_status.started()
-        self._nursery = None
+        async with self._requests, trio.open_nursery() as side:
+            self._side = side
+            try:
+                async with trio.open_nursery() as nursery:
+                    self._nursery = nursery
+                    self.resize(size)
+                    task_status.started()
+            finally:
+                # Every handler has ended (the request channel closed): requests still
+                # waiting in their own tasks get no answer, as at any stop.
+                side.cancel_scope.cancel()
+        self._nursery = self._side = None
 
     def resize(self, size: int) -> None:
         if size < 1:
@@ -96,7 +111,28 @@ class HandlerPool:
                             self._running.discard(index)
                             return
                         continue
-                    await handle_one(index, request, self._dispatch)
+                    if (
+                        self._detach is not None
+                        and self._side is not None
+                        and self._detach(request)
+                    ):
+                        self._side.start_soon(self._detached, index, request)
+                    else:
+                        await handle_one(index, request, self._dispatch)
                     del request  # not held while waiting: its frame's buffer is reused
         finally:
             self._running.discard(index)
+
+    async def _detached(self, index: int, request: Request) -> None:
+        """A request that may wait a long time for something outside the broker (in a
+        cluster, ZooKeeper: topic and config changes, ACLs, the controller's requests,
+        auto-creation) runs in its own task, so that it never holds a handler task that
+        produces and fetches need. Its connection still waits for its answer before
+        reading on, and closing the connection cancels it."""
+        connection = request.connection
+        with trio.CancelScope() as scope:
+            connection.side_scopes.add(scope)
+            try:
+                await handle_one(index, request, self._dispatch)
+            finally:
+                connection.side_scopes.discard(scope)
