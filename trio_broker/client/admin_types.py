@@ -38,6 +38,8 @@ __all__ = [
     "UserScramCredentialUpsertion",
     "acl_code",
     "acl_name",
+    "check_errors",
+    "error_with",
 ]
 
 
@@ -375,3 +377,16 @@ class ClientQuotaFilterComponent:
     @classmethod
     def of_entity_type(cls, entity_type: str) -> ClientQuotaFilterComponent:
         return cls(entity_type=entity_type, match_type=cls.SPECIFIED)
+
+
+def check_errors(what: str, errors: Mapping[Any, KafkaError], results: Any = None) -> None:
+    """Raise one AdminError for the failed resources of a call, if any."""
+    if errors:
+        raise AdminError(what, errors, results)
+
+
+def error_with(code: int, message: str | None, what: str) -> KafkaError:
+    """The client's KafkaError for an answer's error code and message about `what`."""
+    from trio_broker.client.errors import error_for
+
+    return error_for(code, f"{what}: {message}" if message else what)
