@@ -13,7 +13,7 @@ import socket
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from logtest_helpers import fill_disk, small_tmpfs
+from disk import fill_disk, small_tmpfs
 from wire import request_of, roundtrip
 
 from trio_broker.errors import ErrorCode

@@ -12,7 +12,8 @@ import signal
 import struct
 
 import pytest
-from logtest_helpers import append, fill_disk, make_batch, small_tmpfs
+from disk import fill_disk, small_tmpfs
+from logtest_helpers import append, make_batch
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
