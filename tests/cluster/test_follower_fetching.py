@@ -146,3 +146,75 @@ def test_consumers_read_from_a_replica_in_their_rack(zookeeper, tmp_path):
         assert values == [b"v-%d" % i for i in range(N)]
         served = {n: bytes_out(metrics[n]) - before[n] for n in (2, 3)}
         assert served[2] > N * 3 and served[3] == 0, served
+
+
+def test_a_read_committed_consumer_reading_a_follower_sees_only_committed_records(
+    zookeeper, tmp_path
+):
+    """Transactions read from a follower (KIP-392): the follower's last stable offset and
+    aborted-transaction index follow the leader's, so a read_committed consumer in the
+    follower's rack reads the committed records only, in order, from that follower."""
+    metrics = {n: free_port() for n in (1, 2, 3)}
+    with KafkaCluster(
+        zookeeper,
+        base_dir=tmp_path,
+        size=0,
+        overrides={
+            "replica.selector.class": RACK_AWARE,
+            "transaction.state.log.replication.factor": "3",
+            "transaction.state.log.min.isr": "2",
+            "offsets.topic.replication.factor": "1",
+        },
+    ) as cluster:
+        for n in (1, 2, 3):
+            cluster.add_broker(
+                n,
+                {"broker.rack": f"r{n}", "metrics.listener": f"http://127.0.0.1:{metrics[n]}"},
+            )
+        cluster.wait_all_see()
+        boot = cluster.brokers[1].bootstrap
+        create_topic(boot, TOPIC, replica_assignment=[[1, 2, 3]])
+        wait_for_leaders(boot, TOPIC, 1, isr_size=3)
+        producer = Producer({"bootstrap.servers": boot, "transactional.id": "near-txn"})
+        producer.init_transactions(30)
+        committed = []
+        for round_ in range(6):
+            producer.begin_transaction()
+            values = [b"t%d-%d" % (round_, i) for i in range(50)]
+            for value in values:
+                producer.produce(TOPIC, value, partition=0)
+            if round_ % 2:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                committed += values
+        producer.flush(10)
+
+        before = bytes_out(metrics[3])
+        consumer = Consumer(
+            {
+                "bootstrap.servers": boot,
+                "group.id": "near-committed",
+                "client.rack": "r3",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(TOPIC, 0, 0)])
+            values = []
+            deadline = time.monotonic() + 30
+            quiet_since = None
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is None:
+                    values.append(msg.value())
+                    quiet_since = None
+                elif len(values) >= len(committed):
+                    quiet_since = quiet_since or time.monotonic()
+                    if time.monotonic() - quiet_since > 2:
+                        break
+        finally:
+            consumer.close()
+        assert values == committed
+        assert bytes_out(metrics[3]) - before > 0  # read from broker 3, the r3 replica
