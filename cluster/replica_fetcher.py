@@ -106,11 +106,11 @@ class ReplicaFetcher:
                         await trio.sleep(backoff)
                         continue
                     client.set_nodes({self.source: address})
-                    live = [s for s in self.partitions.values() if not s.failed]
+                    states = self.partitions.values()
                     try:
-                        if any(s.truncating for s in live):
+                        if any(s.truncating and not s.failed for s in states):
                             await self._truncate(client)
-                        if any(not s.truncating for s in live):
+                        if any(not (s.truncating or s.failed) for s in states):
                             await self._fetch(client)
                         else:
                             await trio.sleep(min(backoff, 0.1))

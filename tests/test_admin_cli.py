@@ -4,33 +4,15 @@ run as a subprocess against a real broker, with confluent-kafka as the real cons
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from cli_run import cli_json as as_json
+from cli_run import run_cli as cli
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from trio_broker.testing import free_port
 
 TIMEOUT = 30
-
-
-def cli(broker, *args: str, stdin: str | None = None, check: bool = True):
-    bootstrap = broker if isinstance(broker, str) else broker.bootstrap
-    out = subprocess.run(
-        [sys.executable, "-m", "trio_broker", *args, "--bootstrap", bootstrap],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        timeout=120,
-    )
-    if check:
-        assert out.returncode == 0, (args, out.returncode, out.stderr)
-    return out
-
-
-def as_json(broker, *args: str, stdin: str | None = None):
-    return json.loads(cli(broker, *args, "--json", stdin=stdin).stdout)
 
 
 def one_error_line(out) -> str:

@@ -7,10 +7,10 @@ leaders, the records, the bytes on disk."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+from cli_run import cli_json as as_json
+from cli_run import run_cli as cli
 from clustertest_helpers import eventually
 from confluent_kafka import Producer
 from failover_helpers import (
@@ -23,22 +23,6 @@ from failover_helpers import (
 )
 
 from trio_broker.testing import KafkaCluster
-
-
-def cli(bootstrap: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(
-        [sys.executable, "-m", "trio_broker", *args, "--bootstrap", bootstrap],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check:
-        assert out.returncode == 0, (args, out.returncode, out.stdout, out.stderr)
-    return out
-
-
-def as_json(bootstrap: str, *args: str):
-    return json.loads(cli(bootstrap, *args, "--json").stdout)
 
 
 def replica_bytes(broker, topic: str, partition: int) -> bytes:

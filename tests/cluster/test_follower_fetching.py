@@ -10,6 +10,7 @@ bytes-out metrics show who served it.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import time
@@ -66,14 +67,17 @@ def bytes_out(metrics_port: int) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def test_consumers_read_from_a_replica_in_their_rack(zookeeper, tmp_path):
+@contextlib.contextmanager
+def racked_cluster(zookeeper, tmp_path, overrides=None):
+    """Brokers 1-3 in racks r1-r3 with the rack-aware selector and a metrics endpoint
+    each, and TOPIC led by broker 1 with all three in its ISR: (cluster, metrics ports)."""
     metrics = {n: free_port() for n in (1, 2, 3)}
-    with KafkaCluster(
-        zookeeper,
-        base_dir=tmp_path,
-        size=0,
-        overrides={"replica.selector.class": RACK_AWARE, "offsets.topic.replication.factor": "1"},
-    ) as cluster:
+    common = {
+        "replica.selector.class": RACK_AWARE,
+        "offsets.topic.replication.factor": "1",
+        **(overrides or {}),
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common) as cluster:
         for n in (1, 2, 3):
             cluster.add_broker(
                 n,
@@ -83,6 +87,12 @@ def test_consumers_read_from_a_replica_in_their_rack(zookeeper, tmp_path):
         boot = cluster.brokers[1].bootstrap
         create_topic(boot, TOPIC, replica_assignment=[[1, 2, 3]])
         wait_for_leaders(boot, TOPIC, 1, isr_size=3)
+        yield cluster, metrics
+
+
+def test_consumers_read_from_a_replica_in_their_rack(zookeeper, tmp_path):
+    with racked_cluster(zookeeper, tmp_path) as (cluster, metrics):
+        boot = cluster.brokers[1].bootstrap
         producer = Producer({"bootstrap.servers": boot, "acks": "all"})
         for i in range(N):
             producer.produce(TOPIC, b"v-%d" % i, partition=0)
@@ -154,27 +164,12 @@ def test_a_read_committed_consumer_reading_a_follower_sees_only_committed_record
     """Transactions read from a follower (KIP-392): the follower's last stable offset and
     aborted-transaction index follow the leader's, so a read_committed consumer in the
     follower's rack reads the committed records only, in order, from that follower."""
-    metrics = {n: free_port() for n in (1, 2, 3)}
-    with KafkaCluster(
-        zookeeper,
-        base_dir=tmp_path,
-        size=0,
-        overrides={
-            "replica.selector.class": RACK_AWARE,
-            "transaction.state.log.replication.factor": "3",
-            "transaction.state.log.min.isr": "2",
-            "offsets.topic.replication.factor": "1",
-        },
-    ) as cluster:
-        for n in (1, 2, 3):
-            cluster.add_broker(
-                n,
-                {"broker.rack": f"r{n}", "metrics.listener": f"http://127.0.0.1:{metrics[n]}"},
-            )
-        cluster.wait_all_see()
+    transactions = {
+        "transaction.state.log.replication.factor": "3",
+        "transaction.state.log.min.isr": "2",
+    }
+    with racked_cluster(zookeeper, tmp_path, transactions) as (cluster, metrics):
         boot = cluster.brokers[1].bootstrap
-        create_topic(boot, TOPIC, replica_assignment=[[1, 2, 3]])
-        wait_for_leaders(boot, TOPIC, 1, isr_size=3)
         producer = Producer({"bootstrap.servers": boot, "transactional.id": "near-txn"})
         producer.init_transactions(30)
         committed = []

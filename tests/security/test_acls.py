@@ -24,28 +24,12 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from plain_sasl import USERS, start
 
 from trio_broker.config import BrokerConfig
 from trio_broker.security.acl import AclBinding as Binding
 from trio_broker.security.acl import Op, Pattern, Permission, Resource
 from trio_broker.security.authorizer import Authorizer
-
-USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
-JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
-    f'user_{u}="{p}"' for u, p in USERS.items()
-)
-
-
-def start(factory, **extra):
-    props = {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }
-    props.update(extra)
-    return factory(props)
 
 
 def conf(broker, user, **extra):

@@ -11,24 +11,8 @@ import time
 import attrs
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-
-PLAIN = {"admin": "admin-pw", "alice": "alice-pw"}
-JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
-    f'user_{u}="{p}"' for u, p in PLAIN.items()
-)
-
-
-def start(factory, **extra):
-    """A SASL_PLAINTEXT broker with PLAIN users, ACLs on, admin a super user."""
-    props = {
-        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }
-    props.update(extra)
-    return factory(props)
+from plain_sasl import USERS as PLAIN
+from plain_sasl import start
 
 
 def command_config(tmp_path, user="admin", jaas=False):
