@@ -61,6 +61,7 @@ class _Fetch:
     read_committed: bool
     # A follower's fetch (replica_id >= 0): read up to the log end, not the HW.
     follower: bool = False
+    replica_id: int = -1
     # A consumer's rack (fetch v11+) when replica.selector.class is rack-aware (KIP-392):
     # a leader may send it to a replica in its rack instead of answering with records.
     client_rack: str = ""
@@ -82,6 +83,8 @@ class _Fetch:
         any_error = bool(self.errors)
         version = self.request.api_version
         replicas = getattr(self.broker, "replica_manager", None)
+        # A follower's fetch counts against this leader's replication quota (KIP-73).
+        quota = replicas.quotas.leader if self.follower else None
         news = []
         for p in self.partitions:
             key = (p.topic, p.partition)
@@ -131,35 +134,45 @@ class _Fetch:
                 data.high_watermark = hw
                 data.last_stable_offset = lso
                 data.log_start_offset = log.log_start_offset
-                try:
-                    result = log.read(
-                        p.fetch_offset,
-                        min(p.partition_max_bytes, remaining),
-                        # read_committed stops at the LSO: nothing undecided is returned.
-                        max_offset=None if self.follower else (lso if self.read_committed else hw),
-                        min_one_message=total == 0,
-                    )
-                except KafkaError as exc:
-                    error = exc.code
+                result = None
+                if (
+                    quota is not None
+                    and quota.is_throttled(p.topic, p.partition)
+                    and self.replica_id not in part.isr
+                    and quota.is_exceeded()
+                ):
+                    pass  # throttled: no records for this out-of-sync follower for now
                 else:
-                    if result.size:
-                        regions = result.regions
-                        data.records = (
-                            regions[0]
-                            if len(regions) == 1
-                            else FileRegions(tuple(regions), result.size)
+                    try:
+                        result = log.read(
+                            p.fetch_offset,
+                            min(p.partition_max_bytes, remaining),
+                            # read_committed stops at the LSO: nothing undecided is returned.
+                            max_offset=None
+                            if self.follower
+                            else (lso if self.read_committed else hw),
+                            min_one_message=total == 0,
                         )
-                        total += result.size
-                        remaining = max(remaining - result.size, 0)
-                        if self.read_committed:
-                            data.aborted_transactions = [
-                                AbortedTransaction(
-                                    producer_id=a.producer_id, first_offset=a.first_offset
-                                )
-                                for a in log.collect_aborted_transactions(
-                                    p.fetch_offset, result.next_offset
-                                )
-                            ]
+                    except KafkaError as exc:
+                        error = exc.code
+                if result is not None and result.size:
+                    regions = result.regions
+                    data.records = (
+                        regions[0]
+                        if len(regions) == 1
+                        else FileRegions(tuple(regions), result.size)
+                    )
+                    total += result.size
+                    remaining = max(remaining - result.size, 0)
+                    if self.read_committed:
+                        data.aborted_transactions = [
+                            AbortedTransaction(
+                                producer_id=a.producer_id, first_offset=a.first_offset
+                            )
+                            for a in log.collect_aborted_transactions(
+                                p.fetch_offset, result.next_offset
+                            )
+                        ]
             if error:
                 any_error = True
                 data.error_code = error
@@ -193,6 +206,13 @@ class _Fetch:
             p.high_watermark = data.high_watermark
             p.log_start_offset = data.log_start_offset
             p.last_stable_offset = data.last_stable_offset
+        if self.follower and self.total_bytes:
+            # Every throttled partition's bytes count, in sync or not (Kafka's
+            # sizeOfThrottledPartitions), so that the total keeps to the rate.
+            quota = self.broker.replica_manager.quotas.leader
+            for p, data in self._news:
+                if data.records and quota.is_throttled(p.topic, p.partition):
+                    quota.record(getattr(data.records, "size", None) or len(data.records))
         self._news = []
         assert self.response is not None
         return self.response
@@ -399,6 +419,7 @@ async def handle(broker: Broker, request: Request) -> Any:
         max_bytes=body.max_bytes,
         read_committed=body.isolation_level == READ_COMMITTED and replica_id < 0,
         follower=replica_id >= 0,
+        replica_id=replica_id,
         client_rack=client_rack,
     )
     if fetch.build() or body.max_wait_ms <= 0 or not partitions:

@@ -120,6 +120,8 @@ async def alter_reassignments(
     ctx = ctrl.ctx
     results: dict[TopicPartition, tuple[int, str | None]] = {}
     changes: dict[TopicPartition, tuple] = {}
+    # Replicas a cancelled or overridden reassignment was adding and no longer wants.
+    dropped: dict[TopicPartition, tuple[int, ...]] = {}
     for tp, replicas in wanted.items():
         topic, partition = tp
         if (
@@ -159,6 +161,8 @@ async def alter_reassignments(
         add = tuple(r for r in target if r not in original)
         remove = tuple(r for r in original if r not in target)
         changes[tp] = (full, add, remove)
+        if unneeded := tuple(r for r in ctx.replicas(*tp) if r not in full):
+            dropped[tp] = unneeded
         logger.info(
             "controller epoch %d: reassigning %s-%d from %s to %s",
             ctrl.epoch,
@@ -172,9 +176,29 @@ async def alter_reassignments(
     await _write_assignments(ctrl, changes)
     batch = ctrl.batch()
     for tp in changes:
+        gone = dropped.get(tp, ())
+
+        def keep(state, gone=gone, tp=tp):
+            # The dropped replicas leave the ISR (and the leadership, should one of them
+            # hold it), as Kafka's revert of an ongoing reassignment takes them offline.
+            isr = tuple(r for r in state.isr if r not in gone)
+            if state.leader not in gone:
+                return state.leader, isr
+            leader = next((r for r in isr if ctx.is_replica_online(r, tp)), None)
+            return (leader, isr) if leader is not None else (state.leader, state.isr)
+
         # A new leader epoch, so that the replicas take the new replica set.
-        await psm.update(ctx, ctrl.zk, *tp, lambda s: (s.leader, s.isr), "reassignment start")
+        await psm.update(ctx, ctrl.zk, *tp, keep, "reassignment start")
         batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+        if gone:
+            batch.add_stop_replica(gone, *tp, delete=True)
+            logger.info(
+                "controller epoch %d: %s-%d replicas %s no longer wanted: deleted",
+                ctrl.epoch,
+                tp[0],
+                tp[1],
+                list(gone),
+            )
     batch.add_update_metadata(ctx.live_brokers)
     batch.send(ctrl.channel)
     await maybe_complete(ctrl, list(changes))

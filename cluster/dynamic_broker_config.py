@@ -18,7 +18,8 @@ does), so every component holding it reads the new value at its next use; the ke
 value lives elsewhere are pushed there: the logs' LogConfigs (log.*, message.max.bytes,
 min.insync.replicas, producer.id.expiration.ms), the handler pool (num.io.threads), the
 connection quotas (max.connections*), the processors (num.network.threads) and the log
-cleaner (log.cleaner.backoff.ms).
+cleaner (log.cleaner.backoff.ms). The replication quotas' rates (*.replication.throttled.rate,
+replica.alter.log.dirs.io.max.bytes.per.second) are read from the config at each use.
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ CLUSTER_WIDE_KEYS = frozenset(
         "max.connections.per.ip.overrides",
         "max.connection.creation.rate",
         "producer.id.expiration.ms",
+        # Replication quotas (Kafka's DynamicConfig.Broker: per broker or the default).
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
     }
 )
 # Kafka's per-broker-only dynamic keys (not at the cluster default).

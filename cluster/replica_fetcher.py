@@ -53,6 +53,10 @@ class FetchState:
     # code): it is fetched no more until LeaderAndIsr adds it again (Kafka's failed
     # partitions), so one bad partition cannot stop the others or the broker.
     failed: bool = False
+    # How far behind the leader's high watermark the last fetch left this replica (None:
+    # not fetched yet). In sync at 0: a replication throttle holds back only a replica
+    # that is not (Kafka's PartitionFetchState.isReplicaInSync).
+    lag: int | None = None
 
 
 class ReplicaFetcher:
@@ -265,8 +269,13 @@ class ReplicaFetcher:
         now = trio.current_time()
         sent: dict[TopicPartition, FetchState] = {}
         by_topic: dict[str, list[Any]] = {}
+        quota = rm.quotas.follower
+        throttled = 0
         for key, state in self.partitions.items():
             if state.truncating or state.failed or state.backoff_until > now:
+                continue
+            if state.lag != 0 and quota.is_throttled(*key) and quota.is_exceeded():
+                throttled += 1  # out of sync and over the follower's quota: not now
                 continue
             log = state.partition.log
             sent[key] = state
@@ -282,7 +291,7 @@ class ReplicaFetcher:
                 )
             )
         if not sent:
-            await trio.sleep(0.05)
+            await trio.sleep(max(min(quota.delay(), 0.1), 0.01) if throttled else 0.05)
             return
         request = FetchRequest(
             replica_id=rm.node_id,
@@ -318,6 +327,9 @@ class ReplicaFetcher:
                     )
                     continue
                 self._isolated(key, state, self._process, key, state, data)
+                if data.records and quota.is_throttled(*key):
+                    # In sync or not, so that the total keeps to the rate.
+                    quota.record(len(data.records))
 
     def _process(self, key: TopicPartition, state: FetchState, data: Any) -> None:
         from trio_broker.protocol.records import HEADER_SIZE, InvalidRecords, read_header
@@ -380,6 +392,7 @@ class ReplicaFetcher:
             self.bytes_appended += len(records)
             self.manager.bytes_appended += len(records)
         state.fetch_offset = log.log_end_offset
+        state.lag = max(data.high_watermark - log.log_end_offset, 0)
         high_watermark = min(data.high_watermark, log.log_end_offset)
         if high_watermark != log.high_watermark:
             log.high_watermark = high_watermark

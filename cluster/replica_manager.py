@@ -60,6 +60,9 @@ class ReplicaManager:
         # are resigned (the controller sends this broker no LeaderAndIsr for them).
         self.shutting_down = False
         self.produce_purgatory = Purgatory("produce")
+        # Replication quotas (KIP-73): the leader's on follower fetches, the follower's on
+        # its replica fetchers.
+        self.quotas = broker.replication_quotas
         self.fetchers = ReplicaFetcherManager(self)
         self._nursery: trio.Nursery | None = None
         # Set once the purgatory and the fetchers run: the broker may be registered (and

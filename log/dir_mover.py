@@ -33,14 +33,17 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+from trio_broker.config import UNLIMITED_RATE
 from trio_broker.errors import KafkaError
 from trio_broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA, fsync_dir
 from trio_broker.log.loader import load_log
@@ -186,11 +189,17 @@ class LogDirMove:
         ]
         copied = segments[:-1]
         truncations = log.truncations
+        # replica.alter.log.dirs.io.max.bytes.per.second, when set as the move starts
+        # (kafka-reassign-partitions sets it before it asks for the move).
+        quota = manager.move_quota() if manager.move_quota is not None else None
+        if quota is not None and quota.bound >= UNLIMITED_RATE:
+            quota = None
         await trio.to_thread.run_sync(
             _copy_files,
             path,
             [f for fs in rolled for f in fs] + extra,
             (active.log_path, active.size),
+            None if quota is None else partial(_throttle_in_thread, quota),
         )
         # A segment the cleaner replaced while it was copied may have been copied half old,
         # half new (its log and indexes are separate files): copy again. One that retention
@@ -226,12 +235,19 @@ class LogDirMove:
             if sum(size for _, _, size in regions) < SWAP_BELOW_BYTES:
                 data = _read_regions(regions)
                 future.append_as_follower(data)
+                if quota is not None:
+                    quota.record(len(data))
                 if self._regions(CATCH_UP_CHUNK_BYTES) is None:
                     break
                 continue
             data = await trio.to_thread.run_sync(_read_regions, regions)
             self._check(manager)
             future.append_as_follower(data)
+            if quota is not None:
+                quota.record(len(data))
+                # replica.alter.log.dirs.io.max.bytes.per.second: wait while over it.
+                while (delay := quota.delay()) > 0:
+                    await trio.sleep(delay)
         # 3. swap: no await from the last append to the end of the swap
         self._check(manager)
         self._swap(manager)
@@ -316,9 +332,24 @@ class _Restart(Exception):
     """The current log changed under the copy in a way the future cannot follow."""
 
 
-def _copy_files(target: Path, files: list[Path], head: tuple[Path, int]) -> None:
+def _throttle_in_thread(quota: Any, nbytes: int) -> None:
+    """Count `nbytes` copied against the log dir moves' quota and, in the copying worker
+    thread, wait while over it; a cancelled move stops waiting."""
+    quota.record(nbytes)
+    while (delay := quota.delay()) > 0:
+        trio.from_thread.check_cancelled()
+        time.sleep(min(delay, 0.1))
+
+
+def _copy_files(
+    target: Path,
+    files: list[Path],
+    head: tuple[Path, int],
+    throttle: Callable[[int], None] | None = None,
+) -> None:
     """Copy `files` whole and the first `head[1]` bytes of `head[0]` (whole batches: the
-    active segment as it was on the Trio thread) into the new dir `target`, fsynced."""
+    active segment as it was on the Trio thread) into the new dir `target`, fsynced.
+    `throttle(n)` after each chunk of n bytes, when the move has a quota."""
     target.mkdir(parents=True)
     src, size = head
     with open(src, "rb") as fin, open(target / src.name, "wb") as fout:
@@ -328,6 +359,8 @@ def _copy_files(target: Path, files: list[Path], head: tuple[Path, int]) -> None
                 raise _Restart(f"{src} is shorter than the {head[1]} bytes written to it")
             fout.write(chunk)
             size -= len(chunk)
+            if throttle is not None:
+                throttle(len(chunk))
         fout.flush()
         os.fsync(fout.fileno())
     for src in files:
@@ -337,9 +370,17 @@ def _copy_files(target: Path, files: list[Path], head: tuple[Path, int]) -> None
             if src.name.endswith(SNAPSHOT_SUFFIX):
                 continue  # removed by retention meanwhile; the state is rebuilt
         dst = target / src.name
-        shutil.copyfile(src, dst)
-        with open(dst, "rb+") as f:
-            os.fsync(f.fileno())
+        if throttle is None:
+            shutil.copyfile(src, dst)
+            with open(dst, "rb+") as f:
+                os.fsync(f.fileno())
+            continue
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            while chunk := fin.read(1 << 20):
+                fout.write(chunk)
+                throttle(len(chunk))
+            fout.flush()
+            os.fsync(fout.fileno())
     fsync_dir(target)
     fsync_dir(target.parent)
 

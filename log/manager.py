@@ -88,6 +88,9 @@ class LogManager:
         self.now_ms = now_ms
         self.retention_check_interval_ms = retention_check_interval_ms
         self.flush_check_interval_ms = flush_check_interval_ms
+        # The quota of log dir moves (replica.alter.log.dirs.io.max.bytes.per.second): a
+        # function the broker sets that gives its ReplicationQuota; None: unthrottled.
+        self.move_quota: Callable[[], Any] | None = None
         # Called with each scheduled flush's duration in ms (the broker's metrics), or None.
         self.flush_observer: Callable[[float], None] | None = None
         self.flush_offset_checkpoint_interval_ms = flush_offset_checkpoint_interval_ms

@@ -86,6 +86,14 @@ class Broker:
 
             install_quotas(self)
 
+    @property
+    def replication_quotas(self) -> Any:
+        if self._replication_quotas is None:
+            from trio_broker.cluster.replication_quota import ReplicationQuotas
+
+            self._replication_quotas = ReplicationQuotas(self)
+        return self._replication_quotas
+
     def _setup(self) -> None:
         from trio_broker.cluster.metadata import METADATA_FILE, BrokerNode, ClusterMetadata
         from trio_broker.cluster.topic_config import resolve_log_config
@@ -125,6 +133,10 @@ class Broker:
             name: resolve_log_config(t.configs, config) for name, t in self.metadata.topics.items()
         }
         self.log_manager.open(topic_configs)
+        # Replication quotas (cluster/replication_quota.py), made on first use: a lone
+        # broker uses only the log dir moves' (AlterReplicaLogDirs).
+        self._replication_quotas: Any = None
+        self.log_manager.move_quota = lambda: self.replication_quotas.alter_log_dirs
         self.topics = TopicManager(config, self.metadata, self.log_manager)
         self.topics.open()
         from trio_broker.cluster.producer_ids import ProducerIdManager

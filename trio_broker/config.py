@@ -32,6 +32,10 @@ __all__ = [
 ]
 
 
+# Kafka's Long.MAX_VALUE: no replication quota.
+UNLIMITED_RATE = (1 << 63) - 1
+
+
 class ConfigError(ValueError):
     """A configuration value the broker cannot run with; the message names the key."""
 
@@ -783,6 +787,51 @@ BROKER_CONFIGS += (
         _int,
         _at_least(1),
         "Request timeout of the replica fetchers' requests.",
+    ),
+    # Replication quotas (Kafka's KIP-73; cluster/replication_quota.py): what
+    # kafka-reassign-partitions --throttle sets on the brokers of a reassignment, per broker
+    # or at the cluster default, and clears when it verifies the reassignment done.
+    ConfigKey(
+        "leader.replication.throttled.rate",
+        "LONG",
+        UNLIMITED_RATE,
+        _int,
+        _at_least(0),
+        "Bytes per second this broker, as leader, sends to followers of the partitions named "
+        "in their topic's leader.replication.throttled.replicas, while they are out of sync.",
+    ),
+    ConfigKey(
+        "follower.replication.throttled.rate",
+        "LONG",
+        UNLIMITED_RATE,
+        _int,
+        _at_least(0),
+        "Bytes per second this broker, as follower, fetches for the partitions named in their "
+        "topic's follower.replication.throttled.replicas, while it is out of sync.",
+    ),
+    ConfigKey(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        "LONG",
+        UNLIMITED_RATE,
+        _int,
+        _at_least(0),
+        "Bytes per second this broker copies when it moves a replica to another log dir.",
+    ),
+    ConfigKey(
+        "replication.quota.window.num",
+        "INT",
+        11,
+        _int,
+        _at_least(1),
+        "Windows over which replication quota rates are measured.",
+    ),
+    ConfigKey(
+        "replication.quota.window.size.seconds",
+        "INT",
+        1,
+        _int,
+        _at_least(1),
+        "Length of one replication quota window.",
     ),
 )
 

@@ -53,6 +53,29 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         p.add_argument(
             "file", metavar="REASSIGNMENT_JSON_FILE", help="Kafka's reassignment JSON ('-': stdin)"
         )
+        if name == "execute":
+            p.add_argument(
+                "--throttle",
+                type=int,
+                default=-1,
+                metavar="BYTES_PER_S",
+                help="the most the replication of the moving partitions may use, per broker "
+                "(leader and follower each); run `verify` until done to remove it",
+            )
+            p.add_argument(
+                "--replica-alter-log-dirs-throttle",
+                type=int,
+                default=-1,
+                metavar="BYTES_PER_S",
+                help="the most each broker may copy moving replicas between its log dirs",
+            )
+        else:
+            p.add_argument(
+                "--preserve-throttles",
+                action="store_true",
+                help="leave the throttles in place (by default they are removed once nothing "
+                "is in progress)",
+            )
         p.set_defaults(handler=handler)
     p = ops.add_parser("list", parents=[common], help="reassignments in progress")
     p.set_defaults(handler=list_reassignments)
@@ -231,21 +254,160 @@ async def execute(args: argparse.Namespace) -> int:
         missing = sorted(set(wanted) - set(current))
         if missing:
             raise CommandError(f"no such partitions: {_tp_text(missing)}", 3)
+        notes = []
+        if args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0:
+            notes.append(
+                "Warning: You must run `reassign verify` periodically, until the reassignment "
+                "completes, to ensure the throttle is removed."
+            )
+        if args.throttle >= 0:
+            ongoing = await client.list_partition_reassignments(
+                [TopicPartition(t, p) for t, p in wanted]
+            )
+            brokers = await _set_replication_throttle(
+                client, wanted, current, ongoing, args.throttle
+            )
+            notes.append(
+                f"The inter-broker throttle limit was set to {args.throttle} B/s "
+                f"on brokers {_ints(sorted(brokers))}"
+            )
+        if args.replica_alter_log_dirs_throttle >= 0 and dirs:
+            from trio_broker.client.admin_types import ConfigResource, ConfigResourceType
+
+            rate = str(args.replica_alter_log_dirs_throttle)
+            await client.incremental_alter_configs(
+                {
+                    ConfigResource(ConfigResourceType.BROKER, str(b)): {_LOG_DIRS_RATE: rate}
+                    for b in sorted({b for _, _, b in dirs})
+                }
+            )
+            notes.append(f"The replica-alter-dir throttle limit was set to {rate} B/s")
         await client.alter_partition_reassignments(
             {TopicPartition(t, p): r for (t, p), r in wanted.items()}
         )
         if dirs:
             await _move_to_log_dirs(client, dirs, args.timeout_ms)
     if args.json:
-        print_json({"previous": reassignment_json(current), "started": _tp_text(wanted)})
+        print_json(
+            {"previous": reassignment_json(current), "started": _tp_text(wanted), "notes": notes}
+        )
         return 0
     print("Current partition replica assignment")
     print()
     print(json.dumps(reassignment_json(current)))
     print()
     print("Save this to use as the REASSIGNMENT_JSON_FILE of `reassign execute` to roll back")
+    for note in notes:
+        print(note)
     print(f"Successfully started partition reassignments for {_tp_text(wanted)}")
     return 0
+
+
+# Kafka's replication quota configs (cluster/replication_quota.py), as its tool sets them.
+_LEADER_RATE = "leader.replication.throttled.rate"
+_FOLLOWER_RATE = "follower.replication.throttled.rate"
+_LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
+_LEADER_REPLICAS = "leader.replication.throttled.replicas"
+_FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
+
+
+def throttled_replicas(
+    wanted: dict[tuple[str, int], list[int]],
+    current: dict[tuple[str, int], Any],
+    ongoing: dict[Any, Any],
+) -> dict[str, tuple[str, str]]:
+    """Per topic, (leader list, follower list) as kafka-reassign-partitions computes them:
+    the leader side names each moving partition's current replicas (whichever leads), the
+    follower side the replicas it gains. For a partition already being reassigned, its
+    replicas before that reassignment are the current ones."""
+    leaders: dict[str, set[tuple[int, int]]] = {}
+    followers: dict[str, set[tuple[int, int]]] = {}
+    for (topic, partition), target in wanted.items():
+        move = next(
+            (r for tp, r in ongoing.items() if (tp.topic, tp.partition) == (topic, partition)),
+            None,
+        )
+        if move is not None:
+            sources = set(move.replicas) - set(move.adding_replicas)
+        else:
+            sources = set(current[(topic, partition)])
+        leaders.setdefault(topic, set()).update((partition, b) for b in sources)
+        followers.setdefault(topic, set()).update(
+            (partition, b) for b in target if b not in sources
+        )
+
+    def text(pairs: set[tuple[int, int]]) -> str:
+        return ",".join(f"{p}:{b}" for p, b in sorted(pairs))
+
+    return {t: (text(leaders[t]), text(followers.get(t, set()))) for t in leaders}
+
+
+async def _set_replication_throttle(
+    client: Any,
+    wanted: dict[tuple[str, int], list[int]],
+    current: dict[tuple[str, int], Any],
+    ongoing: dict[Any, Any],
+    rate: int,
+) -> set[int]:
+    """The topic throttle lists, then the rate on every broker the moves touch."""
+    from trio_broker.client.admin_types import ConfigResource, ConfigResourceType
+
+    lists = throttled_replicas(wanted, current, ongoing)
+    await client.incremental_alter_configs(
+        {
+            ConfigResource(ConfigResourceType.TOPIC, topic): {
+                _LEADER_REPLICAS: leader,
+                _FOLLOWER_REPLICAS: follower,
+            }
+            for topic, (leader, follower) in sorted(lists.items())
+        }
+    )
+    brokers = {
+        int(pair.split(":")[1])
+        for leader, follower in lists.values()
+        for pair in (leader + "," + follower).split(",")
+        if pair
+    }
+    await client.incremental_alter_configs(
+        {
+            ConfigResource(ConfigResourceType.BROKER, str(b)): {
+                _LEADER_RATE: str(rate),
+                _FOLLOWER_RATE: str(rate),
+            }
+            for b in sorted(brokers)
+        }
+    )
+    return brokers
+
+
+async def _clear_throttles(client: Any, topics: set[str]) -> list[str]:
+    """Kafka's clearAllThrottles: the rates on every broker, the lists on `topics`."""
+    from trio_broker.client.admin_types import ConfigResource, ConfigResourceType
+
+    brokers = sorted((await client.describe_cluster())["brokers"])
+    await client.incremental_alter_configs(
+        {
+            ConfigResource(ConfigResourceType.BROKER, str(b)): {
+                _LEADER_RATE: None,
+                _FOLLOWER_RATE: None,
+                _LOG_DIRS_RATE: None,
+            }
+            for b in brokers
+        }
+    )
+    await client.incremental_alter_configs(
+        {
+            ConfigResource(ConfigResourceType.TOPIC, t): {
+                _LEADER_REPLICAS: None,
+                _FOLLOWER_REPLICAS: None,
+            }
+            for t in sorted(topics)
+        }
+    )
+    return [
+        f"Clearing broker-level throttles on brokers {_ints(brokers)}",
+        f"Clearing topic-level throttles on topics {', '.join(sorted(topics))}",
+    ]
 
 
 async def _move_to_log_dirs(
@@ -329,8 +491,16 @@ async def verify(args: argparse.Namespace) -> int:
         else:
             state = "not in progress"
         rows.append({"topic": t, "partition": p, "broker": b, "log_dir": path, "state": state})
+    cleared: list[str] = []
+    if not args.preserve_throttles and all(r["state"] != "in progress" for r in rows):
+        # Nothing is moving any more: the throttles a throttled `execute` set go (all of
+        # them, as Kafka's tool does: which were ours is not recorded anywhere).
+        async with admin(args) as client:
+            cleared = await _clear_throttles(client, {t for t, _ in wanted})
     if args.json:
         print_json(rows)
+        for line in cleared:
+            print(line, file=sys.stderr)
     else:
         for r in rows:
             name = f"{r['topic']}-{r['partition']}"
@@ -354,6 +524,8 @@ async def verify(args: argparse.Namespace) -> int:
                     f"There is no active reassignment of partition {name}, but its replica "
                     f"set is {_ints(r['replicas'])} rather than {_ints(r['target'])}."
                 )
+        for line in cleared:
+            print(line)
     return 0 if all(r["state"] == "complete" for r in rows) else EXIT_REFUSED
 
 
@@ -372,13 +544,23 @@ async def cancel(args: argparse.Namespace) -> int:
         )
         if ongoing:
             await client.alter_partition_reassignments({tp: None for tp in ongoing})
+        cleared = (
+            []
+            if args.preserve_throttles
+            else await _clear_throttles(client, {t for t, _ in wanted})
+        )
     cancelled = sorted((tp.topic, tp.partition) for tp in ongoing)
     if args.json:
         print_json([{"topic": t, "partition": p} for t, p in cancelled])
-    elif cancelled:
+        for line in cleared:
+            print(line, file=sys.stderr)
+        return 0
+    if cancelled:
         print(f"Successfully cancelled partition reassignments for: {_tp_text(cancelled)}")
     else:
         print("None of those partitions is being reassigned.")
+    for line in cleared:
+        print(line)
     return 0
 
 

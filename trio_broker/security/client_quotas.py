@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from trio_broker.security.credentials import atomic_write
+from trio_broker.security.rate import Rate
 from trio_broker.server.requests import DELAYED, Request
 
 if TYPE_CHECKING:
@@ -55,33 +55,6 @@ QUOTA_KEYS = {
     IP: {"connection_creation_rate"},
 }
 Entity = tuple[tuple[str, str | None], ...]  # sorted (type, name-or-None-for-default)
-
-
-class Rate:
-    """Kafka's SampledStat Rate: a sum over fixed windows, divided by the time spanned."""
-
-    __slots__ = ("samples", "window_s", "windows")
-
-    def __init__(self, samples: int, window_s: float) -> None:
-        self.samples = samples
-        self.window_s = window_s
-        self.windows: deque[list[float]] = deque()  # [start, bytes]
-
-    def record(self, value: float, now: float) -> None:
-        windows = self.windows
-        if not windows or now - windows[-1][0] >= self.window_s:
-            windows.append([now, 0.0])
-        windows[-1][1] += value
-        while windows and now - windows[0][0] >= self.samples * self.window_s:
-            windows.popleft()
-
-    def measure(self, now: float) -> tuple[float, float]:
-        """(rate per second, seconds it spans)."""
-        if not self.windows:
-            return 0.0, self.window_s
-        elapsed = now - self.windows[0][0]
-        elapsed = max(elapsed, self.window_s)
-        return sum(w[1] for w in self.windows) / elapsed, elapsed
 
 
 class ClientQuotas:
