@@ -1,0 +1,147 @@
+"""KafkaJS (npm `kafkajs`, a Kafka client with its own protocol code in JavaScript) against
+a lone broker and against a three-broker cluster: `suite.js` runs admin calls, an
+idempotent gzip producer, a consumer group, and transactions; this test checks what it
+was told and what it read, and crosses clients both ways with confluent-kafka (gzip: KafkaJS has no other codec
+built in).
+
+Needs Node.js and `npm ci` in this directory (.ci/run does both); skipped without them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+HERE = Path(__file__).resolve().parent
+PY_TOPIC = "py-made"
+PY_COUNT = 50
+
+
+@pytest.fixture
+def node() -> str:
+    path = shutil.which("node")
+    if path is None:
+        pytest.skip("Node.js is not installed (.ci/run installs it)")
+    if not (HERE / "node_modules" / "kafkajs").is_dir():
+        pytest.skip(f"KafkaJS is not installed (npm ci --prefix {HERE}; .ci/run does it)")
+    return path
+
+
+def produce_with_confluent(bootstrap: str) -> None:
+    # gzip: KafkaJS decompresses only gzip without a codec plugin of its own.
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "gzip", "acks": "all"})
+    for i in range(PY_COUNT):
+        producer.produce(PY_TOPIC, key=b"pk%d" % i, value=b"pv%d" % i, partition=0)
+    assert producer.flush(30) == 0
+
+
+def run_suite(node: str, bootstrap: str, replication_factor: int) -> dict:
+    out = subprocess.run(
+        [node, str(HERE / "suite.js"), bootstrap, PY_TOPIC, str(PY_COUNT), str(replication_factor)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def read_with_confluent(bootstrap: str, topic: str, partitions: int) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "confluent-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = []
+    try:
+        for _ in range(100):
+            for msg in consumer.consume(300, timeout=1):
+                assert msg.error() is None, msg.error()
+                got.append((msg.key(), msg.value(), dict(msg.headers() or [])))
+            if len(got) >= 300:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
+def check(result: dict, bootstrap: str, brokers: list[int], rf: int) -> None:
+    assert result["brokers"] == brokers
+    assert result["controller"] in brokers
+    assert result["created"] is True
+    parts = result["partitions"]
+    assert [p["partition"] for p in parts] == [0, 1, 2]
+    for p in parts:
+        assert len(p["replicas"]) == rf and sorted(p["isr"]) == sorted(p["replicas"])
+        assert p["leader"] in p["replicas"]
+    assert result["cleanupPolicy"] == "delete"
+
+    # Every send acknowledged without error; the offsets the producer was told line up
+    # with the partitions' end offsets.
+    assert all(s["errorCode"] == 0 for s in result["sent"])
+    ends = {p["partition"]: p["high"] for p in result["endOffsets"]}
+    assert sum(ends.values()) == 300
+    assert all(p["low"] == 0 for p in result["endOffsets"])
+
+    # The group read each record once, at contiguous offsets per partition, with its key,
+    # value and header; then its committed offsets are the partitions' ends.
+    consumed = result["consumed"]
+    assert len(consumed) == 300
+    assert sorted(int(m["value"][1:]) for m in consumed) == list(range(300))
+    for m in consumed:
+        i = m["value"][1:]
+        assert (m["key"], m["headers"]) == (f"k{i}", {"n": i})
+    for partition, end in ends.items():
+        offsets = [m["offset"] for m in consumed if m["partition"] == partition]
+        assert offsets == list(range(end))
+    assert {c["partition"]: c["offset"] for c in result["committed"]} == ends
+    assert result["groupState"] == "Empty"
+
+    # confluent-kafka's records, read by KafkaJS.
+    from_python = result["fromPython"]
+    assert [(m["key"], m["value"], m["offset"]) for m in from_python] == [
+        (f"pk{i}", f"pv{i}", i) for i in range(PY_COUNT)
+    ]
+
+    # Transactions: only the committed ones, in order; the offsets sent in one committed.
+    assert [m["value"] for m in result["committedTx"]] == [f"a{i}" for i in range(10)] + [
+        f"c{i}" for i in range(5)
+    ]
+    assert {o["partition"]: o["offset"] for o in result["txGroupOffsets"]}[0] == 7
+    assert result["topicsAfterDelete"] == ["js-orders"]
+
+    # KafkaJS's gzip batches, read by confluent-kafka.
+    read = read_with_confluent(bootstrap, "js-orders", 3)
+    assert sorted(read) == sorted((b"k%d" % i, b"v%d" % i, {"n": b"%d" % i}) for i in range(300))
+
+
+# Each of the suite's consumers joins a new group: no initial rebalance delay to wait out.
+FAST_GROUPS = {"group.initial.rebalance.delay.ms": "0"}
+
+
+def test_kafkajs_against_a_lone_broker(node, kafka_broker_factory):
+    broker = kafka_broker_factory(FAST_GROUPS)
+    produce_with_confluent(broker.bootstrap)
+    result = run_suite(node, broker.bootstrap, 1)
+    check(result, broker.bootstrap, [1], 1)
+
+
+def test_kafkajs_against_a_cluster(node, zookeeper, tmp_path):
+    from trio_broker.testing import KafkaCluster
+
+    with KafkaCluster(zookeeper, base_dir=tmp_path, overrides=FAST_GROUPS) as cluster:
+        cluster.wait_all_see()
+        # One broker as bootstrap: KafkaJS finds the others, the leaders, the coordinators.
+        bootstrap = cluster.brokers[2].bootstrap
+        produce_with_confluent(bootstrap)
+        result = run_suite(node, bootstrap, 3)
+        check(result, bootstrap, [1, 2, 3], 3)
+        leaders = {p["leader"] for p in result["partitions"]}
+        assert len(leaders) >= 2  # spread over the brokers
