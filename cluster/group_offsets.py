@@ -441,9 +441,9 @@ class GroupOffsets:
                     group_type="classic",
                 )
             )
-        error = ErrorCode.NONE
-        if len(self.store.loaded) < self.store.num_partitions:
-            error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        # Kafka's: only while a partition this broker leads is still loading. (In a cluster
+        # the others are led, and loaded, elsewhere: each broker lists its own groups.)
+        error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if self.store.loading else ErrorCode.NONE
         return ListGroupsResponse(error_code=error, groups=listed)
 
     # -- expiry ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from pathlib import Path
 from cli_run import cli_json as as_json
 from cli_run import run_cli as cli
 from clustertest_helpers import eventually
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from failover_helpers import (
     create_topic,
     high_watermarks,
@@ -144,6 +144,18 @@ def test_reassign_elect_and_inspect_a_cluster_from_the_command_line(zookeeper, t
         assert sizes["moves-0"] == (dir_b, size0, False)
         size1 = len(replica_bytes(cluster.brokers[3], "moves", 1))
         assert sizes["moves-1"][1:] == (size1, False)
+
+        # groups list: each broker lists the groups whose __consumer_offsets partition it
+        # leads (and answers no error for the partitions led elsewhere).
+        consumer = Consumer(
+            {"bootstrap.servers": boot, "group.id": "cli-group", "auto.offset.reset": "earliest"}
+        )
+        consumer.subscribe(["moves"])
+        eventually(lambda: consumer.poll(0.5) is not None, budget_s=30, what="a record")
+        consumer.commit(asynchronous=False)
+        consumer.close()
+        listed = as_json(boot, "groups", "list")
+        assert "cli-group" in {g["group"] for g in listed}
 
         # leader-election: broker 1 restarted hands "elect" to broker 2; preferred brings it back.
         create_topic(boot, "elect", replica_assignment=[[1, 2, 3]])

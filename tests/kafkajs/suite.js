@@ -137,6 +137,32 @@ async function main() {
     .map((p) => ({ partition: p.partition, offset: Number(p.offset) }))
     .sort((a, b) => a.partition - b.partition)
 
+  // More of the admin API: partitions, configs, records, offsets by time, groups.
+  await admin.createPartitions({ topicPartitions: [{ topic: 'js-tx', count: 2 }] })
+  const txMeta = await admin.fetchTopicMetadata({ topics: ['js-tx'] })
+  out.txPartitions = txMeta.topics[0].partitions.length
+  await admin.alterConfigs({
+    resources: [{ type: 2, name: 'js-orders', configEntries: [{ name: 'retention.ms', value: '7200000' }] }],
+  })
+  const altered = await admin.describeConfigs({
+    resources: [{ type: 2, name: 'js-orders', configNames: ['retention.ms'] }],
+    includeSynonyms: false,
+  })
+  out.retentionMs = altered.resources[0].configEntries[0].configValue
+  await admin.deleteTopicRecords({ topic: 'js-orders', partitions: [{ partition: 0, offset: '5' }] })
+  out.afterDeleteRecords = (await admin.fetchTopicOffsets('js-orders'))
+    .map((p) => ({ partition: p.partition, low: Number(p.low), high: Number(p.high) }))
+    .sort((a, b) => a.partition - b.partition)
+  out.byTimestamp = (await admin.fetchTopicOffsetsByTimestamp('js-orders', 0))
+    .map((p) => ({ partition: p.partition, offset: Number(p.offset) }))
+    .sort((a, b) => a.partition - b.partition)
+  out.groups = (await admin.listGroups()).groups.map((g) => g.groupId).sort()
+  await admin.setOffsets({ groupId: 'js-group', topic: 'js-orders', partitions: [{ partition: 1, offset: '3' }] })
+  const moved = await admin.fetchOffsets({ groupId: 'js-group', topics: ['js-orders'] })
+  out.movedOffset = Number(moved[0].partitions.find((p) => p.partition === 1).offset)
+  out.deletedGroups = (await admin.deleteGroups(['js-reader'])).map((g) => [g.groupId, g.errorCode])
+  out.groupsAfterDelete = (await admin.listGroups()).groups.map((g) => g.groupId).sort()
+
   await admin.deleteTopics({ topics: ['js-tx'] })
   out.topicsAfterDelete = (await admin.listTopics()).filter((t) => t.startsWith('js-')).sort()
   await admin.disconnect()
