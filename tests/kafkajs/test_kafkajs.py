@@ -161,3 +161,56 @@ def test_kafkajs_against_a_cluster(node, zookeeper, tmp_path):
         check(result, bootstrap, [1, 2, 3], 3)
         leaders = {p["leader"] for p in result["partitions"]}
         assert len(leaders) >= 2  # spread over the brokers
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kafkajs_over_sasl_ssl(node, kafka_broker_factory, tmp_path, mechanism):
+    """KafkaJS's own TLS (Node's) and SASL code against a SASL_SSL listener: a wrong
+    password is refused with an authentication error; the right one produces and
+    consumes."""
+    import trustme
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    ca = trustme.CA()
+    server_pem, ca_pem = tmp_path / "server.pem", tmp_path / "ca.pem"
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(
+        str(server_pem)
+    )
+    ca.cert_pem.write_to_path(str(ca_pem))
+    jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_alice="alice-secret";'
+    )
+    broker = kafka_broker_factory(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(server_pem),
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "sasl.jaas.config": jaas,
+            **FAST_GROUPS,
+        }
+    )
+    plain, sasl_ssl = ("{}:{}".format(*a[:2]) for a in broker.addresses)
+    if mechanism.startswith("SCRAM"):
+        admin = AdminClient({"bootstrap.servers": plain})
+        info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], 4096)
+        upsert = UserScramCredentialUpsertion("alice", info, b"alice-secret")
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(30)
+    out = subprocess.run(
+        [node, str(HERE / "secure.js"), sasl_ssl, mechanism, "alice", "alice-secret", str(ca_pem)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[:3000]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["wrongPassword"] == "KafkaJSSASLAuthenticationError"
+    assert result["created"] is True
+    assert result["sentErrors"] == [0]
+    assert result["consumed"] == [[i, f"secret-{i}"] for i in range(20)]
