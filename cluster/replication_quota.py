@@ -105,6 +105,12 @@ class ReplicationQuota:
             rate, _ = self.rate.measure(time.monotonic())
         return rate > bound
 
+    def measured_rate(self) -> float:
+        """Bytes per second over the quota's windows (the metrics' byte-rate)."""
+        with self._lock:
+            rate, _ = self.rate.measure(time.monotonic())
+        return rate
+
     def record(self, nbytes: int) -> None:
         if nbytes:
             with self._lock:

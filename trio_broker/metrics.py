@@ -370,6 +370,25 @@ class BrokerCollector:
         counts = getattr(broker, "replica_manager", None) or broker.metrics
         yield CounterMetricFamily(prefix + "isrshrinks", "ISR shrinks", value=counts.isr_shrinks)
         yield CounterMetricFamily(prefix + "isrexpands", "ISR expands", value=counts.isr_expands)
+        quotas = getattr(broker, "_replication_quotas", None)
+        if quotas is not None:
+            # Kafka's LeaderReplication / FollowerReplication / AlterLogDirsReplication
+            # byte-rate (the rate each replication quota measures), and the bytes counted.
+            for kind, quota in (
+                ("leaderreplication", quotas.leader),
+                ("followerreplication", quotas.follower),
+                ("alterlogdirsreplication", quotas.alter_log_dirs),
+            ):
+                yield GaugeMetricFamily(
+                    f"kafka_server_{kind}_byte_rate",
+                    "Bytes per second of throttled replication, as its quota measures them",
+                    value=quota.measured_rate(),
+                )
+                yield CounterMetricFamily(
+                    f"kafka_server_{kind}_throttled_bytes",
+                    "Bytes counted against this replication quota",
+                    value=quota.recorded,
+                )
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a live leader",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 
 from cli_run import run_cli as cli
@@ -24,8 +25,9 @@ from failover_helpers import (
     read_all,
     wait_for_leaders,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
-from trio_broker.testing import KafkaCluster
+from trio_broker.testing import KafkaCluster, free_port
 
 OVERRIDES = {"auto.leader.rebalance.enable": "false", "offsets.topic.replication.factor": "1"}
 RECORD = b"x" * 1000
@@ -72,6 +74,18 @@ def broker_rates(cluster, node: int) -> dict[str, str | None]:
     return configs(broker.bootstrap, ConfigResource.Type.BROKER, str(node), RATE_KEYS)
 
 
+def scrape(url: str) -> dict[str, float]:
+    """The broker's Prometheus metrics without labels, by sample name."""
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        text = answer.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+
+
 def write_plan(tmp_path: Path, topic: str, replicas: list[int]) -> str:
     path = tmp_path / f"{topic}.json"
     plan = {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}
@@ -82,7 +96,12 @@ def write_plan(tmp_path: Path, topic: str, replicas: list[int]) -> str:
 def test_a_throttled_reassignment_copies_at_its_pace_and_verify_clears_the_throttle(
     zookeeper, tmp_path
 ):
-    with KafkaCluster(zookeeper, base_dir=tmp_path, overrides=OVERRIDES) as cluster:
+    metrics = {}
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=OVERRIDES) as cluster:
+        for node in (1, 2, 3):
+            port = free_port()
+            metrics[node] = f"http://127.0.0.1:{port}/metrics"
+            cluster.add_broker(node, {"metrics.listener": f"http://127.0.0.1:{port}"})
         cluster.wait_all_see()
         boot = cluster.brokers[1].bootstrap
         create_topic(boot, "slow", replica_assignment=[[1]])
@@ -121,6 +140,9 @@ def test_a_throttled_reassignment_copies_at_its_pace_and_verify_clears_the_throt
         assert waiting.returncode == 1
         assert "Reassignment of partition slow-0 is still in progress." in waiting.stdout
         assert "Clearing" not in waiting.stdout  # the throttle stays while it copies
+        # The quotas' byte-rate metrics (Kafka's LeaderReplication / FollowerReplication).
+        assert scrape(metrics[1])["kafka_server_leaderreplication_byte_rate"] > 0
+        assert scrape(metrics[2])["kafka_server_followerreplication_byte_rate"] > 0
         assert topic_throttles(boot, "slow")["follower.replication.throttled.replicas"] == "0:2"
 
         eventually(
@@ -132,6 +154,12 @@ def test_a_throttled_reassignment_copies_at_its_pace_and_verify_clears_the_throt
             what="broker 2's copy to match the leader's",
         )
         took = time.monotonic() - started
+        # Every byte the new replica copied counted against both quotas.
+        assert scrape(metrics[1])["kafka_server_leaderreplication_throttled_bytes_total"] >= size
+        assert scrape(metrics[2])["kafka_server_followerreplication_throttled_bytes_total"] >= size
+        assert (
+            scrape(metrics[3]).get("kafka_server_leaderreplication_throttled_bytes_total", 0) == 0
+        )
         # At 400 KB/s after a first window's worth, 4 MB takes about 9 s; a lower bound
         # only (a slower machine takes longer, never shorter).
         assert took > (size - 2 * 1_048_576) / rate, took
