@@ -1,4 +1,5 @@
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -12,3 +13,17 @@ def kcat() -> str:
     if path is None:
         pytest.skip("kcat is not installed (apt-get install kcat; .ci/run installs it)")
     return path
+
+
+KAFKAJS_DIR = Path(__file__).resolve().parent / "kafkajs"
+
+
+@pytest.fixture
+def kafkajs() -> tuple[str, Path]:
+    """(node, the directory of the KafkaJS scripts): KafkaJS (npm), the JavaScript client."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed (.ci/run installs it)")
+    if not (KAFKAJS_DIR / "node_modules" / "kafkajs").is_dir():
+        pytest.skip(f"KafkaJS is not installed (npm ci --prefix {KAFKAJS_DIR}; .ci/run does it)")
+    return node, KAFKAJS_DIR

@@ -4,12 +4,12 @@ idempotent gzip producer, a consumer group, and transactions; this test checks w
 was told and what it read, and crosses clients both ways with confluent-kafka (gzip: KafkaJS has no other codec
 built in).
 
-Needs Node.js and `npm ci` in this directory (.ci/run does both); skipped without them."""
+Needs Node.js and `npm ci` in this directory (.ci/run does both; the `kafkajs` fixture
+of tests/conftest.py skips without them)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,13 +22,8 @@ PY_COUNT = 50
 
 
 @pytest.fixture
-def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        pytest.skip("Node.js is not installed (.ci/run installs it)")
-    if not (HERE / "node_modules" / "kafkajs").is_dir():
-        pytest.skip(f"KafkaJS is not installed (npm ci --prefix {HERE}; .ci/run does it)")
-    return path
+def node(kafkajs) -> str:
+    return kafkajs[0]
 
 
 def produce_with_confluent(bootstrap: str) -> None:
