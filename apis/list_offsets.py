@@ -6,12 +6,21 @@ the largest timestamp), -4 EARLIEST_LOCAL (the same as earliest: no tiered stora
 LATEST_TIERED (nothing tiered: offset -1). Any other value finds the first record whose
 timestamp is at least it; records at or beyond the high watermark (the LSO for
 read_committed) are never answered, and "none" is offset -1, timestamp -1, error NONE.
+
+Version 0 (Kafka 3.x still answers it; Kafka 4 dropped it) asks for up to
+`max_num_offsets` offsets before a time and gets `old_style_offsets`, Kafka's legacy
+answer built from the segments: each segment's base offset (the log start offset for the
+first) with its file's modification time, and the log end offset with "now" when the
+active segment has data. LATEST starts at the last of those, EARLIEST at the first, a time
+at the last segment modified at or before it; the answer counts down from there, newest
+first, and a consumer never gets an offset above the high watermark. Old tools send it:
+Burrow's lag checks, Kafka's GetOffsetShell before 2.x, sarama before 1.25.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trio_broker.apis.partition_lookup import leader_log
 from trio_broker.errors import ErrorCode, KafkaError
@@ -68,6 +77,52 @@ def _lookup(
     return ts, offset, _epoch_of(log, offset)
 
 
+def _legacy_offsets(log: PartitionLog, timestamp: int, max_num_offsets: int) -> list[int]:
+    """Kafka's legacyFetchOffsetsBefore, capped at the high watermark (see the docstring)."""
+    import os
+    import time
+
+    segments = list(log.segments)
+    points = []
+    for segment in segments:
+        try:
+            modified = int(os.stat(segment.log_path).st_mtime * 1000)
+        except OSError:
+            modified = 0
+        points.append((max(segment.base_offset, log.log_start_offset), modified))
+    if segments and segments[-1].size > 0:
+        points.append((log.log_end_offset, int(time.time() * 1000)))
+    if timestamp == LATEST:
+        start = len(points) - 1
+    elif timestamp == EARLIEST:
+        start = 0
+    else:
+        start = len(points) - 1
+        while start >= 0 and points[start][1] > timestamp:
+            start -= 1
+    found = sorted((points[i][0] for i in range(start, -1, -1)), reverse=True)
+    found = found[: max(0, min(max_num_offsets, start + 1))]
+    hw = log.high_watermark
+    if any(o > hw for o in found):
+        found = [hw] + [o for o in found if o <= hw]
+    return found
+
+
+def _partition_v0(broker: Broker, topic: str, p: ListOffsetsPartition, duplicate: bool) -> Any:
+    try:
+        if duplicate:
+            raise KafkaError(ErrorCode.INVALID_REQUEST)
+        _part, log = leader_log(broker, topic, p.partition_index)
+        offsets = _legacy_offsets(log, p.timestamp, p.max_num_offsets)
+    except KafkaError as exc:
+        return ListOffsetsPartitionResponse(
+            partition_index=p.partition_index, error_code=exc.code, old_style_offsets=[]
+        )
+    return ListOffsetsPartitionResponse(
+        partition_index=p.partition_index, error_code=ErrorCode.NONE, old_style_offsets=offsets
+    )
+
+
 def _partition(
     broker: Broker, topic: str, p: ListOffsetsPartition, isolation_level: int, duplicate: bool
 ) -> ListOffsetsPartitionResponse:
@@ -99,7 +154,9 @@ async def handle(broker: Broker, request: Request) -> ListOffsetsResponse:
             ListOffsetsTopicResponse(
                 name=t.name,
                 partitions=[
-                    _partition(
+                    _partition_v0(broker, t.name, p, counts[(t.name, p.partition_index)] > 1)
+                    if request.api_version == 0
+                    else _partition(
                         broker, t.name, p, isolation, counts[(t.name, p.partition_index)] > 1
                     )
                     for p in t.partitions

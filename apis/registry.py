@@ -30,7 +30,7 @@ class ApiSpec:
 API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(18, "ApiVersions", 0, 4, "api_versions"),
     ApiSpec(3, "Metadata", 0, 12, "metadata"),
-    ApiSpec(2, "ListOffsets", 1, 9, "list_offsets"),
+    ApiSpec(2, "ListOffsets", 0, 9, "list_offsets"),
     ApiSpec(19, "CreateTopics", 2, 7, "create_topics"),
     ApiSpec(20, "DeleteTopics", 1, 6, "delete_topics"),
     ApiSpec(21, "DeleteRecords", 0, 2, "delete_records"),

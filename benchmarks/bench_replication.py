@@ -2,7 +2,7 @@
 factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
 
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 1000000]
-        [--record-size 1024] [--partitions 1] [--cold]
+        [--record-size 1024] [--partitions 1] [--producers 1] [--cold]
 
 The RF1 phase runs on a lone broker process first. For RF3 the cluster's controller
 creates the topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One
@@ -13,6 +13,12 @@ the producer's CPU seconds per GB (this process: the load shares the two cores w
 brokers), each broker's CPU seconds per GB produced (and the kernel's share of them), and
 the `os.sendfile` calls the RF3 brokers made against the bytes they moved (all of it serves
 followers: nothing consumes). No assertion on speed.
+
+`--producers N` runs N producer processes at once in both phases, each writing records / N
+(their CPU is the producer's; MB/s counts from the first start to the last end). A
+broker reads a connection's next request only after answering the last, so with one
+producer the leader waits for its followers between produces; N connections keep it busy
+meanwhile.
 
 `--partitions N` (N > 1) adds a second layout after the first: N partitions, records
 spread round them, on the lone broker and then with replicas [1, 2, 3] rotated per
@@ -82,12 +88,22 @@ def _create_rf3(bootstrap: str, topic: str, replicas: list[list[int]]) -> None:
 
 
 def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str, partitions: int) -> float:
+    return _produce_timed(bootstrap, topic, n, size, acks, partitions)[1]
+
+
+def _produce_timed(
+    bootstrap: str, topic: str, n: int, size: int, acks: str, partitions: int
+) -> tuple[float, float, float, float]:
+    """(wall-clock start, seconds, CPU seconds, wall-clock end) of producing n records."""
     from confluent_kafka import Producer
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20, "acks": acks}
     )
     value = b"x" * size
+    producer.list_topics(topic, timeout=30)  # connected before the clock starts
+    cpu = _cpu_seconds()
+    wall = time.time()
     started = time.perf_counter()
     for i in range(n):
         while True:
@@ -98,7 +114,27 @@ def _produce(bootstrap: str, topic: str, n: int, size: int, acks: str, partition
                 producer.poll(0.01)
     if producer.flush(300) != 0:
         raise RuntimeError("records left unsent")
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    return wall, seconds, _cpu_seconds() - cpu, time.time()
+
+
+def _produce_in_processes(
+    producers: int, bootstrap: str, topic: str, n: int, size: int, acks: str, partitions: int
+) -> tuple[float, float]:
+    """`producers` processes (spawned: librdkafka's threads do not survive a fork), each
+    producing n / producers records at once: (seconds from the first start to the last
+    end, their CPU seconds)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(producers) as pool:
+        results = pool.starmap(
+            _produce_timed,
+            [(bootstrap, topic, n // producers, size, acks, partitions)] * producers,
+        )
+    start = min(r[0] for r in results)
+    end = max(r[3] for r in results)
+    return end - start, sum(r[2] for r in results)
 
 
 def _cpu_seconds() -> float:
@@ -122,7 +158,7 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
 
 
 def _phase(
-    brokers, leader, topic, n, size, acks, partitions, warm: Path | None
+    brokers, leader, topic, n, size, acks, partitions, warm: Path | None, producers: int = 1
 ) -> dict[str, float]:
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
@@ -130,7 +166,13 @@ def _phase(
         warm_page_cache(warm, int(n * size * replicas * 1.1))
     before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
     producer_before = _cpu_seconds()
-    seconds = _produce(leader.bootstrap, topic, n, size, acks, partitions)
+    if producers > 1:
+        seconds, children_cpu = _produce_in_processes(
+            producers, leader.bootstrap, topic, n, size, acks, partitions
+        )
+        producer_before -= children_cpu
+    else:
+        seconds = _produce(leader.bootstrap, topic, n, size, acks, partitions)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
     gb = n * size / 1e9
@@ -151,6 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-size", type=int, default=1024)
+    parser.add_argument(
+        "--producers",
+        type=int,
+        default=1,
+        help="producer processes writing at once, in both phases (default 1)",
+    )
     parser.add_argument(
         "--cold", action="store_true", help="no page cache warm-up before each phase"
     )
@@ -182,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench.progress(
                 f"acks=1 RF1 on a lone broker, {parts} partition(s): {n} records of {size} bytes"
             )
-            one[parts] = _phase({1: alone}, alone, f"rf1-{parts}", n, size, "1", parts, warm)
+            one[parts] = _phase(
+                {1: alone}, alone, f"rf1-{parts}", n, size, "1", parts, warm, args.producers
+            )
             for node in (2, 3):
                 one[parts][f"broker {node} CPU s/GB"] = 0.0
                 one[parts][f"broker {node} system s/GB"] = 0.0
@@ -203,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _create_rf3(brokers[1].bootstrap, f"rf3-{parts}", assignment(parts))
                 bench.progress(f"acks=all RF3, {parts} partition(s): {n} records of {size} bytes")
                 three[parts] = _phase(
-                    brokers, brokers[1], f"rf3-{parts}", n, size, "all", parts, warm
+                    brokers, brokers[1], f"rf3-{parts}", n, size, "all", parts, warm, args.producers
                 )
             for node in (3, 2, 1):
                 brokers[node].stop()

@@ -4,6 +4,7 @@ confluent-kafka, through confluent-kafka's and kafka-python's admin clients."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -172,3 +173,52 @@ def test_offset_for_leader_epoch(topic_with_data):
     ok, missing = response.topics[0].partitions
     assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.NONE, 0, 5)
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_list_offsets_v0_old_style_offsets(kafka_broker):
+    """Version 0 (Burrow, old sarama, Kafka's old GetOffsetShell): up to max_num_offsets
+    offsets, newest first, from the segments' base offsets and the log end offset."""
+    client = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    topic = NewTopic("legacy", 1, 1, config={"segment.bytes": "1024"})
+    client.create_topics([topic])["legacy"].result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 0})
+    for i in range(20):
+        producer.produce("legacy", value=b"%03d" % i + b"." * 300, partition=0)
+        producer.flush(TIMEOUT)
+    log_dir = kafka_broker.log_dir / "legacy-0"
+    bases = sorted(int(p.stem) for p in log_dir.glob("*.log"))
+    assert len(bases) > 3 and bases[0] == 0
+
+    def ask(timestamp: int, max_num_offsets: int, partition: int = 0):
+        response = raw(
+            kafka_broker,
+            2,
+            0,
+            replica_id=-1,
+            topics=[
+                ListOffsetsTopic(
+                    name="legacy",
+                    partitions=[
+                        ListOffsetsPartition(
+                            partition_index=partition,
+                            timestamp=timestamp,
+                            max_num_offsets=max_num_offsets,
+                        )
+                    ],
+                )
+            ],
+        )
+        answer = response.topics[0].partitions[0]
+        return answer.error_code, list(answer.old_style_offsets)
+
+    assert ask(-1, 1) == (ErrorCode.NONE, [20])
+    assert ask(-2, 1) == (ErrorCode.NONE, [0])
+    # Everything: the log end, then each segment's base offset, newest first.
+    assert ask(-1, 100) == (ErrorCode.NONE, [20] + sorted(bases, reverse=True))
+    assert ask(-1, 3) == (ErrorCode.NONE, [20] + sorted(bases, reverse=True)[:2])
+    # Before a time: the segments modified by then (all of them, and the end, for a time
+    # an hour from now; none before 1970).
+    later = int(time.time() * 1000) + 3_600_000
+    assert ask(later, 100) == ask(-1, 100)
+    assert ask(0, 100) == (ErrorCode.NONE, [])
+    assert ask(-1, 1, partition=3) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])

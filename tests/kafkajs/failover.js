@@ -7,6 +7,7 @@
 
 'use strict'
 
+const finish = require('./finish')
 const { Kafka, logLevel } = require('kafkajs')
 
 const [bootstrap, topic] = process.argv.slice(2)
@@ -43,11 +44,4 @@ async function main() {
   await producer.disconnect()
 }
 
-main().then(
-  () => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(0) },
-  (err) => {
-    process.stderr.write(`${err.stack || err}\n`)
-    process.stdout.write(JSON.stringify(out) + '\n')
-    process.exit(1)
-  },
-)
+finish(main, out)

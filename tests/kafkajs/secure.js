@@ -6,6 +6,7 @@
 'use strict'
 
 const fs = require('fs')
+const finish = require('./finish')
 const { Kafka, logLevel } = require('kafkajs')
 
 const [bootstrap, mechanism, username, password, caPath] = process.argv.slice(2)
@@ -62,10 +63,4 @@ async function main() {
   await admin.disconnect()
 }
 
-main().then(
-  () => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(0) },
-  (err) => {
-    process.stderr.write(`${err.stack || err}\n${JSON.stringify(out)}\n`)
-    process.exit(1)
-  },
-)
+finish(main, out)

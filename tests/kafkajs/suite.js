@@ -7,6 +7,7 @@
 
 'use strict'
 
+const finish = require('./finish')
 const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 
 const [bootstrap, pyTopic, pyCountText, rfText] = process.argv.slice(2)
@@ -168,10 +169,4 @@ async function main() {
   await admin.disconnect()
 }
 
-main().then(
-  () => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(0) },
-  (err) => {
-    process.stderr.write(`${err.stack || err}\n${JSON.stringify(out)}\n`)
-    process.exit(1)
-  },
-)
+finish(main, out)
