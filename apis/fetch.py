@@ -178,7 +178,8 @@ class _Fetch:
                 data.error_code = error
                 data.high_watermark = -1 if log is None else log.high_watermark
                 data.log_start_offset = -1 if log is None else log.log_start_offset
-                if error == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 12 and replicas:
+                if error in _LEADER_MOVED and version >= 12 and replicas:
+                    # KIP-951: where the leader is now (Kafka fills it for both errors).
                     leader, epoch = replicas.leader_of(p.topic, p.partition)
                     data.current_leader.leader_id = leader
                     data.current_leader.leader_epoch = epoch
@@ -224,6 +225,9 @@ class _Fetch:
         if self.broker.metrics is not None:
             _count_bytes_out(self.broker.metrics, response)
         await self.request.respond(response)
+
+
+_LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
 def _count_bytes_out(metrics: Any, response: FetchResponse) -> None:
@@ -356,7 +360,7 @@ def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -
     from trio_broker.protocol._generated.fetch_response import NodeEndpoint
 
     answers = (d for t in response.responses for d in t.partitions)
-    if endpoints := moved_leader_endpoints(broker, answers, NodeEndpoint):
+    if endpoints := moved_leader_endpoints(broker, answers, NodeEndpoint, _LEADER_MOVED):
         response.node_endpoints = endpoints
 
 

@@ -94,14 +94,18 @@ def _min_isr(broker: Broker, topic: str) -> int:
 
 
 def moved_leader_endpoints(
-    broker: Broker, answers: Iterable[Any], endpoint_class: Any
+    broker: Broker,
+    answers: Iterable[Any],
+    endpoint_class: Any,
+    errors: tuple[int, ...] = (ErrorCode.NOT_LEADER_OR_FOLLOWER,),
 ) -> list[Any]:
     """KIP-951 (Produce v10+, Fetch v16+): the endpoints of the leaders that partition
-    answers with NOT_LEADER_OR_FOLLOWER name, so that clients need no Metadata round."""
+    answers with one of `errors` name (Produce: NOT_LEADER_OR_FOLLOWER; Fetch: that and
+    FENCED_LEADER_EPOCH), so that clients need no Metadata round."""
     leaders = {
         a.current_leader.leader_id
         for a in answers
-        if a.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and a.current_leader.leader_id >= 0
+        if a.error_code in errors and a.current_leader.leader_id >= 0
     }
     out = []
     for node_id in sorted(leaders):

@@ -185,6 +185,13 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
         data = answer.responses[0].partitions[0]
         assert (data.error_code, data.high_watermark) == (0, 12)
         assert bytes(data.records) == leader_bytes
+        # A fetch in the old epoch is fenced, and told where the leader is now (KIP-951).
+        fetch.topics[0].partitions[0].current_leader_epoch = 0
+        answer = raw(b1.bootstrap, fetch, 16)
+        data = answer.responses[0].partitions[0]
+        assert data.error_code == ErrorCode.FENCED_LEADER_EPOCH
+        assert (data.current_leader.leader_id, data.current_leader.leader_epoch) == (2, 1)
+        assert [(n.node_id, n.port) for n in answer.node_endpoints] == [(2, b2.port)]
 
 
 def test_a_new_follower_starts_at_the_leaders_log_start_even_inside_a_batch(
