@@ -5,6 +5,7 @@ reports through its HTTP API is the one the test made: produced minus committed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from trio_broker.testing import free_port
+from trio_broker.testing import KafkaCluster, free_port
 
 TIMEOUT = 30
 
@@ -63,13 +64,42 @@ def lag_of(port: int) -> dict[int, int] | None:
     return {p["partition"]: p["current_lag"] for p in status["partitions"]}
 
 
-def test_burrow_reports_the_lag_of_a_group(kafka_broker, zookeeper, tmp_path):
+@pytest.mark.parametrize("where", ["lone broker", "cluster"])
+def test_burrow_reports_the_lag_of_a_group(kafka_broker_factory, zookeeper, tmp_path, where):
     burrow = shutil.which("Burrow")
     if burrow is None:
         pytest.skip("Burrow is not installed (apt-get install burrow; .ci/run installs it)")
-    bootstrap = kafka_broker.bootstrap
+    with contextlib.ExitStack() as stack:
+        if where == "cluster":
+            # Three brokers on the same ZooKeeper (Burrow keeps to /burrow): the commits
+            # and the end offsets come from each partition's leader.
+            cluster = stack.enter_context(
+                KafkaCluster(zookeeper, base_dir=tmp_path / "cluster", chroot="/kafka")
+            )
+            bootstrap = cluster.bootstrap
+            replicas = 3
+        else:
+            bootstrap = kafka_broker_factory().bootstrap
+            replicas = 1
+        check_lag(burrow, bootstrap, replicas, zookeeper, tmp_path)
+
+
+def check_lag(burrow: str, bootstrap: str, replicas: int, zookeeper, tmp_path) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic("lagged", 2, 1)])["lagged"].result(TIMEOUT)
+    admin.create_topics([NewTopic("lagged", 2, replicas)])["lagged"].result(TIMEOUT)
+    # Burrow reads __consumer_offsets from its start, and gives up if it is not there yet
+    # (as against a new Kafka cluster): a first commit creates it.
+    commit(bootstrap, {0: 0, 1: 0})
+    wait_for(
+        lambda: all(
+            p.leader >= 0
+            for p in admin.list_topics("__consumer_offsets", timeout=10)
+            .topics["__consumer_offsets"]
+            .partitions.values()
+        ),
+        budget_s=30,
+        what="__consumer_offsets",
+    )
     produce(bootstrap, 1000)  # 500 a partition
 
     port = free_port()
@@ -88,14 +118,14 @@ client-id="burrow-test"
 kafka-version="1.0.0"
 [cluster.local]
 class-name="kafka"
-servers=["{bootstrap}"]
+servers={json.dumps(bootstrap.split(","))}
 client-profile="test"
 topic-refresh=1
 offset-refresh=1
 [consumer.local]
 class-name="kafka"
 cluster="local"
-servers=["{bootstrap}"]
+servers={json.dumps(bootstrap.split(","))}
 client-profile="test"
 [httpserver.default]
 address="127.0.0.1:{port}"
