@@ -205,6 +205,18 @@ def test_cancelling_a_throttled_reassignment_half_way(zookeeper, tmp_path):
         )
         listed = cli(boot, "reassign", "list").stdout
         assert "undo" in listed
+        # Another reassignment meanwhile only with --additional, as Kafka's tool has it.
+        create_topic(boot, "other", replica_assignment=[[2]])
+        other = write_plan(tmp_path, "other", [2, 1])
+        refused = cli(boot, "reassign", "execute", other, check=False)
+        assert refused.returncode == 1
+        assert "Use --additional" in refused.stderr
+        cli(boot, "reassign", "execute", other, "--additional")
+        eventually(
+            lambda: list(partitions(boot, "other")[0].replicas) == [2, 1],
+            budget_s=30,
+            what="the additional reassignment",
+        )
         assert len(replica_bytes(cluster.brokers[3], "undo")) < len(before)
 
         out = cli(boot, "reassign", "cancel", plan)

@@ -55,6 +55,11 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
         )
         if name == "execute":
             p.add_argument(
+                "--additional",
+                action="store_true",
+                help="start it even while other reassignments are in progress",
+            )
+            p.add_argument(
                 "--throttle",
                 type=int,
                 default=-1,
@@ -254,6 +259,14 @@ async def execute(args: argparse.Namespace) -> int:
         missing = sorted(set(wanted) - set(current))
         if missing:
             raise CommandError(f"no such partitions: {_tp_text(missing)}", 3)
+        if not args.additional and await client.list_partition_reassignments():
+            # As Kafka's tool: a second reassignment only when asked for.
+            raise CommandError(
+                "Cannot execute because there is an existing partition assignment. Use "
+                "--additional to override this and create a new partition assignment in "
+                "addition to the existing one.",
+                EXIT_REFUSED,
+            )
         notes = []
         if args.throttle >= 0 or args.replica_alter_log_dirs_throttle >= 0:
             notes.append(
