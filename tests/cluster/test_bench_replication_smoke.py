@@ -25,9 +25,6 @@ def test_replication_benchmark_smoke():
             "--smoke",
             "--partitions",
             "3",
-            # Two producer processes a phase: the path the ratio's pipelining figures use.
-            "--producers",
-            "2",
         ],
         capture_output=True,
         text=True,

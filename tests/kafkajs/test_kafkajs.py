@@ -1,8 +1,8 @@
 """KafkaJS (npm `kafkajs`, a Kafka client with its own protocol code in JavaScript) against
-a lone broker and against a three-broker cluster: `suite.js` runs admin calls, an
-idempotent gzip producer, a consumer group, and transactions; this test checks what it
-was told and what it read, and crosses clients both ways with confluent-kafka (gzip: KafkaJS has no other codec
-built in).
+a lone broker; tests/cluster/test_kafkajs_failover.py runs it on a cluster. `suite.js` runs
+admin calls, an idempotent gzip producer, a consumer group, and transactions; this test
+checks what it was told and what it read, and crosses clients both ways with
+confluent-kafka (gzip: KafkaJS has no other codec built in).
 
 Needs Node.js and `npm ci` in this directory (.ci/run does both; the `kafkajs` fixture
 of tests/conftest.py skips without them)."""
@@ -142,20 +142,6 @@ def test_kafkajs_against_a_lone_broker(node, kafka_broker_factory):
     produce_with_confluent(broker.bootstrap)
     result = run_suite(node, broker.bootstrap, 1)
     check(result, broker.bootstrap, [1], 1)
-
-
-def test_kafkajs_against_a_cluster(node, zookeeper, tmp_path):
-    from trio_broker.testing import KafkaCluster
-
-    with KafkaCluster(zookeeper, base_dir=tmp_path, overrides=FAST_GROUPS) as cluster:
-        cluster.wait_all_see()
-        # One broker as bootstrap: KafkaJS finds the others, the leaders, the coordinators.
-        bootstrap = cluster.brokers[2].bootstrap
-        produce_with_confluent(bootstrap)
-        result = run_suite(node, bootstrap, 3)
-        check(result, bootstrap, [1, 2, 3], 3)
-        leaders = {p["leader"] for p in result["partitions"]}
-        assert len(leaders) >= 2  # spread over the brokers
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
