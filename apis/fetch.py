@@ -213,7 +213,7 @@ class _Fetch:
             quota = self.broker.replica_manager.quotas.leader
             for p, data in self._news:
                 if data.records and quota.is_throttled(p.topic, p.partition):
-                    quota.record(getattr(data.records, "size", None) or len(data.records))
+                    quota.record(_records_size(data.records))
         self._news = []
         assert self.response is not None
         return self.response
@@ -230,11 +230,16 @@ class _Fetch:
 _LEADER_MOVED = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
+def _records_size(records: Any) -> int:
+    """Bytes of a `records` field: a file region (or several) or bytes."""
+    return getattr(records, "size", None) or len(records)
+
+
 def _count_bytes_out(metrics: Any, response: FetchResponse) -> None:
     for t in response.responses:
         for p in t.partitions:
             if p.records:
-                metrics.fetched(t.topic, getattr(p.records, "size", None) or len(p.records))
+                metrics.fetched(t.topic, _records_size(p.records))
 
 
 def _changed(p: CachedPartition, data: PartitionData) -> bool:

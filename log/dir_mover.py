@@ -352,17 +352,8 @@ def _copy_files(
     `throttle(n)` after each chunk of n bytes, when the move has a quota."""
     target.mkdir(parents=True)
     src, size = head
-    with open(src, "rb") as fin, open(target / src.name, "wb") as fout:
-        while size > 0:
-            chunk = fin.read(min(size, 1 << 20))
-            if not chunk:
-                raise _Restart(f"{src} is shorter than the {head[1]} bytes written to it")
-            fout.write(chunk)
-            size -= len(chunk)
-            if throttle is not None:
-                throttle(len(chunk))
-        fout.flush()
-        os.fsync(fout.fileno())
+    if _copy_chunks(src, target / src.name, size, throttle) < size:
+        raise _Restart(f"{src} is shorter than the {size} bytes written to it")
     for src in files:
         if not src.exists():
             if src.name.endswith((".txnindex", LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)):
@@ -375,14 +366,30 @@ def _copy_files(
             with open(dst, "rb+") as f:
                 os.fsync(f.fileno())
             continue
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            while chunk := fin.read(1 << 20):
-                fout.write(chunk)
-                throttle(len(chunk))
-            fout.flush()
-            os.fsync(fout.fileno())
+        _copy_chunks(src, dst, None, throttle)
     fsync_dir(target)
     fsync_dir(target.parent)
+
+
+def _copy_chunks(
+    src: Path, dst: Path, size: int | None, throttle: Callable[[int], None] | None
+) -> int:
+    """Copy the first `size` bytes of `src` (None: all of it) to `dst` a MiB at a time,
+    `throttle(n)` after each chunk; fsynced. Returns the bytes copied."""
+    copied = 0
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while size is None or copied < size:
+            want = 1 << 20 if size is None else min(size - copied, 1 << 20)
+            chunk = fin.read(want)
+            if not chunk:
+                break
+            fout.write(chunk)
+            copied += len(chunk)
+            if throttle is not None:
+                throttle(len(chunk))
+        fout.flush()
+        os.fsync(fout.fileno())
+    return copied
 
 
 def _read_regions(regions: list[tuple[int, int, int]]) -> bytes:

@@ -328,8 +328,9 @@ def throttled_replicas(
     wanted: dict[tuple[str, int], list[int]],
     current: dict[tuple[str, int], Any],
     ongoing: dict[Any, Any],
-) -> dict[str, tuple[str, str]]:
-    """Per topic, (leader list, follower list) as kafka-reassign-partitions computes them:
+) -> tuple[dict[str, tuple[str, str]], set[int]]:
+    """Per topic, (leader list, follower list) as kafka-reassign-partitions computes them,
+    and the brokers those lists name:
     the leader side names each moving partition's current replicas (whichever leads), the
     follower side the replicas it gains. For a partition already being reassigned, its
     replicas before that reassignment are the current ones."""
@@ -352,7 +353,9 @@ def throttled_replicas(
     def text(pairs: set[tuple[int, int]]) -> str:
         return ",".join(f"{p}:{b}" for p, b in sorted(pairs))
 
-    return {t: (text(leaders[t]), text(followers.get(t, set()))) for t in leaders}
+    lists = {t: (text(leaders[t]), text(followers.get(t, set()))) for t in leaders}
+    brokers = {b for pairs in (*leaders.values(), *followers.values()) for _, b in pairs}
+    return lists, brokers
 
 
 async def _set_replication_throttle(
@@ -365,7 +368,7 @@ async def _set_replication_throttle(
     """The topic throttle lists, then the rate on every broker the moves touch."""
     from trio_broker.client.admin_types import ConfigResource, ConfigResourceType
 
-    lists = throttled_replicas(wanted, current, ongoing)
+    lists, brokers = throttled_replicas(wanted, current, ongoing)
     await client.incremental_alter_configs(
         {
             ConfigResource(ConfigResourceType.TOPIC, topic): {
@@ -375,12 +378,6 @@ async def _set_replication_throttle(
             for topic, (leader, follower) in sorted(lists.items())
         }
     )
-    brokers = {
-        int(pair.split(":")[1])
-        for leader, follower in lists.values()
-        for pair in (leader + "," + follower).split(",")
-        if pair
-    }
     await client.incremental_alter_configs(
         {
             ConfigResource(ConfigResourceType.BROKER, str(b)): {
