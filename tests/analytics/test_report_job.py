@@ -19,6 +19,7 @@ import shutil
 import struct
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -484,20 +485,17 @@ def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
     )
 
 
-# -- transactions: committed records only ---------------------------------------------------
+# -- transactions, from a live broker: committed records only, lag to the LSO ---------------
 
 
-def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
+def _committed_and_aborted(bootstrap: str, log_dir: Path) -> None:
     """A real transactional producer (confluent-kafka) commits 3 transactions of 40 records
-    and aborts 2 of 25, beside 10 plain records: the report counts 130 records, as a
-    read_committed consumer would read, though the log holds the aborted ones and markers."""
-
+    and aborts 2 of 25, beside 10 plain records, on `txns`."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from trio_broker.analytics.segments import BATCH_FIELDS, list_segments, scan_batch_headers
 
-    bootstrap = kafka_broker.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("txns", 1, 1)])["txns"].result(30)
     plain = Producer({"bootstrap.servers": bootstrap})
@@ -514,7 +512,7 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
         txn.commit_transaction(30) if commit else txn.abort_transaction(30)
     txn.flush(30)
 
-    rows = [r for s in list_segments([kafka_broker.log_dir]) if s.topic == "txns"
+    rows = [r for s in list_segments([log_dir]) if s.topic == "txns"
             for r in scan_batch_headers(s)]  # fmt: skip
     count, is_aborted, is_control = (
         BATCH_FIELDS.index(f) for f in ("record_count", "is_aborted", "is_control")
@@ -523,25 +521,15 @@ def test_report_counts_committed_records_only(spark, kafka_broker, tmp_path):
     markers = sum(1 for r in rows if r[is_control])
     assert (aborted, markers) == (50, 5)  # what the log holds besides committed data
 
-    result, state = _report_last_hour(spark, [kafka_broker.log_dir], tmp_path / "out")
-    assert state[("txns", 0)]["records"] == 130
-    assert state[("txns", 0)]["log_end_offset"] == 10 + 3 * 40 + 2 * 25 + 5
-    throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "txns"]
-    assert sum(r["records"] for r in throughput) == 130
 
-
-def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker, tmp_path):
-    """A real transactional producer (confluent-kafka) commits a transaction, then leaves
-    one open, with plain records after it. A read_committed group can read only up to the
-    last stable offset; a read_uncommitted one reads to the end. The report computes from
-    the log the LSO the broker answers to ListOffsets(read_committed), and measures
-    `lag_committed` to it: 0 for the read_committed group, while its `lag_offsets` counts
-    what the open transaction holds back."""
-
+def _open_transaction(bootstrap: str) -> tuple[Any, dict[str, int]]:
+    """On `pending`: a real transactional producer commits a transaction, then leaves one
+    open, with plain records after it; a read_committed group and a read_uncommitted one
+    consume what they can and commit. Returns the producer (its transaction still open:
+    the caller aborts it after the report) and what the broker and the groups said."""
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    bootstrap = kafka_broker.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic("pending", 1, 1)])["pending"].result(30)
     plain = Producer({"bootstrap.servers": bootstrap})
@@ -565,7 +553,7 @@ def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker
     produce_plain(5, b"after")  # 46-50
     tp = TopicPartition("pending", 0)
 
-    def consume_and_commit(group: str, isolation: str, wanted: int) -> int:
+    def consume_and_commit(group: str, isolation: str, wanted: int) -> tuple[int, int]:
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -597,11 +585,53 @@ def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker
 
     rc_committed, broker_lso = consume_and_commit("rc-group", "read_committed", 30)
     ru_committed, broker_hw = consume_and_commit("ru-group", "read_uncommitted", 50)
+    return txn, {
+        "rc_committed": rc_committed,
+        "ru_committed": ru_committed,
+        "broker_lso": broker_lso,
+        "broker_hw": broker_hw,
+    }
+
+
+@pytest.fixture(scope="module")
+def live_report(spark, tmp_path_factory):
+    """Both transactional scenarios on one live broker, then one report over its log dir
+    for the last hour (a report costs Spark over ten seconds here)."""
+    from trio_broker.testing import BrokerThread
+
+    root = tmp_path_factory.mktemp("live")
+    config = {"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(root / "broker")}
+    with BrokerThread(config) as broker:
+        _committed_and_aborted(broker.bootstrap, broker.log_dir)
+        txn, facts = _open_transaction(broker.bootstrap)
+        result, state = _report_last_hour(spark, [broker.log_dir], root / "out")
+        txn.abort_transaction(30)
+        yield result, state, facts
+
+
+def test_report_counts_committed_records_only(spark, live_report):
+    """The log of `txns` holds 50 aborted records and 5 markers besides committed data: the
+    report counts 130 records, as a read_committed consumer would read."""
+    result, state, _facts = live_report
+    assert state[("txns", 0)]["records"] == 130
+    assert state[("txns", 0)]["log_end_offset"] == 10 + 3 * 40 + 2 * 25 + 5
+    throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "txns"]
+    assert sum(r["records"] for r in throughput) == 130
+
+
+def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, live_report):
+    """A read_committed group can read only up to the last stable offset; a
+    read_uncommitted one reads to the end. The report computes from the log the LSO the
+    broker answers to ListOffsets(read_committed), and measures `lag_committed` to it: 0
+    for the read_committed group, while its `lag_offsets` counts what the open transaction
+    holds back."""
+    result, state, facts = live_report
+    rc_committed, ru_committed = facts["rc_committed"], facts["ru_committed"]
+    broker_lso, broker_hw = facts["broker_lso"], facts["broker_hw"]
     assert (broker_lso, broker_hw) == (31, 51)
     assert rc_committed in (30, 31)  # after the last record read, or past the marker too
     assert ru_committed == 51
 
-    result, state = _report_last_hour(spark, [kafka_broker.log_dir], tmp_path / "out")
     # 31, not 10: the committed transaction (10-29, its marker at 30) is not open.
     assert state[("pending", 0)]["last_stable_offset"] == broker_lso
     assert state[("pending", 0)]["log_end_offset"] == broker_hw
@@ -616,7 +646,6 @@ def test_lag_of_read_committed_groups_is_measured_to_the_lso(spark, kafka_broker
     summary = {r["group"]: r for r in _read(spark, result, "group_summary")}
     assert summary["rc-group"]["total_lag_committed"] == 31 - rc_committed
     assert summary["ru-group"]["total_lag_committed"] == 0
-    txn.abort_transaction(30)
 
 
 # -- a cluster: every replica's log dir given, each partition read once ---------------------
