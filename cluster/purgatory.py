@@ -59,6 +59,7 @@ class Purgatory:
     _running: bool = False
     _reaper_scope: trio.CancelScope | None = None
     _woken_send: trio.MemorySendChannel | None = None
+    _expiring_all: bool = False  # shutting down: every operation is due now
 
     @property
     def delayed(self) -> int:
@@ -79,6 +80,8 @@ class Purgatory:
         if not self._running:
             raise RuntimeError(f"purgatory {self.name} is not running")
         self._waiting += 1
+        if self._expiring_all:
+            op.deadline = min(op.deadline, trio.current_time())
         self._watch(op)
         heapq.heappush(self._expiry, (op.deadline, next(self._seq), op))
         if self._expiry[0][2] is op and self._reaper_scope is not None:
@@ -88,6 +91,20 @@ class Purgatory:
             # waits and many answers, drop them now.
             self._expiry = [entry for entry in self._expiry if not entry[2].done]
             heapq.heapify(self._expiry)
+
+    def expire_all(self) -> None:
+        """The broker is shutting down: answer every parked operation now, and any parked
+        from here on at once, as their deadlines would (a consumer's fetch with what it
+        has), rather than hold the shutdown for up to their max_wait_ms. Kafka closes
+        such requests' connections unanswered."""
+        self._expiring_all = True
+        now = trio.current_time()
+        self._expiry = [(min(d, now), seq, op) for d, seq, op in self._expiry if not op.done]
+        heapq.heapify(self._expiry)
+        for _, _, op in self._expiry:
+            op.deadline = min(op.deadline, now)
+        if self._reaper_scope is not None:
+            self._reaper_scope.deadline = now
 
     def wake(self, keys: Iterable[Hashable]) -> None:
         # In a Produce or Fetch handler, its task answers them once it has answered its own

@@ -348,6 +348,9 @@ async def _serve(
         logger.info("broker %d shutting down", broker.node_id)
         broker_scope.deadline = trio.current_time() + config.shutdown_grace_period_ms / 1000
         server.stop_accepting()
+        # Connections close once their request in flight is answered: parked fetches
+        # answer now instead of at their max_wait_ms.
+        broker.fetch_purgatory.expire_all()
 
     try:
         async with trio.open_nursery() as guard:

@@ -361,3 +361,36 @@ def test_incremental_session_sends_a_high_watermark_seen_while_waiting(kafka_bro
     assert (parts["hw-b"].high_watermark, parts["hw-b"].last_stable_offset) == (1, 0)
     assert not parts["hw-b"].records
     txn.abort_transaction(20)
+
+
+def test_a_parked_fetch_is_answered_when_the_broker_stops(kafka_broker_factory):
+    """A consumer's long poll (max_wait_ms a minute) parked on an empty partition: stopping
+    the broker answers it at once with what there is (nothing, high watermark 1), rather
+    than holding the shutdown until the grace period ends and closing it unanswered."""
+    broker = kafka_broker_factory({"shutdown.grace.period.ms": "60000"})
+    sock = connect(broker)
+    create_topic(sock, "stopping")
+    produce(sock, "stopping", batch([b"only"]))
+    request = FetchRequest(
+        max_wait_ms=60_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        session_epoch=-1,
+        topics=[
+            FetchTopic(
+                topic="stopping",
+                partitions=[FetchPartition(partition=0, fetch_offset=1, partition_max_bytes=1024)],
+            )
+        ],
+    )
+    sock.sendall(encode_request(request, FETCH_V, 40))
+    time.sleep(0.3)  # parked: nothing past offset 1
+    stopper = threading.Thread(target=broker.stop)
+    stopper.start()
+    sock.settimeout(20)  # far less than the fetch's minute and the grace period's
+    cid, answer = read_response(sock, 1, FETCH_V)
+    stopper.join(20)
+    assert not stopper.is_alive()
+    data = answer.responses[0].partitions[0]
+    assert (cid, answer.error_code, data.error_code) == (40, 0, 0)
+    assert data.high_watermark == 1 and not data.records

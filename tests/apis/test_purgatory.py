@@ -211,3 +211,22 @@ async def test_a_handler_answers_the_fetches_its_produce_wakes(tmp_path):
     assert all(0.15 < w < 15 for w in waited), waited
     # ...and the handler answered it: the purgatory's task never ran.
     assert CompleterSteps.steps == 0, CompleterSteps.steps
+
+
+async def test_expire_all_answers_everything_now_and_what_parks_after(purgatory, autojump_clock):
+    """Shutdown: what waits answers at once, as at its deadline, and so does what parks
+    after; a woken operation is not answered twice."""
+    ops = [Op(purgatory, (("t", i),), wait_s=60) for i in range(3)]
+    await trio.sleep(1)
+    purgatory.expire_all()
+    await trio.sleep(0.001)
+    assert [len(op.answers) for op in ops] == [1, 1, 1]
+    assert all(t == pytest.approx(1, abs=0.01) for op in ops for t, _ in op.answers)
+    late = Op(purgatory, (("t", 9),), wait_s=60)
+    await trio.sleep(0.001)
+    assert [t for t, _ in late.answers] == [pytest.approx(1, abs=0.01)]
+    late.available = 1
+    purgatory.wake([("t", 9), ("t", 0)])
+    await trio.sleep(120)
+    assert [len(op.answers) for op in [*ops, late]] == [1, 1, 1, 1]
+    assert purgatory.delayed == 0
