@@ -6,7 +6,9 @@ out of the ISRs, while it still serves requests. The controller answers the part
 still leads; the broker asks again after `controlled.shutdown.retry.backoff.ms`, at most
 `controlled.shutdown.max.retries` more times, each request bounded by
 `controller.socket.timeout.ms`, then stops whatever the answer (a broker must be able to
-stop without a controller).
+stop without a controller). Unlike Kafka it does not ask again when no live broker holds
+another replica of what it still leads (the last broker of a cluster stopping): nothing
+could move.
 """
 
 from __future__ import annotations
@@ -90,5 +92,28 @@ async def controlled_shutdown(broker: Broker) -> bool:
                     f"{p.topic_name}-{p.partition_index}" for p in response.remaining_partitions
                 ),
             )
+            if not _anyone_could_take_over(broker, response.remaining_partitions):
+                # Every other replica of what it leads is on a broker that is down (the
+                # last broker of a cluster stopping): asking again cannot move anything.
+                # Kafka asks again regardless; this broker stops now instead.
+                logger.info(
+                    "controlled shutdown of broker %d: no live broker holds another replica "
+                    "of them; stopping",
+                    node_id,
+                )
+                return False
     logger.warning("controlled shutdown of broker %d did not complete; stopping anyway", node_id)
+    return False
+
+
+def _anyone_could_take_over(broker: Broker, remaining: list) -> bool:
+    """Whether a live broker other than this one holds a replica of any partition it still
+    leads (one out of the ISR may catch up before the next attempt)."""
+    metadata = broker.metadata
+    others = set(metadata.brokers) - {broker.node_id}
+    for p in remaining:
+        topic = metadata.topics.get(p.topic_name)
+        state = topic.partitions.get(p.partition_index) if topic is not None else None
+        if state is None or others.intersection(state.replicas):
+            return True  # unknown here: ask again, as before
     return False

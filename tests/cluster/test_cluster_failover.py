@@ -342,6 +342,28 @@ def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(
         assert after["isr"] == [2]
 
 
+def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_path, caplog):
+    """Brokers 3 and 2 stopped: broker 1 leads every replica of `everywhere` and nobody else
+    is alive to take them. Its controlled shutdown asks once and stops, instead of asking
+    again controlled.shutdown.max.retries times, 5 s apart (Kafka's defaults)."""
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "5000",
+        "controlled.shutdown.max.retries": "3",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("everywhere", 2, 3))
+        cluster.brokers.pop(3).stop()
+        cluster.brokers.pop(2).stop()
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(1).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
+        assert len(asked) == 1 and "everywhere-0" in asked[0] and "everywhere-1" in asked[0]
+        assert any("no live broker holds another replica" in m for m in messages)
+
+
 def test_unclean_election_only_when_the_topic_allows_it(zookeeper, tmp_path, zk_view):
     with KafkaCluster(
         zookeeper, base_dir=tmp_path, size=3, overrides=NO_CONTROLLED_SHUTDOWN
