@@ -246,9 +246,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "log.dirs": str(workdir / f"broker-{node}"),
                         "zookeeper.connect": zookeeper.connect + CHROOT,
                         "auto.create.topics.enable": "false",
-                        # The last broker stopped still leads its RF3 partitions: its
-                        # controlled shutdown retries, 5 s apart by default, as Kafka's does.
-                        "controlled.shutdown.retry.backoff.ms": "200",
                     }
                 )
             wait_all_see(brokers)  # else broker 1 may not know broker 3 yet

@@ -80,12 +80,13 @@ class Purgatory:
         if not self._running:
             raise RuntimeError(f"purgatory {self.name} is not running")
         self._waiting += 1
-        if self._expiring_all:
-            op.deadline = min(op.deadline, trio.current_time())
         self._watch(op)
-        heapq.heappush(self._expiry, (op.deadline, next(self._seq), op))
+        deadline = op.deadline
+        if self._expiring_all:
+            deadline = min(deadline, trio.current_time())
+        heapq.heappush(self._expiry, (deadline, next(self._seq), op))
         if self._expiry[0][2] is op and self._reaper_scope is not None:
-            self._reaper_scope.deadline = op.deadline  # the reaper must wake sooner
+            self._reaper_scope.deadline = deadline  # the reaper must wake sooner
         if len(self._expiry) > 2 * self._waiting + 1024:
             # Answered operations linger in the heap until their deadline; with long
             # waits and many answers, drop them now.
@@ -101,8 +102,6 @@ class Purgatory:
         now = trio.current_time()
         self._expiry = [(min(d, now), seq, op) for d, seq, op in self._expiry if not op.done]
         heapq.heapify(self._expiry)
-        for _, _, op in self._expiry:
-            op.deadline = min(op.deadline, now)
         if self._reaper_scope is not None:
             self._reaper_scope.deadline = now
 

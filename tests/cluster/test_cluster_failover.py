@@ -356,6 +356,13 @@ def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_
         _create(cluster.bootstrap, NewTopic("everywhere", 2, 3))
         cluster.brokers.pop(3).stop()
         cluster.brokers.pop(2).stop()
+        last = cluster.brokers[1]
+        # Broker 1 knows it is alone (else it asks again, as when another may take over).
+        eventually(
+            lambda: [b.node_id for b in metadata(last.bootstrap).brokers] == [1],
+            budget_s=15,
+            what="broker 1 alone in its metadata",
+        )
         caplog.set_level(logging.INFO)
         cluster.brokers.pop(1).stop()
         messages = [r.getMessage() for r in caplog.records]
