@@ -2,17 +2,33 @@
 factor 1, on one ZooKeeper and three trio-broker processes sharing this machine.
 
     .venv/bin/python benchmarks/bench_replication.py [--smoke] [--records 1000000]
-        [--record-size 1024] [--partitions 1] [--producers 1] [--cold]
+        [--record-size 1024] [--rounds 5] [--partitions 1] [--producers 1] [--cold]
 
-The RF1 phase runs on a lone broker process first. For RF3 the cluster's controller
-creates the topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One
-confluent-kafka producer writes --records records of --record-size bytes to partition 0,
-with acks=1 to the lone broker, then with acks=all to broker 1 (the followers fetch from
-it). "broker 1" of the RF1 column is the lone broker. Reported: MB/s of records offered,
-the producer's CPU seconds per GB (this process: the load shares the two cores with the
-brokers), each broker's CPU seconds per GB produced (and the kernel's share of them), and
-the `os.sendfile` calls the RF3 brokers made against the bytes they moved (all of it serves
-followers: nothing consumes). No assertion on speed.
+A lone broker process serves acks=1 RF1. For RF3 the cluster's controller creates the
+topic (CreateTopics with the assignment [1, 2, 3]: broker 1 leads). One confluent-kafka
+producer writes records of --record-size bytes to partition 0, with acks=1 to the lone
+broker, then with acks=all to broker 1 (the followers fetch from it). "broker 1" of the RF1
+column is the lone broker. The --records are split into --rounds rounds; each round runs
+the acks=1 phase then the acks=all phase, so that both see the machine in the same state,
+and the table sums the rounds: MB/s of records offered (all bytes over all seconds), the
+producer's CPU seconds per GB (this process: the load shares the two cores with the
+brokers), each broker's CPU seconds per GB produced (and the kernel's share of them), the
+acks=all / acks=1 ratio with its lowest, median and highest round, and the `os.sendfile`
+calls the RF3 brokers made against the bytes they moved (all of it serves followers:
+nothing consumes). No assertion on speed.
+
+Why rounds: page cache on this machine. Its VM hands memory freed in the guest back to the
+host within seconds (free page reporting), and a write into page the host took back costs
+the host's fault as well: 1 MiB writes into a file ran at 0.3 kernel CPU s/GiB into memory
+freed a moment before and at 2.2 s/GiB beyond it (`run.py` notes the same). Each phase
+therefore starts on recycled page cache: just before it, a scratch file as large as what
+the phase appends on all its brokers (records x replicas) is written and deleted, as a
+broker that has run a while writes into memory its page cache gave back. That holds only
+for a phase short enough to use the memory before the host takes it back: with one round
+of 1 GB, the acks=all phase (3 GB of appends over 8 s) wrote most of it beyond, and its
+followers paid twice the kernel CPU per GB that they pay within it, while the acks=1 phase
+(1 GB in 3 s) stayed within. Rounds of 200 MB keep both phases within. `--rounds 1`
+measures the old way; `--cold` leaves the warm-up out.
 
 `--producers N` runs N producer processes at once in both phases, each writing records / N
 (their CPU is the producer's; MB/s counts from the first start to the last end). A
@@ -24,15 +40,6 @@ meanwhile.
 spread round them, on the lone broker and then with replicas [1, 2, 3] rotated per
 partition so that the three brokers lead in turn (Kafka's own acks=all benchmark used six
 partitions). Each layout is its own pair of columns.
-
-Each phase starts on recycled page cache: just before it, a scratch file as large as what
-the phase appends on all its brokers (records x replicas) is written and deleted. A broker
-that has run a while writes into memory its page cache gave back; a VM that returns free
-memory to its host (this project's machine) instead pays for memory untouched for a few
-seconds as it would for new memory: a single writer's 1 GiB took 0.23 kernel CPU s/GB
-into freshly freed memory and 2.3 s/GB beyond it. Without the warm-up the acks=all phase,
-which writes three times the bytes and runs second, would measure mostly that. `--cold`
-leaves it out, to see the difference.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -160,6 +168,8 @@ def warm_page_cache(directory: Path, nbytes: int) -> None:
 def _phase(
     brokers, leader, topic, n, size, acks, partitions, warm: Path | None, producers: int = 1
 ) -> dict[str, float]:
+    """One phase: its seconds, bytes, the producer's CPU seconds and each broker's user and
+    system CPU seconds (sums: `_add` adds rounds, `_per_gb` makes the table's rows)."""
     if warm is not None:
         replicas = len(brokers)  # the RF1 phase has the lone broker, RF3 three brokers
         # A tenth more than the records themselves: batch headers and index entries.
@@ -175,14 +185,32 @@ def _phase(
         seconds = _produce(leader.bootstrap, topic, n, size, acks, partitions)
     # Followers finish fetching what was acknowledged after the last answer (acks=1).
     time.sleep(1)
-    gb = n * size / 1e9
-    out = {"MB/s": n * size / 1e6 / seconds, "seconds": seconds}
     # This process is the producer (confluent-kafka: its Python loop and librdkafka's
     # threads); the time.sleep above costs nothing.
-    out["producer CPU s/GB"] = (_cpu_seconds() - producer_before) / gb
+    out = {"seconds": seconds, "bytes": n * size, "producer": _cpu_seconds() - producer_before}
+    for node in (1, 2, 3):
+        out[f"user {node}"] = out[f"system {node}"] = 0.0
     for node, broker in brokers.items():
         user_after, system_after = bench.cpu_user_system(broker.proc.pid)
-        user, system = user_after - before[node][0], system_after - before[node][1]
+        out[f"user {node}"] = user_after - before[node][0]
+        out[f"system {node}"] = system_after - before[node][1]
+    return out
+
+
+def _add(total: dict[str, float] | None, phase: dict[str, float]) -> dict[str, float]:
+    return dict(phase) if total is None else {k: total[k] + phase[k] for k in total}
+
+
+def _per_gb(total: dict[str, float]) -> dict[str, float]:
+    """The table's rows from a layout's summed phases."""
+    gb = total["bytes"] / 1e9
+    out = {
+        "MB/s": total["bytes"] / 1e6 / total["seconds"],
+        "seconds": total["seconds"],
+        "producer CPU s/GB": total["producer"] / gb,
+    }
+    for node in (1, 2, 3):
+        user, system = total[f"user {node}"], total[f"system {node}"]
         out[f"broker {node} CPU s/GB"] = (user + system) / gb
         out[f"broker {node} system s/GB"] = system / gb
     return out
@@ -193,6 +221,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--record-size", type=int, default=1024)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="rounds of an acks=1 phase then an acks=all phase, --records split among "
+        "them (default 5; 1 with --smoke)",
+    )
     parser.add_argument(
         "--producers",
         type=int,
@@ -210,7 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "round the three brokers (Kafka's own acks=all benchmark used 6)",
     )
     args = parser.parse_args(argv)
-    n = 5_000 if args.smoke else args.records
+    rounds = 1 if args.smoke else max(1, args.rounds)
+    n = (5_000 if args.smoke else args.records) // rounds
     size = args.record_size
     layouts = [1] if args.partitions == 1 else [1, args.partitions]
     workdir = Path(tempfile.mkdtemp(prefix="bench-replication-"))
@@ -219,24 +255,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     alone = None
     one: dict[int, dict[str, float]] = {}
     three: dict[int, dict[str, float]] = {}
+    ratios: dict[int, list[float]] = {parts: [] for parts in layouts}
     try:
         # acks=1 RF1: a lone broker (until UpdateMetadata, a cluster's brokers other than
-        # a topic's replicas do not know the topic, and clients may ask them).
+        # a topic's replicas do not know the topic, and clients may ask them). It idles
+        # while the cluster works, and the cluster while it does.
         alone = BrokerProcess({"log.dirs": str(workdir / "alone")})
         from trio_broker.perf import ensure_topic
 
         for parts in layouts:
             ensure_topic(alone.bootstrap, f"rf1-{parts}", parts)
-            bench.progress(
-                f"acks=1 RF1 on a lone broker, {parts} partition(s): {n} records of {size} bytes"
-            )
-            one[parts] = _phase(
-                {1: alone}, alone, f"rf1-{parts}", n, size, "1", parts, warm, args.producers
-            )
-            for node in (2, 3):
-                one[parts][f"broker {node} CPU s/GB"] = 0.0
-                one[parts][f"broker {node} system s/GB"] = 0.0
-        alone.stop()
         with ZooKeeperServer() as zookeeper:
             bench.progress(f"ZooKeeper on {zookeeper.connect}")
             for node in (1, 2, 3):
@@ -251,10 +279,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             wait_all_see(brokers)  # else broker 1 may not know broker 3 yet
             for parts in layouts:
                 _create_rf3(brokers[1].bootstrap, f"rf3-{parts}", assignment(parts))
-                bench.progress(f"acks=all RF3, {parts} partition(s): {n} records of {size} bytes")
-                three[parts] = _phase(
-                    brokers, brokers[1], f"rf3-{parts}", n, size, "all", parts, warm, args.producers
-                )
+            for r in range(rounds):
+                for parts in layouts:
+                    bench.progress(
+                        f"round {r + 1}/{rounds}, {parts} partition(s): acks=1 RF1 on the lone "
+                        f"broker, then acks=all RF3: {n} records of {size} bytes each"
+                    )
+                    rf1 = _phase(
+                        {1: alone}, alone, f"rf1-{parts}", n, size, "1", parts, warm, args.producers
+                    )
+                    rf3 = _phase(
+                        brokers,
+                        brokers[1],
+                        f"rf3-{parts}",
+                        n,
+                        size,
+                        "all",
+                        parts,
+                        warm,
+                        args.producers,
+                    )
+                    ratios[parts].append(rf1["seconds"] / rf3["seconds"])
+                    one[parts] = _add(one.get(parts), rf1)
+                    three[parts] = _add(three.get(parts), rf3)
             for node in (3, 2, 1):
                 brokers[node].stop()
             calls = moved = fetches = 0
@@ -265,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         fetches += int(m.group(1))
                         calls += int(m.group(2))
                         moved += int(m.group(3))
+        alone.stop()
+        table = {parts: (_per_gb(one[parts]), _per_gb(three[parts])) for parts in layouts}
         keys = ["MB/s", "seconds", "producer CPU s/GB"] + [
             f"broker {b} {kind} s/GB" for b in (1, 2, 3) for kind in ("CPU", "system")
         ]
@@ -273,14 +322,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in keys:
             print(
                 f"{key:28}"
-                + "".join(f"{one[parts][key]:13.2f} {three[parts][key]:13.2f}" for parts in layouts)
+                + "".join(f"{table[p][0][key]:13.2f} {table[p][1][key]:13.2f}" for p in layouts)
             )
         print(
             f"{'acks=all RF3 / acks=1 RF1':28}"
-            + "".join(f"{three[parts]['MB/s'] / one[parts]['MB/s']:27.0%}" for parts in layouts)
+            + "".join(f"{table[p][1]['MB/s'] / table[p][0]['MB/s']:27.0%}" for p in layouts)
         )
+        spread = []
+        for parts in layouts:
+            r = sorted(ratios[parts])
+            spread.append(f"{r[0]:.0%} / {statistics.median(r):.0%} / {r[-1]:.0%}")
+        print(f"{'rounds: low / median / high':28}" + "".join(f"{x:>27}" for x in spread))
         print(
-            "page cache before each phase: " + ("as found (--cold)" if warm is None else "warmed")
+            f"rounds: {rounds} of {n} records of {size} bytes per phase; page cache before each "
+            "phase: " + ("as found (--cold)" if warm is None else "warmed")
         )
         print(
             f"sendfile to followers, all RF3 phases and brokers: {calls} calls, "

@@ -44,7 +44,15 @@ def test_replication_benchmark_smoke():
     # Each broker's CPU per GB with the kernel's share; in the 3-partition layout every
     # broker leads one partition and follows two, so all three worked.
     assert float(rows["broker 3 CPU s/GB"][3]) > 0
-    assert "page cache before each phase: warmed" in lines
+    # One round in smoke mode (the full run alternates five), each phase on recycled page
+    # cache; the ratio row and each layout's round spread.
+    assert (
+        "rounds: 1 of 5000 records of 1024 bytes per phase; page cache before each phase: warmed"
+        in lines
+    )
+    assert len(rows["acks=all RF3 / acks=1 RF1"]) == 2
+    assert all(v.endswith("%") for v in rows["acks=all RF3 / acks=1 RF1"])
+    assert len(rows["rounds: low / median / high"]) == 10  # "a% / b% / c%" twice
     sendfile = [line for line in lines if line.startswith("sendfile to followers")]
     m = re.search(r"(\d+) calls, ([\d.]+) MB", sendfile[0]) if sendfile else None
     # Two followers copied each layout's 5 MB: 20 MB and more, by sendfile.
