@@ -13,12 +13,14 @@ the acks=1 phase then the acks=all phase, so that both see the machine in the sa
 and the table sums the rounds: MB/s of records offered (all bytes over all seconds), the
 producer's CPU seconds per GB (this process: the load shares the two cores with the
 brokers), each broker's CPU seconds per GB produced (and the kernel's share of them), the
-acks=all / acks=1 ratio with its lowest, median and highest round, and the `os.sendfile`
-calls the RF3 brokers made against the bytes they moved (all of it serves followers:
-nothing consumes). No assertion on speed.
+whole machine's (every process, kernel threads and interrupts: what the columns above
+leave out) and what the hypervisor stole from it (/proc/stat), the acks=all / acks=1
+ratio with its lowest, median and highest round, and the `os.sendfile` calls the RF3
+brokers made against the bytes they moved (all of it serves followers: nothing
+consumes). No assertion on speed.
 
 Why rounds: page cache on this machine. Its VM hands memory freed in the guest back to the
-host within seconds (free page reporting), and a write into page the host took back costs
+host within seconds (free page reporting), and a write into a page the host took back costs
 the host's fault as well: 1 MiB writes into a file ran at 0.3 kernel CPU s/GiB into memory
 freed a moment before and at 2.2 s/GiB beyond it (`run.py` notes the same). Each phase
 therefore starts on recycled page cache: just before it, a scratch file as large as what
@@ -151,6 +153,17 @@ def _cpu_seconds() -> float:
     return times.user + times.system
 
 
+def machine_cpu() -> tuple[float, float]:
+    """Seconds the whole machine's CPUs were busy (every process and the kernel's own
+    threads, interrupts included) and seconds the hypervisor ran something else on them
+    (steal), from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq) / ticks, steal / ticks
+
+
 def warm_page_cache(directory: Path, nbytes: int) -> None:
     """Write `nbytes` into a scratch file in `directory` and delete it: the next writes
     (the brokers') reuse the page cache it freed (see the module docstring)."""
@@ -175,6 +188,7 @@ def _phase(
         # A tenth more than the records themselves: batch headers and index entries.
         warm_page_cache(warm, int(n * size * replicas * 1.1))
     before = {node: bench.cpu_user_system(b.proc.pid) for node, b in brokers.items()}
+    machine_before = machine_cpu()
     producer_before = _cpu_seconds()
     if producers > 1:
         seconds, children_cpu = _produce_in_processes(
@@ -188,6 +202,9 @@ def _phase(
     # This process is the producer (confluent-kafka: its Python loop and librdkafka's
     # threads); the time.sleep above costs nothing.
     out = {"seconds": seconds, "bytes": n * size, "producer": _cpu_seconds() - producer_before}
+    busy, steal = machine_cpu()
+    out["machine"] = busy - machine_before[0]
+    out["steal"] = steal - machine_before[1]
     for node in (1, 2, 3):
         out[f"user {node}"] = out[f"system {node}"] = 0.0
     for node, broker in brokers.items():
@@ -208,6 +225,8 @@ def _per_gb(total: dict[str, float]) -> dict[str, float]:
         "MB/s": total["bytes"] / 1e6 / total["seconds"],
         "seconds": total["seconds"],
         "producer CPU s/GB": total["producer"] / gb,
+        "machine CPU s/GB": total["machine"] / gb,
+        "machine steal s/GB": total["steal"] / gb,
     }
     for node in (1, 2, 3):
         user, system = total[f"user {node}"], total[f"system {node}"]
@@ -314,9 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         moved += int(m.group(3))
         alone.stop()
         table = {parts: (_per_gb(one[parts]), _per_gb(three[parts])) for parts in layouts}
-        keys = ["MB/s", "seconds", "producer CPU s/GB"] + [
-            f"broker {b} {kind} s/GB" for b in (1, 2, 3) for kind in ("CPU", "system")
-        ]
+        keys = (
+            ["MB/s", "seconds", "producer CPU s/GB"]
+            + [f"broker {b} {kind} s/GB" for b in (1, 2, 3) for kind in ("CPU", "system")]
+            + ["machine CPU s/GB", "machine steal s/GB"]
+        )
         print(f"{'':28}" + "".join(f"{f'{parts} partition(s)':>27}" for parts in layouts))
         print(f"{'':28}" + f"{'acks=1 RF1':>13} {'acks=all RF3':>13}" * len(layouts))
         for key in keys:

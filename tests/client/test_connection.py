@@ -339,6 +339,64 @@ async def test_submit_writes_a_lone_request_itself_and_queues_behind_a_partial_w
             )
 
 
+async def _trickling_broker(piece_delays: list[float], *, task_status):
+    """A broker that answers ApiVersions at once, then each Metadata request a few bytes
+    at a time: its i-th answer in pieces of 7 bytes, `piece_delays[i]` seconds apart."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def handle(stream):
+        reader = FrameReader(max_frame_bytes=1 << 20)
+        answered = 0
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            reader.receive_data(data)
+            while (frame := reader.next_frame()) is not NEED_DATA:
+                req = parse_request(frame, {18: (0, 3), 3: (0, 12)})
+                if req.api_key == 18:
+                    keys = [ApiVersion(api_key=18, min_version=0, max_version=3)]
+                    keys.append(ApiVersion(api_key=3, min_version=0, max_version=12))
+                    body = ApiVersionsResponse(api_keys=keys)
+                    buf, _ = encode_response(18, req.api_version, req.correlation_id, body)
+                    await stream.send_all(buf)
+                    continue
+                body = MetadataResponse(cluster_id="c" * 300, controller_id=7)
+                buf, _ = encode_response(3, req.api_version, req.correlation_id, body)
+                delay = piece_delays[answered]
+                answered += 1
+                for at in range(0, len(buf), 7):
+                    await stream.send_all(bytes(buf[at : at + 7]))
+                    await trio.sleep(delay)
+
+    await trio.serve_listeners(handle, listeners)
+
+
+async def test_an_answer_arriving_in_pieces_is_read_whole_and_a_trickle_still_times_out(
+    nursery,
+):
+    # The read loop reads what the kernel holds without a scheduler pass and waits only
+    # when nothing is there: an answer in ~50 pieces, each after a pause, comes back
+    # whole; one whose pieces outlast the request timeout fails with REQUEST_TIMED_OUT,
+    # though bytes keep arriving until then.
+    port = await nursery.start(_trickling_broker, [0.001, 0.1])
+    where = f"127.0.0.1:{port}"
+    async with _client(where, request_timeout_ms=400) as client:
+        meta = await client.send(where, MetadataRequest(topics=None))
+        assert (meta.cluster_id, meta.controller_id) == ("c" * 300, 7)
+        connection = await client.connection(where)
+        started = trio.current_time()
+        try:
+            await client.send(where, MetadataRequest(topics=None))
+            raise AssertionError("no timeout")
+        except RequestTimedOutError as exc:
+            assert exc.code == ErrorCode.REQUEST_TIMED_OUT
+        # ~50 pieces 100 ms apart take five seconds; the 400 ms timeout ended it.
+        assert trio.current_time() - started < 3
+        assert connection.closed
+
+
 async def test_an_address_no_resolver_takes_is_a_connection_error():
     # A host or port from a broker's metadata may be anything: a label too long for IDNA
     # raised UnicodeError, a port out of range OverflowError, out of the client's tasks.

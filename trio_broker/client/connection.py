@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
+# Reads in a row the read loop makes without a scheduler pass while bytes keep arriving
+# (then one trio read, which checkpoints): one connection's stream of answers cannot
+# starve the other tasks.
+_READS_PER_YIELD = 16
 _SOFTWARE_NAME = "trio-broker"
 _SOFTWARE_VERSION = "0.1.0"
 
@@ -359,30 +363,42 @@ class BrokerConnection:
     async def _read_loop(self) -> None:
         reader = self._reader
         stream = self._stream
+        fd = self._fd
         if isinstance(stream, trio.SocketStream):
-            recv_into = stream.socket.recv_into
+            sock = stream.socket
+            recv_into = sock.recv_into
         else:  # TLS (client/security.py): decrypted through the SSLStream
             from trio_broker.client.security import receive_into
 
             recv_into = functools.partial(receive_into, stream)
         in_flight = self._in_flight
+        unyielded = 0  # reads in a row that found bytes waiting and did not yield
         while True:
             frame = reader.next_frame()
             if frame is NEED_DATA:
-                deadline = min((r.deadline for r in in_flight), default=math.inf)
-                with trio.CancelScope(deadline=deadline) as scope:
-                    self._read_scope = scope
-                    n = await recv_into(reader.receive_buffer())
-                self._read_scope = None
-                if scope.cancelled_caught:
-                    head = in_flight[0] if in_flight else None
-                    if head is not None and head.deadline <= trio.current_time():
-                        raise RequestTimedOutError(
-                            f"no response to api key {head.api_key} v{head.version} "
-                            f"(correlation id {head.correlation_id}) from {self._where} within "
-                            f"{self._timeout_s * 1000:.0f} ms"
-                        )
-                    continue
+                if fd >= 0 and unyielded < _READS_PER_YIELD:
+                    # What the kernel already holds is read without a scheduler pass (a
+                    # megabyte's fetch answer arrives in a few reads); only a read that
+                    # would block waits, under the in-flight requests' deadline.
+                    try:
+                        n = os.readv(fd, (reader.receive_buffer(),))
+                    except BlockingIOError:
+                        n = -1
+                    if n < 0:
+                        unyielded = 0
+                        await self._wait_readable(sock)
+                        continue  # and read again
+                    unyielded += 1
+                else:
+                    unyielded = 0
+                    deadline = min((r.deadline for r in in_flight), default=math.inf)
+                    with trio.CancelScope(deadline=deadline) as scope:
+                        self._read_scope = scope
+                        n = await recv_into(reader.receive_buffer())
+                    self._read_scope = None
+                    if scope.cancelled_caught:
+                        self._check_timeout()
+                        continue
                 if n == 0:
                     raise KafkaConnectionError(f"{self._where} closed the connection")
                 reader.received(n)
@@ -390,6 +406,26 @@ class BrokerConnection:
             if not in_flight:
                 raise KafkaConnectionError(f"{self._where} sent a response nobody asked for")
             self._complete(in_flight.popleft(), frame)
+
+    async def _wait_readable(self, sock: Any) -> None:
+        """Wait until `sock` has bytes, or until the first in-flight request's deadline
+        (RequestTimedOutError if it is due: a request added meanwhile may have moved it)."""
+        deadline = min((r.deadline for r in self._in_flight), default=math.inf)
+        with trio.CancelScope(deadline=deadline) as scope:
+            self._read_scope = scope
+            await trio.lowlevel.wait_readable(sock)
+        self._read_scope = None
+        if scope.cancelled_caught:
+            self._check_timeout()
+
+    def _check_timeout(self) -> None:
+        head = self._in_flight[0] if self._in_flight else None
+        if head is not None and head.deadline <= trio.current_time():
+            raise RequestTimedOutError(
+                f"no response to api key {head.api_key} v{head.version} "
+                f"(correlation id {head.correlation_id}) from {self._where} within "
+                f"{self._timeout_s * 1000:.0f} ms"
+            )
 
     def _complete(self, pending: InFlightRequest, frame: memoryview) -> None:
         cls = response_class(pending.api_key)
