@@ -8,7 +8,9 @@ still leads; the broker asks again after `controlled.shutdown.retry.backoff.ms`,
 `controller.socket.timeout.ms`, then stops whatever the answer (a broker must be able to
 stop without a controller). Unlike Kafka it does not ask again when no live broker holds
 another replica of what it still leads (the last broker of a cluster stopping): nothing
-could move.
+could move. That holds whatever the last answer was: the controller's list of what
+remains, or a refusal (ZooKeeper unreachable) or no answer, judged then by the
+leaderships this broker holds.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ async def controlled_shutdown(broker: Broker) -> bool:
                 )
             except KafkaError as exc:
                 logger.info("controlled shutdown request to broker %d failed: %s", controller, exc)
+                if _hopeless(broker, _leading(replicas)):
+                    return False
                 continue
             if response.error_code != ErrorCode.NONE:
                 logger.info(
@@ -74,6 +78,8 @@ async def controlled_shutdown(broker: Broker) -> bool:
                     controller,
                     ErrorCode(response.error_code).name,
                 )
+                if _hopeless(broker, _leading(replicas)):
+                    return False
                 continue
             if replicas is not None:
                 # The controller moved these (its LeaderAndIsr goes to the others only).
@@ -92,28 +98,42 @@ async def controlled_shutdown(broker: Broker) -> bool:
                     f"{p.topic_name}-{p.partition_index}" for p in response.remaining_partitions
                 ),
             )
-            if not _anyone_could_take_over(broker, response.remaining_partitions):
-                # Every other replica of what it leads is on a broker that is down (the
-                # last broker of a cluster stopping): asking again cannot move anything.
-                # Kafka asks again regardless; this broker stops now instead.
-                logger.info(
-                    "controlled shutdown of broker %d: no live broker holds another replica "
-                    "of them; stopping",
-                    node_id,
-                )
+            remaining = [(p.topic_name, p.partition_index) for p in response.remaining_partitions]
+            if _hopeless(broker, remaining):
                 return False
     logger.warning("controlled shutdown of broker %d did not complete; stopping anyway", node_id)
     return False
 
 
-def _anyone_could_take_over(broker: Broker, remaining: list) -> bool:
-    """Whether a live broker other than this one holds a replica of any partition it still
-    leads (one out of the ISR may catch up before the next attempt)."""
+def _leading(replicas) -> list[tuple[str, int]]:
+    """The partitions this broker leads now (nothing without a replica manager)."""
+    if replicas is None:
+        return []
+    return [key for key, part in replicas.partitions.items() if part.is_leader]
+
+
+def _hopeless(broker: Broker, leading: list[tuple[str, int]]) -> bool:
+    """Whether asking again cannot move anything: every other replica of what this broker
+    still leads is on a broker that is down (the last broker of a cluster stopping). Kafka
+    asks again regardless; this broker stops now instead, and says so."""
+    if not set(broker.metadata.brokers) - {broker.node_id}:
+        why = "no other broker is alive"
+    elif leading and not _anyone_could_take_over(broker, leading):
+        why = "no live broker holds another replica of what it leads"
+    else:
+        return False
+    logger.info("controlled shutdown of broker %d: %s; stopping", broker.node_id, why)
+    return True
+
+
+def _anyone_could_take_over(broker: Broker, partitions: list[tuple[str, int]]) -> bool:
+    """Whether a live broker other than this one holds a replica of any of `partitions`
+    (one out of the ISR may catch up before the next attempt)."""
     metadata = broker.metadata
     others = set(metadata.brokers) - {broker.node_id}
-    for p in remaining:
-        topic = metadata.topics.get(p.topic_name)
-        state = topic.partitions.get(p.partition_index) if topic is not None else None
+    for topic_name, index in partitions:
+        topic = metadata.topics.get(topic_name)
+        state = topic.partitions.get(index) if topic is not None else None
         if state is None or others.intersection(state.replicas):
             return True  # unknown here: ask again, as before
     return False

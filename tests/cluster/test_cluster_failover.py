@@ -368,7 +368,36 @@ def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_
         messages = [r.getMessage() for r in caplog.records]
         asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
         assert len(asked) == 1 and "everywhere-0" in asked[0] and "everywhere-1" in asked[0]
-        assert any("no live broker holds another replica" in m for m in messages)
+        assert any("broker 1: no other broker is alive; stopping" in m for m in messages)
+
+
+def test_a_broker_whose_partners_are_down_stops_without_asking_again(zookeeper, tmp_path, caplog):
+    """Broker 3 alive, but every partition broker 1 leads has its other replica on broker
+    2, which is down: nobody can take them, so the controlled shutdown asks once."""
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "5000",
+        "controlled.shutdown.max.retries": "3",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        all_see(cluster.brokers)
+        _create(cluster.bootstrap, NewTopic("pair", 2, replica_assignment=[[1, 2], [1, 2]]))
+        cluster.brokers.pop(2).stop()
+        first = cluster.brokers[1]
+        eventually(
+            lambda: [b.node_id for b in metadata(first.bootstrap).brokers] == [1, 3],
+            budget_s=15,
+            what="broker 1 sees broker 2 gone",
+        )
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(1).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
+        assert len(asked) == 1 and "pair-0" in asked[0] and "pair-1" in asked[0]
+        assert any(
+            "broker 1: no live broker holds another replica of what it leads; stopping" in m
+            for m in messages
+        )
 
 
 def test_unclean_election_only_when_the_topic_allows_it(zookeeper, tmp_path, zk_view):

@@ -12,6 +12,7 @@ registered again, a controller is elected, and the cluster takes metadata change
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 
@@ -154,3 +155,42 @@ def test_brokers_stopped_while_zookeeper_is_down_stop_promptly(zookeeper, tmp_pa
         wait_for_leaders(cluster.bootstrap, "stopping", 3, budget_s=60)
         hw = high_watermarks(cluster.bootstrap, "stopping", range(3))
         assert_every_ack_read_once(acked, read_all(cluster.bootstrap, "stopping", hw))
+
+
+def test_the_last_broker_stopped_while_zookeeper_is_down_asks_once(zookeeper, tmp_path, caplog):
+    """Brokers 3 and 2 stopped, then ZooKeeper killed: broker 1, controller and alone,
+    cannot have its leaderships moved (nobody could take them, and the controller refuses
+    without ZooKeeper). Its controlled shutdown asks once and stops, instead of asking
+    again controlled.shutdown.max.retries times, 5 s apart (Kafka's defaults); what it
+    acknowledged is there when it comes back."""
+    overrides = {
+        **FAST_SESSION,
+        "controlled.shutdown.retry.backoff.ms": "5000",
+        "controlled.shutdown.max.retries": "3",
+    }
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+        create_topic(cluster.bootstrap, "alone", 2, 3)
+        wait_for_leaders(cluster.bootstrap, "alone", 2, isr_size=3)
+        with CountingProducer(cluster.bootstrap, "alone") as producer:
+            eventually(lambda: len(producer.acked) > 100, budget_s=30, what="first acks")
+        acked = list(producer.acked)
+        cluster.brokers.pop(3).stop()
+        cluster.brokers.pop(2).stop()
+        last = cluster.brokers[1]
+        eventually(
+            lambda: [n for n, _, _ in view(last.bootstrap)[2]] == [1],
+            budget_s=15,
+            what="broker 1 alone in its metadata",
+        )
+        zookeeper.kill()
+        caplog.set_level(logging.INFO)
+        cluster.brokers.pop(1).stop()
+        messages = [r.getMessage() for r in caplog.records]
+        refused = [m for m in messages if m.startswith("controlled shutdown refused by")]
+        assert refused == ["controlled shutdown refused by broker 1: BROKER_NOT_AVAILABLE"]
+        assert any("broker 1: no other broker is alive; stopping" in m for m in messages)
+        zookeeper.start_again()
+        cluster.add_broker(1)
+        wait_for_leaders(cluster.bootstrap, "alone", 2, budget_s=60)
+        hw = high_watermarks(cluster.bootstrap, "alone", range(2))
+        assert_every_ack_read_once(acked, read_all(cluster.bootstrap, "alone", hw))
