@@ -159,8 +159,9 @@ async def test_reconnect_backoff_grows_to_its_maximum(autojump_clock):
         assert state.failures == 5
 
 
-async def _fake_broker(supported: dict[int, tuple[int, int]], seen: list, *, task_status):
-    """A broker that knows only `supported` and answers ApiVersions and Metadata."""
+async def _serve_requests(supported: dict[int, tuple[int, int]], answer, *, task_status):
+    """A broker that knows only `supported`: `await answer(stream, request)` for each
+    request of each connection, in order."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     task_status.started(listeners[0].socket.getsockname()[1])
 
@@ -172,23 +173,34 @@ async def _fake_broker(supported: dict[int, tuple[int, int]], seen: list, *, tas
                 return
             reader.receive_data(data)
             while (frame := reader.next_frame()) is not NEED_DATA:
-                req = parse_request(frame, supported)
-                seen.append((req.api_key, req.api_version))
-                if req.api_key == 18:
-                    keys = [
-                        ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                        for k, (lo, hi) in supported.items()
-                    ]
-                    code = ErrorCode.UNSUPPORTED_VERSION if req.unsupported_version else 0
-                    version = 0 if req.unsupported_version else req.api_version
-                    body = ApiVersionsResponse(error_code=code, api_keys=keys)
-                else:
-                    version = req.api_version
-                    body = MetadataResponse()
-                buf, _ = encode_response(req.api_key, version, req.correlation_id, body)
-                await stream.send_all(buf)
+                await answer(stream, parse_request(frame, supported))
 
     await trio.serve_listeners(handle, listeners)
+
+
+def _api_versions(req, supported: dict[int, tuple[int, int]]) -> tuple[int, ApiVersionsResponse]:
+    """The version and body of an ApiVersions answer listing `supported`."""
+    keys = [
+        ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in supported.items()
+    ]
+    code = ErrorCode.UNSUPPORTED_VERSION if req.unsupported_version else 0
+    version = 0 if req.unsupported_version else req.api_version
+    return version, ApiVersionsResponse(error_code=code, api_keys=keys)
+
+
+async def _fake_broker(supported: dict[int, tuple[int, int]], seen: list, *, task_status):
+    """A broker that knows only `supported` and answers ApiVersions and Metadata."""
+
+    async def answer(stream, req):
+        seen.append((req.api_key, req.api_version))
+        if req.api_key == 18:
+            version, body = _api_versions(req, supported)
+        else:
+            version, body = req.api_version, MetadataResponse()
+        buf, _ = encode_response(req.api_key, version, req.correlation_id, body)
+        await stream.send_all(buf)
+
+    await _serve_requests(supported, answer, task_status=task_status)
 
 
 async def test_api_versions_downgrade_for_an_older_broker(nursery):
@@ -342,35 +354,25 @@ async def test_submit_writes_a_lone_request_itself_and_queues_behind_a_partial_w
 async def _trickling_broker(piece_delays: list[float], *, task_status):
     """A broker that answers ApiVersions at once, then each Metadata request a few bytes
     at a time: its i-th answer in pieces of 7 bytes, `piece_delays[i]` seconds apart."""
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    task_status.started(listeners[0].socket.getsockname()[1])
+    supported = {18: (0, 3), 3: (0, 12)}
+    answered = 0
 
-    async def handle(stream):
-        reader = FrameReader(max_frame_bytes=1 << 20)
-        answered = 0
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            reader.receive_data(data)
-            while (frame := reader.next_frame()) is not NEED_DATA:
-                req = parse_request(frame, {18: (0, 3), 3: (0, 12)})
-                if req.api_key == 18:
-                    keys = [ApiVersion(api_key=18, min_version=0, max_version=3)]
-                    keys.append(ApiVersion(api_key=3, min_version=0, max_version=12))
-                    body = ApiVersionsResponse(api_keys=keys)
-                    buf, _ = encode_response(18, req.api_version, req.correlation_id, body)
-                    await stream.send_all(buf)
-                    continue
-                body = MetadataResponse(cluster_id="c" * 300, controller_id=7)
-                buf, _ = encode_response(3, req.api_version, req.correlation_id, body)
-                delay = piece_delays[answered]
-                answered += 1
-                for at in range(0, len(buf), 7):
-                    await stream.send_all(bytes(buf[at : at + 7]))
-                    await trio.sleep(delay)
+    async def answer(stream, req):
+        nonlocal answered
+        if req.api_key == 18:
+            version, body = _api_versions(req, supported)
+            buf, _ = encode_response(18, version, req.correlation_id, body)
+            await stream.send_all(buf)
+            return
+        body = MetadataResponse(cluster_id="c" * 300, controller_id=7)
+        buf, _ = encode_response(3, req.api_version, req.correlation_id, body)
+        delay = piece_delays[answered]
+        answered += 1
+        for at in range(0, len(buf), 7):
+            await stream.send_all(bytes(buf[at : at + 7]))
+            await trio.sleep(delay)
 
-    await trio.serve_listeners(handle, listeners)
+    await _serve_requests(supported, answer, task_status=task_status)
 
 
 async def test_an_answer_arriving_in_pieces_is_read_whole_and_a_trickle_still_times_out(

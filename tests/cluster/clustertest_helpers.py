@@ -18,6 +18,13 @@ T = TypeVar("T")
 # the test server is 500 ms, so sessions may be this short). Imported from here, not from
 # conftest: `from conftest import` finds whichever test folder's conftest came first.
 FAST_SESSION = {"zookeeper.session.timeout.ms": "4000"}
+# Kafka's own controlled-shutdown retries (three more, 5 s apart): for tests that show a
+# stopping broker does not sit through them when nothing could move.
+KAFKA_SHUTDOWN_RETRIES = {
+    **FAST_SESSION,
+    "controlled.shutdown.retry.backoff.ms": "5000",
+    "controlled.shutdown.max.retries": "3",
+}
 
 
 def eventually(check: Callable[[], T], *, budget_s: float, what: str) -> T:

@@ -9,7 +9,13 @@ import logging
 import socket
 from pathlib import Path
 
-from clustertest_helpers import FAST_SESSION, all_see, eventually, metadata
+from clustertest_helpers import (
+    FAST_SESSION,
+    KAFKA_SHUTDOWN_RETRIES,
+    all_see,
+    eventually,
+    metadata,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from wire import request_of, roundtrip
 
@@ -342,16 +348,23 @@ def test_controlled_shutdown_keeps_a_leadership_nobody_can_take(
         assert after["isr"] == [2]
 
 
+def _stop_broker_1(cluster, caplog) -> tuple[list[str], list[str]]:
+    """Stop broker 1: its controlled shutdown's "still leading" answers, and every message
+    logged."""
+    caplog.set_level(logging.INFO)
+    cluster.brokers.pop(1).stop()
+    messages = [r.getMessage() for r in caplog.records]
+    asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
+    return asked, messages
+
+
 def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_path, caplog):
     """Brokers 3 and 2 stopped: broker 1 leads every replica of `everywhere` and nobody else
     is alive to take them. Its controlled shutdown asks once and stops, instead of asking
     again controlled.shutdown.max.retries times, 5 s apart (Kafka's defaults)."""
-    overrides = {
-        **FAST_SESSION,
-        "controlled.shutdown.retry.backoff.ms": "5000",
-        "controlled.shutdown.max.retries": "3",
-    }
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=KAFKA_SHUTDOWN_RETRIES
+    ) as cluster:
         all_see(cluster.brokers)
         _create(cluster.bootstrap, NewTopic("everywhere", 2, 3))
         cluster.brokers.pop(3).stop()
@@ -363,10 +376,7 @@ def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_
             budget_s=15,
             what="broker 1 alone in its metadata",
         )
-        caplog.set_level(logging.INFO)
-        cluster.brokers.pop(1).stop()
-        messages = [r.getMessage() for r in caplog.records]
-        asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
+        asked, messages = _stop_broker_1(cluster, caplog)
         assert len(asked) == 1 and "everywhere-0" in asked[0] and "everywhere-1" in asked[0]
         assert any("broker 1: no other broker is alive; stopping" in m for m in messages)
 
@@ -374,12 +384,9 @@ def test_the_last_broker_of_a_cluster_stops_without_asking_again(zookeeper, tmp_
 def test_a_broker_whose_partners_are_down_stops_without_asking_again(zookeeper, tmp_path, caplog):
     """Broker 3 alive, but every partition broker 1 leads has its other replica on broker
     2, which is down: nobody can take them, so the controlled shutdown asks once."""
-    overrides = {
-        **FAST_SESSION,
-        "controlled.shutdown.retry.backoff.ms": "5000",
-        "controlled.shutdown.max.retries": "3",
-    }
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=KAFKA_SHUTDOWN_RETRIES
+    ) as cluster:
         all_see(cluster.brokers)
         _create(cluster.bootstrap, NewTopic("pair", 2, replica_assignment=[[1, 2], [1, 2]]))
         cluster.brokers.pop(2).stop()
@@ -389,10 +396,7 @@ def test_a_broker_whose_partners_are_down_stops_without_asking_again(zookeeper, 
             budget_s=15,
             what="broker 1 sees broker 2 gone",
         )
-        caplog.set_level(logging.INFO)
-        cluster.brokers.pop(1).stop()
-        messages = [r.getMessage() for r in caplog.records]
-        asked = [m for m in messages if m.startswith("controlled shutdown of broker 1: still")]
+        asked, messages = _stop_broker_1(cluster, caplog)
         assert len(asked) == 1 and "pair-0" in asked[0] and "pair-1" in asked[0]
         assert any(
             "broker 1: no live broker holds another replica of what it leads; stopping" in m

@@ -16,7 +16,13 @@ import logging
 import socket
 import time
 
-from clustertest_helpers import FAST_SESSION, ZooKeeperView, eventually, view
+from clustertest_helpers import (
+    FAST_SESSION,
+    KAFKA_SHUTDOWN_RETRIES,
+    ZooKeeperView,
+    eventually,
+    view,
+)
 from failover_helpers import (
     CountingProducer,
     assert_every_ack_read_once,
@@ -163,12 +169,9 @@ def test_the_last_broker_stopped_while_zookeeper_is_down_asks_once(zookeeper, tm
     without ZooKeeper). Its controlled shutdown asks once and stops, instead of asking
     again controlled.shutdown.max.retries times, 5 s apart (Kafka's defaults); what it
     acknowledged is there when it comes back."""
-    overrides = {
-        **FAST_SESSION,
-        "controlled.shutdown.retry.backoff.ms": "5000",
-        "controlled.shutdown.max.retries": "3",
-    }
-    with KafkaCluster(zookeeper, base_dir=tmp_path, size=3, overrides=overrides) as cluster:
+    with KafkaCluster(
+        zookeeper, base_dir=tmp_path, size=3, overrides=KAFKA_SHUTDOWN_RETRIES
+    ) as cluster:
         create_topic(cluster.bootstrap, "alone", 2, 3)
         wait_for_leaders(cluster.bootstrap, "alone", 2, isr_size=3)
         with CountingProducer(cluster.bootstrap, "alone") as producer:
