@@ -8,9 +8,9 @@ still leads; the broker asks again after `controlled.shutdown.retry.backoff.ms`,
 `controller.socket.timeout.ms`, then stops whatever the answer (a broker must be able to
 stop without a controller). Unlike Kafka it does not ask again when no live broker holds
 another replica of what it still leads (the last broker of a cluster stopping): nothing
-could move. That holds whatever the last answer was: the controller's list of what
-remains, or a refusal (ZooKeeper unreachable) or no answer, judged then by the
-leaderships this broker holds.
+could move. Nor, after a refusal (ZooKeeper unreachable) or no answer, when it knows no
+other live broker. (After a refusal the controller did nothing, not even take this broker
+out of the ISRs it follows in: with another broker alive it asks again, as Kafka does.)
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ async def controlled_shutdown(broker: Broker) -> bool:
                 )
             except KafkaError as exc:
                 logger.info("controlled shutdown request to broker %d failed: %s", controller, exc)
-                if _hopeless(broker, _leading(replicas)):
+                if _hopeless(broker):
                     return False
                 continue
             if response.error_code != ErrorCode.NONE:
@@ -78,7 +78,7 @@ async def controlled_shutdown(broker: Broker) -> bool:
                     controller,
                     ErrorCode(response.error_code).name,
                 )
-                if _hopeless(broker, _leading(replicas)):
+                if _hopeless(broker):
                     return False
                 continue
             if replicas is not None:
@@ -105,20 +105,14 @@ async def controlled_shutdown(broker: Broker) -> bool:
     return False
 
 
-def _leading(replicas) -> list[tuple[str, int]]:
-    """The partitions this broker leads now (nothing without a replica manager)."""
-    if replicas is None:
-        return []
-    return [key for key, part in replicas.partitions.items() if part.is_leader]
-
-
-def _hopeless(broker: Broker, leading: list[tuple[str, int]]) -> bool:
-    """Whether asking again cannot move anything: every other replica of what this broker
-    still leads is on a broker that is down (the last broker of a cluster stopping). Kafka
-    asks again regardless; this broker stops now instead, and says so."""
+def _hopeless(broker: Broker, remaining: list[tuple[str, int]] | None = None) -> bool:
+    """Whether asking again cannot change anything: no other broker is alive, or (after an
+    answer listing what this broker still leads, `remaining`) every other replica of those
+    is on a broker that is down. Kafka asks again regardless; this broker stops now
+    instead, and says so."""
     if not set(broker.metadata.brokers) - {broker.node_id}:
         why = "no other broker is alive"
-    elif leading and not _anyone_could_take_over(broker, leading):
+    elif remaining and not _anyone_could_take_over(broker, remaining):
         why = "no live broker holds another replica of what it leads"
     else:
         return False
