@@ -110,9 +110,10 @@ def _hopeless(broker: Broker, remaining: list[tuple[str, int]] | None = None) ->
     answer listing what this broker still leads, `remaining`) every other replica of those
     is on a broker that is down. Kafka asks again regardless; this broker stops now
     instead, and says so."""
-    if not set(broker.metadata.brokers) - {broker.node_id}:
+    others = set(broker.metadata.brokers) - {broker.node_id}
+    if not others:
         why = "no other broker is alive"
-    elif remaining and not _anyone_could_take_over(broker, remaining):
+    elif remaining and not _anyone_could_take_over(broker, others, remaining):
         why = "no live broker holds another replica of what it leads"
     else:
         return False
@@ -120,11 +121,12 @@ def _hopeless(broker: Broker, remaining: list[tuple[str, int]] | None = None) ->
     return True
 
 
-def _anyone_could_take_over(broker: Broker, partitions: list[tuple[str, int]]) -> bool:
-    """Whether a live broker other than this one holds a replica of any of `partitions`
+def _anyone_could_take_over(
+    broker: Broker, others: set[int], partitions: list[tuple[str, int]]
+) -> bool:
+    """Whether one of the live brokers `others` holds a replica of any of `partitions`
     (one out of the ISR may catch up before the next attempt)."""
     metadata = broker.metadata
-    others = set(metadata.brokers) - {broker.node_id}
     for topic_name, index in partitions:
         topic = metadata.topics.get(topic_name)
         state = topic.partitions.get(index) if topic is not None else None

@@ -49,6 +49,7 @@ _INT16 = struct.Struct(">h")
 # (then one trio read, which checkpoints): one connection's stream of answers cannot
 # starve the other tasks.
 _READS_PER_YIELD = 16
+_CUT = object()  # a read loop's wait ended by its deadline scope, not by the socket
 _SOFTWARE_NAME = "trio-broker"
 _SOFTWARE_VERSION = "0.1.0"
 
@@ -386,18 +387,13 @@ class BrokerConnection:
                         n = -1
                     if n < 0:
                         unyielded = 0
-                        await self._wait_readable(sock)
+                        await self._until_deadline(trio.lowlevel.wait_readable, sock)
                         continue  # and read again
                     unyielded += 1
                 else:
                     unyielded = 0
-                    deadline = min((r.deadline for r in in_flight), default=math.inf)
-                    with trio.CancelScope(deadline=deadline) as scope:
-                        self._read_scope = scope
-                        n = await recv_into(reader.receive_buffer())
-                    self._read_scope = None
-                    if scope.cancelled_caught:
-                        self._check_timeout()
+                    n = await self._until_deadline(recv_into, reader.receive_buffer())
+                    if n is _CUT:
                         continue
                 if n == 0:
                     raise KafkaConnectionError(f"{self._where} closed the connection")
@@ -407,18 +403,17 @@ class BrokerConnection:
                 raise KafkaConnectionError(f"{self._where} sent a response nobody asked for")
             self._complete(in_flight.popleft(), frame)
 
-    async def _wait_readable(self, sock: Any) -> None:
-        """Wait until `sock` has bytes, or until the first in-flight request's deadline
-        (RequestTimedOutError if it is due: a request added meanwhile may have moved it)."""
+    async def _until_deadline(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`await fn(*args)` until the first in-flight request's deadline: its result, or
+        _CUT if the deadline came first (RequestTimedOutError if that request is due: a
+        request added meanwhile, see submit, may have moved the deadline)."""
         deadline = min((r.deadline for r in self._in_flight), default=math.inf)
         with trio.CancelScope(deadline=deadline) as scope:
             self._read_scope = scope
-            await trio.lowlevel.wait_readable(sock)
+            result = await fn(*args)
         self._read_scope = None
-        if scope.cancelled_caught:
-            self._check_timeout()
-
-    def _check_timeout(self) -> None:
+        if not scope.cancelled_caught:
+            return result
         head = self._in_flight[0] if self._in_flight else None
         if head is not None and head.deadline <= trio.current_time():
             raise RequestTimedOutError(
@@ -426,6 +421,7 @@ class BrokerConnection:
                 f"(correlation id {head.correlation_id}) from {self._where} within "
                 f"{self._timeout_s * 1000:.0f} ms"
             )
+        return _CUT
 
     def _complete(self, pending: InFlightRequest, frame: memoryview) -> None:
         cls = response_class(pending.api_key)
