@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from trio_broker.apis.txn_errors import after_state_write, coordinator, for_version
-from trio_broker.cluster.group_records import OFFSETS_TOPIC
+from trio_broker.cluster.groups.records import OFFSETS_TOPIC
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.add_offsets_to_txn_response import AddOffsetsToTxnResponse
 

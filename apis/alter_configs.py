@@ -19,7 +19,7 @@ from trio_broker.apis.config_entries import (
     check_group_resource,
     unsupported_resource,
 )
-from trio_broker.cluster.group_config import validate_group_configs
+from trio_broker.cluster.groups.group_config import validate_group_configs
 from trio_broker.cluster.topic_config import validate_topic_configs
 from trio_broker.cluster.topics import validate_topic_name
 from trio_broker.errors import ErrorCode, KafkaError

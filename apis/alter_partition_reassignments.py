@@ -1,5 +1,5 @@
 """AlterPartitionReassignments (key 45) and ListPartitionReassignments (key 46), on the
-controller (cluster/controller_reassignment.py); another broker, or a lone one, answers
+controller (cluster/controller/reassignment.py); another broker, or a lone one, answers
 NOT_CONTROLLER, as Kafka's do (admin clients send both to the controller).
 """
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from trio_broker.cluster.group_config import GROUP_CONFIGS, group_config_values
+from trio_broker.cluster.groups.group_config import GROUP_CONFIGS, group_config_values
 from trio_broker.cluster.topic_config import TOPIC_CONFIGS, default_value, format_value
 from trio_broker.config import BROKER_CONFIGS, BrokerConfig, Listener
 from trio_broker.errors import ErrorCode, KafkaError

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from trio_broker.cluster.fetch_sessions import (
+from trio_broker.cluster.replication.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
     CachedPartition,
     FetchSession,
     FetchSessionCache,
 )
-from trio_broker.cluster.purgatory import DelayedOperation
+from trio_broker.cluster.replication.purgatory import DelayedOperation
 from trio_broker.config import RACK_AWARE_REPLICA_SELECTOR
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.fetch_response import (
@@ -361,7 +361,7 @@ def _leadership_errors(
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
     if version < 16:
         return
-    from trio_broker.cluster.delayed_produce import moved_leader_endpoints
+    from trio_broker.cluster.replication.delayed_produce import moved_leader_endpoints
     from trio_broker.protocol._generated.fetch_response import NodeEndpoint
 
     answers = (d for t in response.responses for d in t.partitions)

@@ -26,7 +26,8 @@ from trio_broker.apis.config_entries import (
     format_broker_value,
     unsupported_resource,
 )
-from trio_broker.cluster import group_config, topic_config
+from trio_broker.cluster import topic_config
+from trio_broker.cluster.groups import group_config
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse,

@@ -1,6 +1,6 @@
 """LeaderAndIsr (key 4): the controller makes this broker a leader or a follower.
 
-Only a broker of a ZooKeeper cluster has replicas to manage (cluster/replica_manager.py);
+Only a broker of a ZooKeeper cluster has replicas to manage (cluster/replication/replica_manager.py);
 a lone broker is its own controller and answers INVALID_REQUEST.
 """
 
@@ -20,7 +20,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     manager = getattr(broker, "replica_manager", None)
     if manager is None:
         return LeaderAndIsrResponse(error_code=ErrorCode.INVALID_REQUEST)
-    from trio_broker.cluster.broker_epoch import is_stale
+    from trio_broker.cluster.zookeeper.broker_epoch import is_stale
 
     if is_stale(broker, request.body.broker_epoch, "LeaderAndIsr"):
         return LeaderAndIsrResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)

@@ -1,5 +1,5 @@
 """ListPartitionReassignments (key 46): the ongoing reassignments, from the controller
-(cluster/controller_reassignment.py); NOT_CONTROLLER elsewhere."""
+(cluster/controller/reassignment.py); NOT_CONTROLLER elsewhere."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> ListPartitionReassignmentsResponse:
-    from trio_broker.cluster.controller_reassignment import list_reassignments
+    from trio_broker.cluster.controller.reassignment import list_reassignments
 
     body = request.body
     controller = controller_of(broker)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trio_broker.apis.txn_errors import coordinator
-from trio_broker.cluster.transaction_metadata import BY_NAME
+from trio_broker.cluster.transactions.transaction_metadata import BY_NAME
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.list_transactions_response import (
     ListTransactionsResponse,

@@ -18,7 +18,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     if not accepted:
         return response
     # A cluster: answered once the ISR has the commit, as Kafka's acks=-1 append.
-    from trio_broker.cluster.delayed_produce import after_replication
+    from trio_broker.cluster.replication.delayed_produce import after_replication
     from trio_broker.errors import ErrorCode
 
     def answer(code: ErrorCode) -> Any:

@@ -67,7 +67,7 @@ def _verify_transactional(
         # Asked the remote coordinator (a cluster, KIP-890); the handler awaited since.
         code, guard = verified[(topic, partition)]
         if not code:
-            from trio_broker.cluster.txn_verification import txn_guard
+            from trio_broker.cluster.transactions.verification import txn_guard
 
             if txn_guard(log, header.producer_id) != guard:
                 raise KafkaError(
@@ -190,7 +190,7 @@ def append_partition(
     else:
         replicas.after_leader_append(leader)
         if acks == -1 and pending is not None and log.high_watermark <= result.last_offset:
-            # acks=all: answered once the ISR has it (cluster/delayed_produce.py).
+            # acks=all: answered once the ISR has it (cluster/replication/delayed_produce.py).
             pending.append(
                 (topic, partition, result.last_offset + 1, leader.leader_generation, answer)
             )
@@ -227,7 +227,7 @@ async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
         return ProduceResponse(responses=responses)
     pending: list | None = [] if getattr(broker, "replica_manager", None) is not None else None
     if pending is not None and body.transactional_id:
-        from trio_broker.cluster.txn_verification import verify_then_append
+        from trio_broker.cluster.transactions.verification import verify_then_append
 
         # A cluster: a batch opening a transaction here may need the remote coordinator's
         # word first; then the request is answered from a task of its own (DELAYED).
@@ -280,7 +280,7 @@ def _append_all(
         return None
     response = ProduceResponse(responses=responses)
     if pending is not None:
-        from trio_broker.cluster.delayed_produce import finish_produce
+        from trio_broker.cluster.replication.delayed_produce import finish_produce
 
         return finish_produce(broker, request, response, pending, body.timeout_ms)
     return response

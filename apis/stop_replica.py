@@ -28,7 +28,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     version = request.api_version
     if body.controller_epoch < broker.metadata.controller_epoch:
         return StopReplicaResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
-    from trio_broker.cluster.broker_epoch import is_stale
+    from trio_broker.cluster.zookeeper.broker_epoch import is_stale
 
     if is_stale(broker, body.broker_epoch, "StopReplica"):
         return StopReplicaResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)

@@ -14,7 +14,7 @@ from trio_broker.errors import ErrorCode
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
-    from trio_broker.cluster.transaction_coordinator import TransactionCoordinator
+    from trio_broker.cluster.transactions.transaction_coordinator import TransactionCoordinator
     from trio_broker.server.requests import Request
 
 __all__ = ["after_state_write", "coordinator", "for_version"]
@@ -45,8 +45,11 @@ def after_state_write(
     ids = list(dict.fromkeys(transactional_ids))
     if getattr(broker, "replica_manager", None) is None or not ids:
         return answer(dict.fromkeys(ids, ErrorCode.NONE))
-    from trio_broker.cluster.isr_wait import map_for_coordinator, respond_when_replicated
-    from trio_broker.cluster.transaction_records import TRANSACTION_STATE_TOPIC
+    from trio_broker.cluster.replication.isr_wait import (
+        map_for_coordinator,
+        respond_when_replicated,
+    )
+    from trio_broker.cluster.transactions.records import TRANSACTION_STATE_TOPIC
 
     store = broker.transaction_coordinator.store
     where = {t: (TRANSACTION_STATE_TOPIC, store.partition_for(t)) for t in ids}

@@ -20,7 +20,10 @@ async def handle(broker: Broker, request: Request) -> Any:
     accepted = [p for t in response.topics for p in t.partitions if p.error_code == 0]
     if not accepted:
         return response
-    from trio_broker.cluster.isr_wait import map_for_coordinator, respond_when_replicated
+    from trio_broker.cluster.replication.isr_wait import (
+        map_for_coordinator,
+        respond_when_replicated,
+    )
 
     tp = ("__consumer_offsets", coordinator.store.partition_for(request.body.group_id))
 

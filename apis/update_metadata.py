@@ -42,7 +42,7 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
     meta = broker.metadata
     if not meta.zk_mode:
         return UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    from trio_broker.cluster.broker_epoch import is_stale
+    from trio_broker.cluster.zookeeper.broker_epoch import is_stale
 
     if is_stale(broker, body.broker_epoch, "UpdateMetadata"):
         return UpdateMetadataResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
@@ -57,7 +57,7 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
     meta.controller_epoch = body.controller_epoch
 
     # A node's own address is the one brokers reach it on (inter.broker.listener.name,
-    # as the registration in cluster/membership.py reads it); every endpoint is kept so
+    # as the registration in cluster/zookeeper/membership.py reads it); every endpoint is kept so
     # that a client is told the address of the listener it came in on (apis/endpoints.py).
     listener = _inter_broker_listener(broker)
     brokers: dict[int, BrokerNode] = {}
@@ -142,7 +142,7 @@ async def handle(broker: Broker, request: Request) -> UpdateMetadataResponse:
         for name in [t for t in meta.topics if t not in by_topic]:
             del meta.topics[name]
     if replicas is not None and replicas.shutting_down:
-        # A stopping broker hears of its leaderships moved (cluster/controlled_shutdown.py).
+        # A stopping broker hears of its leaderships moved (cluster/controller/controlled_shutdown.py).
         replicas.resign_moved_leaderships()
     for topic in new_topics:
         if topic.name in meta.topics and broker.zk is not None:
@@ -156,7 +156,7 @@ async def _load_configs(broker: Broker, topic) -> None:
     import trio
     from kazoo.exceptions import KazooException
 
-    from trio_broker.cluster.zk_admin import read_topic_config
+    from trio_broker.cluster.zookeeper.admin_zk_client import read_topic_config
 
     with trio.move_on_after(5) as scope:  # ZooKeeper down must not hold the controller
         try:

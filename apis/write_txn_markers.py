@@ -1,6 +1,6 @@
 """WriteTxnMarkers (key 27): a transaction coordinator asks this broker, the leader of the
 listed partitions, to append COMMIT or ABORT markers. The local coordinator uses the same
-code path (`trio_broker.cluster.transaction_markers`) directly.
+code path (`trio_broker.cluster.transactions.markers`) directly.
 
 In a cluster the markers are appended as acks=-1 appends are: the answer goes once the ISR
 of every partition has them (or request.timeout.ms passed), from the produce purgatory, so
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trio_broker.cluster.transaction_markers import write_markers
+from trio_broker.cluster.transactions.markers import write_markers
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.write_txn_markers_response import (
     WritableTxnMarkerPartitionResult,
@@ -63,7 +63,7 @@ async def handle(broker: Broker, request: Request) -> Any:
     appended = [tp for _pid, codes in written for tp, code in codes.items() if code == 0]
     if getattr(broker, "replica_manager", None) is None or not appended:
         return answer({})  # one broker: the append is committed at once
-    from trio_broker.cluster.isr_wait import respond_when_replicated
+    from trio_broker.cluster.replication.isr_wait import respond_when_replicated
 
     return respond_when_replicated(
         broker, request, appended, broker.config.request_timeout_ms, answer

@@ -11,7 +11,7 @@ Two levels over the static configuration, most specific first, as Kafka resolves
 A lone broker keeps both levels in `<first log dir>/dynamic-broker-configs.json` (its
 stand-in for ZooKeeper's /config/brokers/<id> and /config/brokers/<default>) and applies
 them at start before anything reads the configuration; a cluster's live in ZooKeeper
-(cluster/zk_broker_configs.py, the `store`), where every broker follows them.
+(cluster/zookeeper/broker_configs.py, the `store`), where every broker follows them.
 
 Applying a change updates the broker's `BrokerConfig` object in place (the one place that
 does), so every component holding it reads the new value at its next use; the keys whose
@@ -126,7 +126,7 @@ class DynamicBrokerConfig:
         self.per_broker: dict[str, str] = {}
         self.default: dict[str, str] = {}
         self.broker: Broker | None = None
-        # In a cluster, ZooKeeper (cluster/zk_broker_configs.py) instead of the file.
+        # In a cluster, ZooKeeper (cluster/zookeeper/broker_configs.py) instead of the file.
         self.store: Any = None
         # The config carries its layers, so DescribeConfigs can name each value's source.
         object.__setattr__(config, "dynamic", self)

@@ -9,11 +9,11 @@ directory (Kafka keeps them in its metadata log; a single broker needs only a fi
 written atomically on every change).
 
 In a cluster (`zookeeper.connect`, `zk_mode`), ZooKeeper holds the topics (Kafka's znodes,
-cluster/zk_data.py) and this is each broker's cache of them, as Kafka's MetadataCache is:
+cluster/zookeeper/zk_data.py) and this is each broker's cache of them, as Kafka's MetadataCache is:
 filled by the controller's UpdateMetadata (every partition) and LeaderAndIsr (the
 partitions this broker hosts), and by a leader's own ISR changes. Nothing about topics is
 read from or written to the metadata file then; the GROUP configs still are. The live
-brokers and the controller id come from ZooKeeper (cluster/membership.py calls
+brokers and the controller id come from ZooKeeper (cluster/zookeeper/membership.py calls
 `set_live_brokers` and `set_controller`) until UpdateMetadata brings them.
 """
 

@@ -49,7 +49,7 @@ _REPLICA = re.compile(r"[0-9]+:[0-9]+")
 
 def _throttled_replicas(text: str) -> tuple[str, ...]:
     # Kafka's ThrottledReplicaListValidator: "*" or partition:broker pairs, the replicas
-    # the replication quotas hold back (cluster/replication_quota.py).
+    # the replication quotas hold back (cluster/replication/replication_quota.py).
     parts = tuple(p.strip() for p in text.split(",") if p.strip())
     if parts != ("*",) and not all(_REPLICA.fullmatch(p) for p in parts):
         raise ValueError(

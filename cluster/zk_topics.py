@@ -2,7 +2,7 @@
 delegates to when `metadata.zk_mode`.
 
 The broker validates as Kafka's ZkAdminManager does, assigns replicas over the live
-brokers (cluster/replica_assignment.py), writes ZooKeeper (cluster/zk_admin.py), and
+brokers (cluster/replica_assignment.py), writes ZooKeeper (cluster/zookeeper/admin_zk_client.py), and
 waits for the controller: a created topic is answered once this broker's cache (filled by
 UpdateMetadata) has a leader for every partition, a deleted one once the cache no longer
 has it, each within the request's timeout.
@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from trio_broker.cluster import zk_data
 from trio_broker.cluster.topics import is_legal_topic_name
+from trio_broker.cluster.zookeeper import zk_data
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from trio_broker.cluster.topics import TopicManager
-    from trio_broker.cluster.zookeeper import ZooKeeperSession
+    from trio_broker.cluster.zookeeper.session import ZooKeeperSession
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class ZkTopics:
 
     async def reload_topic_config(self, name: str) -> None:
         from trio_broker.cluster.topic_config import resolve_log_config
-        from trio_broker.cluster.zk_admin import read_topic_config
+        from trio_broker.cluster.zookeeper.admin_zk_client import read_topic_config
 
         topic = self.metadata.topics.get(name)
         if topic is None:
@@ -207,7 +207,7 @@ class ZkTopics:
     ) -> tuple[uuid.UUID, int, int]:
         """Validate, assign, write ZooKeeper; wait up to `timeout_ms` for the leaders.
         Returns (topic id, partitions, replication factor)."""
-        from trio_broker.cluster import zk_admin
+        from trio_broker.cluster.zookeeper import admin_zk_client as zk_admin
 
         if assignment is None:
             num_partitions, replication_factor = self.topics.check_new_topic(
@@ -292,7 +292,7 @@ class ZkTopics:
     # --- delete -----------------------------------------------------------------------------
 
     async def delete_topic(self, name: str, timeout_ms: int) -> None:
-        from trio_broker.cluster import zk_admin
+        from trio_broker.cluster.zookeeper import admin_zk_client as zk_admin
 
         topic = self.metadata.topics.get(name)
         if topic is None and not await self._exists(name):
@@ -325,7 +325,7 @@ class ZkTopics:
     ) -> None:
         """Kafka's AdminZkClient.addPartitions: new partitions' replicas (given, or assigned
         starting where partition 0's preferred leader is) into the topic znode."""
-        from trio_broker.cluster import zk_admin
+        from trio_broker.cluster.zookeeper import admin_zk_client as zk_admin
 
         read = await zk_admin.read_assignment(self.zk, name) if is_legal_topic_name(name) else None
         if read is None:

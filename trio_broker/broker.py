@@ -10,9 +10,9 @@ within `shutdown.grace.period.ms`, then close the logs (flush, checkpoints, clea
 marker) and return.
 
 With `zookeeper.connect` the broker is one of a cluster: before anything else it opens its
-ZooKeeper session and agrees on the cluster id (cluster/membership.py), and one more
+ZooKeeper session and agrees on the cluster id (cluster/zookeeper/membership.py), and one more
 service runs first in its nursery: its registration, view of the cluster and the
-controller election (BrokerMembership, with cluster/controller.py). The session is
+controller election (BrokerMembership, with cluster/controller/kafka_controller.py). The session is
 closed last, so its ephemeral registration goes as the broker stops. Without it, nothing
 about ZooKeeper is imported.
 """
@@ -89,7 +89,7 @@ class Broker:
     @property
     def replication_quotas(self) -> Any:
         if self._replication_quotas is None:
-            from trio_broker.cluster.replication_quota import ReplicationQuotas
+            from trio_broker.cluster.replication.replication_quota import ReplicationQuotas
 
             self._replication_quotas = ReplicationQuotas(self)
         return self._replication_quotas
@@ -107,7 +107,7 @@ class Broker:
         first.mkdir(parents=True, exist_ok=True)
         # Dynamic broker configs (cluster/dynamic_broker_config.py, its FILE_NAME), applied
         # before anything reads the config; the module is imported only when there are any.
-        # In a cluster they are in ZooKeeper instead (cluster/zk_broker_configs.py).
+        # In a cluster they are in ZooKeeper instead (cluster/zookeeper/broker_configs.py).
         if self.zk is None and (first / "dynamic-broker-configs.json").exists():
             self.dynamic_config.load()
         cluster_id = (
@@ -133,32 +133,33 @@ class Broker:
             name: resolve_log_config(t.configs, config) for name, t in self.metadata.topics.items()
         }
         self.log_manager.open(topic_configs)
-        # Replication quotas (cluster/replication_quota.py), made on first use: a lone
+        # Replication quotas (cluster/replication/replication_quota.py), made on first use: a lone
         # broker uses only the log dir moves' (AlterReplicaLogDirs).
         self._replication_quotas: Any = None
         self.log_manager.move_quota = lambda: self.replication_quotas.alter_log_dirs
         self.topics = TopicManager(config, self.metadata, self.log_manager)
         self.topics.open()
-        from trio_broker.cluster.producer_ids import ProducerIdManager
+        from trio_broker.cluster.transactions.producer_id_manager import ProducerIdManager
 
         self.producer_ids = ProducerIdManager(first / "producer-id-block")
         # Long-lived parts with background work (coordinators, purgatory): each has
         # `async def run(*, task_status)`, started in the broker's nursery in this order.
         self.services: list[Any] = []
         if self.zk is not None:
-            from trio_broker.cluster.membership import BrokerMembership
-            from trio_broker.cluster.zk_broker_configs import ZkBrokerConfigs
+            from trio_broker.cluster.controller.kafka_controller import ControllerElector
             from trio_broker.cluster.zk_topics import ZkTopics
+            from trio_broker.cluster.zookeeper.broker_configs import ZkBrokerConfigs
+            from trio_broker.cluster.zookeeper.membership import BrokerMembership
 
             # First: the dynamic broker configs apply before the other services read them.
             self.zk_broker_configs: Any = ZkBrokerConfigs(self)
             self.services.append(self.zk_broker_configs)
 
-            self.membership = BrokerMembership(self, self.zk)
-            self.controller_elector = self.membership.elector
+            self.controller_elector = ControllerElector(self, self.zk)
+            self.membership = BrokerMembership(self, self.zk, self.controller_elector)
             self.topics.zk_topics = ZkTopics(self.topics, self.zk)
             self.services.append(self.topics.zk_topics)
-            from trio_broker.cluster.zk_producer_ids import ZkProducerIdManager
+            from trio_broker.cluster.transactions.zk_producer_id_manager import ZkProducerIdManager
 
             self.producer_ids = ZkProducerIdManager(self.node_id, self.zk)
             self.services.append(self.producer_ids)
@@ -168,22 +169,22 @@ class Broker:
 
             self.services.append(ZkScram(self))
             self.services.append(ZkQuotas(self))
-        from trio_broker.cluster.group_coordinator import GroupCoordinator
+        from trio_broker.cluster.groups.group_coordinator import GroupCoordinator
         from trio_broker.log.cleaner import LogCleaner
 
         self.services.append(GroupCoordinator(self))
-        from trio_broker.cluster.transaction_coordinator import TransactionCoordinator
+        from trio_broker.cluster.transactions.transaction_coordinator import TransactionCoordinator
 
         self.services.append(TransactionCoordinator(self))
         self.services.append(LogCleaner(self.log_manager, backoff_ms=config.log_cleaner_backoff_ms))
-        from trio_broker.cluster.purgatory import Purgatory
+        from trio_broker.cluster.replication.purgatory import Purgatory
 
         self.fetch_purgatory = Purgatory("fetch")
         self.services.append(self.fetch_purgatory)
         # A cluster's replicas: leaders, followers and their fetchers, acks=all.
         self.replica_manager: Any = None
         if self.zk is not None:
-            from trio_broker.cluster.replica_manager import ReplicaManager
+            from trio_broker.cluster.replication.replica_manager import ReplicaManager
 
             self.replica_manager = ReplicaManager(self)
             self.services.append(self.replica_manager)
@@ -237,6 +238,17 @@ class Broker:
         from trio_broker.security.credentials import security_state
 
         return security_state(self)
+
+    def secure_listener(self, name: str, protocol: str) -> Any:
+        """The connection factory of a listener that is not PLAINTEXT (its TLS and SASL), for
+        the socket server: trio_broker.security is imported only when such a listener exists."""
+        from trio_broker.apis.api_versions import handle
+        from trio_broker.security.listener import ListenerSecurity
+
+        security = ListenerSecurity.build(
+            self.config, name, protocol, self.security_state(), api_versions=handle
+        )
+        return security.connection_factory()
 
     def advertise(self, bound: list[BoundListener]) -> None:
         """Decide the addresses clients are told, and register this broker in the metadata."""
@@ -303,7 +315,7 @@ async def serve(
     if not config.zookeeper_connect:
         await _serve(config, None, task_status=task_status)
         return
-    from trio_broker.cluster.zookeeper import ZooKeeperSession
+    from trio_broker.cluster.zookeeper.session import ZooKeeperSession
 
     zk = ZooKeeperSession(
         config.zookeeper_connect,
@@ -325,12 +337,12 @@ async def _serve(
 ) -> None:
     cluster_id = None
     if zk is not None:
-        from trio_broker.cluster.membership import join_cluster
+        from trio_broker.cluster.zookeeper.membership import join_cluster
 
         cluster_id = await join_cluster(zk, config)
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
-    server = SocketServer(config, request_send, broker.supported, security=broker.security_state)
+    server = SocketServer(config, request_send, broker.supported, secure=broker.secure_listener)
     broker.socket_server = server
     if config.metrics_listener:
         from trio_broker.metrics import BrokerMetrics
@@ -406,11 +418,11 @@ async def _watch_for_cancel(begin_shutdown: Any, before: Any = None) -> None:
 
 def _before_shutdown(broker: Broker) -> Any:
     """What a stopping broker does first: in a cluster, ask the controller to move its
-    leaderships away (cluster/controlled_shutdown.py), unless controlled.shutdown.enable
+    leaderships away (cluster/controller/controlled_shutdown.py), unless controlled.shutdown.enable
     is false."""
     if broker.zk is None or not broker.config.controlled_shutdown_enable:
         return None
-    from trio_broker.cluster.controlled_shutdown import controlled_shutdown
+    from trio_broker.cluster.controller.controlled_shutdown import controlled_shutdown
 
     return lambda: controlled_shutdown(broker)
 

@@ -403,7 +403,7 @@ class BrokerCollector:
     def _group_metrics(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        from trio_broker.cluster.group_metadata import GroupState
+        from trio_broker.cluster.groups.group_metadata import GroupState
 
         coordinator = getattr(self.broker, "group_coordinator", None)
         groups = dict(coordinator.groups) if coordinator is not None else {}

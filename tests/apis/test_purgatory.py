@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from trio_broker.cluster.purgatory import DelayedOperation, Purgatory
+from trio_broker.cluster.replication.purgatory import DelayedOperation, Purgatory
 
 
 @pytest.fixture

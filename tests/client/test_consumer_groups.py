@@ -3,7 +3,7 @@ with a confluent-kafka member, cooperative-sticky rebalancing, static membership
 
 The exactly-once test keeps a ledger of values processed *and* committed: a value counts
 only once a synchronous commit covering it succeeded. A value counted twice, or never,
-fails the test (the pattern of tests/groups/test_groups_clients.py).
+fails the test (the pattern of tests/cluster/groups/test_groups_clients.py).
 """
 
 from __future__ import annotations

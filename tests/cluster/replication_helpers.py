@@ -18,7 +18,7 @@ from wire import request_of, roundtrip
 
 from trio_broker.client.config import ClientConfig
 from trio_broker.client.network_client import NetworkClient
-from trio_broker.cluster import zk_data
+from trio_broker.cluster.zookeeper import zk_data
 from trio_broker.protocol._generated.leader_and_isr_request import (
     LeaderAndIsrLiveLeader,
     LeaderAndIsrPartitionState,

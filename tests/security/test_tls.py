@@ -252,7 +252,11 @@ def test_listener_names_map_to_protocols(kafka_broker_factory, pki):
 
 
 def test_bad_tls_configs_name_the_problem(tmp_path):
+    from trio_broker.security.listener import ListenerSecurity
     from trio_broker.server.socket_server import SocketServer
+
+    def secure(name, protocol):
+        return ListenerSecurity.build(config, name, protocol, None).connection_factory()
 
     with pytest.raises(ConfigError, match="listener.security.protocol.map"):
         BrokerConfig.from_properties({"listener.security.protocol.map": "A:NOPE"})
@@ -260,10 +264,10 @@ def test_bad_tls_configs_name_the_problem(tmp_path):
         {"listeners": "WEIRD://127.0.0.1:0", "log.dirs": str(tmp_path)}
     )
     with pytest.raises(ConfigError, match="WEIRD"):
-        SocketServer(config, None, {}, security=lambda: None)._secure("WEIRD")
+        SocketServer(config, None, {}, secure=secure)._secure("WEIRD")
     config = BrokerConfig.from_properties({"listeners": "SSL://127.0.0.1:0"})
     with pytest.raises(ConfigError, match="ssl.keystore.location"):
-        SocketServer(config, None, {}, security=lambda: None)._secure("SSL")
+        SocketServer(config, None, {}, secure=secure)._secure("SSL")
 
 
 def test_plaintext_broker_imports_no_security_module(tmp_path):

@@ -316,7 +316,7 @@ async def execute(args: argparse.Namespace) -> int:
     return 0
 
 
-# Kafka's replication quota configs (cluster/replication_quota.py), as its tool sets them.
+# Kafka's replication quota configs (cluster/replication/replication_quota.py), as its tool sets them.
 _LEADER_RATE = "leader.replication.throttled.rate"
 _FOLLOWER_RATE = "follower.replication.throttled.rate"
 _LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"

@@ -227,9 +227,7 @@ class SecureConnection(Connection):
                 key = parsed.api_key
                 close = False
                 if key == _API_VERSIONS:
-                    from trio_broker.apis.api_versions import handle
-
-                    response = await handle(None, _Parsed(parsed))  # type: ignore[arg-type]
+                    response = await self.security.api_versions(None, _Parsed(parsed))
                 elif key == _SASL_HANDSHAKE:
                     response, close = sasl.handshake(parsed.api_version, parsed.body.mechanism)
                 elif key == _SASL_AUTHENTICATE:

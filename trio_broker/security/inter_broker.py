@@ -3,7 +3,7 @@ brokers, followers to leaders, controlled shutdown to the controller), Kafka's w
 
 - the listener is `inter.broker.listener.name`; without it, the listener named after
   `security.inter.broker.protocol` when that key is set, else the first (advertised)
-  listener, as the broker registration (cluster/membership.py) picks the address;
+  listener, as the broker registration (cluster/zookeeper/membership.py) picks the address;
 - its security protocol from `listener.security.protocol.map`;
 - TLS: the broker's own key store (`ssl.keystore.location`, or `ssl.keystore.key` with
   `ssl.keystore.certificate.chain`, and `ssl.key.password`) is the client certificate,
@@ -54,7 +54,7 @@ def inter_broker_client_config(config: BrokerConfig | None, **kwargs: Any) -> Cl
         return ClientConfig.build(**kwargs)
     assert config is not None and listener is not None
     from trio_broker.config import ConfigError
-    from trio_broker.security.listener import listener_value
+    from trio_broker.config.listener_overrides import listener_value
 
     def get(key: str) -> Any:
         return listener_value(config, listener, key)

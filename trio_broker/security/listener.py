@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from trio_broker.config import BrokerConfig, ConfigError
+from trio_broker.config.listener_overrides import listener_value
 
 if TYPE_CHECKING:
     import ssl
@@ -27,38 +28,6 @@ __all__ = ["ListenerSecurity", "listener_value"]
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-def listener_value(
-    config: BrokerConfig, listener: str, key: str, *, mechanism: str | None = None
-) -> Any:
-    """`key` for `listener`: its listener.name.* override if set, else the broker's value."""
-    prefix = f"listener.name.{listener.lower()}."
-    if mechanism is not None:
-        text = config.unknown.get(f"{prefix}{mechanism.lower()}.{key}")
-        if text is not None:
-            return _parse(key, text)
-    text = config.unknown.get(prefix + key)
-    if text is not None:
-        return _parse(key, text)
-    return config.value(key)
-
-
-def _parse(key: str, text: str) -> Any:
-    from trio_broker.config import BROKER_CONFIGS
-
-    for spec in BROKER_CONFIGS:
-        if spec.name == key:
-            try:
-                value = spec.parse(text)
-                if spec.validate is not None:
-                    spec.validate(value)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"invalid value {text!r} for configuration {key}: {exc}"
-                ) from None
-            return value
-    return text
-
-
 @attrs.frozen(kw_only=True)
 class ListenerSecurity:
     listener: str
@@ -69,6 +38,10 @@ class ListenerSecurity:
     reauth_ms: int
     state: SecurityState  # the broker's credential store and authorizer
     principal_rules: Any = None  # ssl.principal.mapping.rules (PrincipalRules), with TLS
+    # The ApiVersions handler a connection answers with before it has authenticated
+    # (apis/api_versions.py's `handle`), handed in by the broker: this layer stands below
+    # the APIs and does not import them.
+    api_versions: Any = None
 
     @property
     def sasl(self) -> bool:
@@ -76,7 +49,13 @@ class ListenerSecurity:
 
     @classmethod
     def build(
-        cls, config: BrokerConfig, listener: str, protocol: str, state: SecurityState
+        cls,
+        config: BrokerConfig,
+        listener: str,
+        protocol: str,
+        state: SecurityState,
+        *,
+        api_versions: Any = None,
     ) -> ListenerSecurity:
         context = None
         rules = None
@@ -117,6 +96,7 @@ class ListenerSecurity:
             reauth_ms=listener_value(config, listener, "connections.max.reauth.ms"),
             state=state,
             principal_rules=rules,
+            api_versions=api_versions,
         )
 
     def connection_factory(self) -> Any:

@@ -1,5 +1,5 @@
 """The sampled rate behind client quotas (security/client_quotas.py) and replication
-quotas (cluster/replication_quota.py): its own module, so that a broker that never
+quotas (cluster/replication/replication_quota.py): its own module, so that a broker that never
 throttles imports nothing more."""
 
 from __future__ import annotations

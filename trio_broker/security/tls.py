@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from trio_broker.config import BrokerConfig, ConfigError
-from trio_broker.security.listener import listener_value
+from trio_broker.config.listener_overrides import listener_value
 from trio_broker.security.principal_rules import PrincipalRules
 
 __all__ = [

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from trio_broker.cluster.zk_changes import ChangeFollower, notify
+from trio_broker.cluster.zookeeper.change_notifications import ChangeFollower, notify
 from trio_broker.security.acl import AclBinding, Op, Pattern, Permission
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,11 @@ from typing import Any
 
 import trio
 
-from trio_broker.cluster.zk_changes import changed_entity, config_changes, notify_config_change
+from trio_broker.cluster.zookeeper.change_notifications import (
+    changed_entity,
+    config_changes,
+    notify_config_change,
+)
 from trio_broker.security.client_quotas import CLIENT_ID, QUOTA_KEYS, USER, Entity, install
 from trio_broker.security.zk_names import desanitize, sanitize
 

@@ -17,7 +17,11 @@ from typing import Any
 
 import trio
 
-from trio_broker.cluster.zk_changes import changed_entity, config_changes, notify_config_change
+from trio_broker.cluster.zookeeper.change_notifications import (
+    changed_entity,
+    config_changes,
+    notify_config_change,
+)
 from trio_broker.security.credentials import security_state
 from trio_broker.security.sasl import SCRAM_HASHES, ScramCredential
 from trio_broker.security.zk_names import desanitize, sanitize

@@ -16,6 +16,9 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+# The value of max.connections.per.ip.overrides, parsed where the key is defined.
+from trio_broker.config.server import parse_ip_overrides
+
 __all__ = ["ConnectionQuotas", "normalize_host", "parse_ip_overrides"]
 
 UNLIMITED = 2**31 - 1  # Kafka's Integer.MAX_VALUE default
@@ -30,28 +33,6 @@ def normalize_host(host: str) -> str:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
     return str(address)
-
-
-def parse_ip_overrides(text: str) -> dict[str, int]:
-    """`host:count,host:count` (a host may be an IPv6 address: the count follows the last
-    colon). Raises ValueError naming the bad entry."""
-    out: dict[str, int] = {}
-    for entry in text.split(","):
-        entry = entry.strip()
-        if not entry:
-            continue
-        host, sep, count = entry.rpartition(":")
-        host = host.strip().strip("[]")
-        if not sep or not host:
-            raise ValueError(f"expected host:count, got {entry!r}")
-        try:
-            n = int(count)
-        except ValueError:
-            raise ValueError(f"expected host:count, got {entry!r}") from None
-        if n < 0:
-            raise ValueError(f"count must be at least 0 in {entry!r}")
-        out[host] = n
-    return out
 
 
 def _resolve(host: str) -> str:

@@ -57,7 +57,7 @@ class Processor:
         self.index = index
         self.draining = False  # shutting down: connections close once their request is done
         # Listener name -> what makes its connections, for listeners that are not
-        # PLAINTEXT (security/listener.py); Connection for the others.
+        # PLAINTEXT (security/listener.py, through Broker.secure_listener); Connection for the others.
         self._factories = factories or {}
         self._requests = requests
         self._config = config
@@ -171,14 +171,16 @@ class SocketServer:
         requests: trio.MemorySendChannel[Request],
         supported: Mapping[int, tuple[int, int]],
         *,
-        security: Callable[[], Any] | None = None,
+        secure: Callable[[str, str], Any] | None = None,
     ) -> None:
         self.config = config
         self._requests = requests
         self._supported = supported
-        # The broker's SecurityState, made on demand: only a listener that is not PLAINTEXT
-        # asks for it (and imports trio_broker.security).
-        self._security = security
+        # secure(listener, protocol) -> the connection factory of a listener that is not
+        # PLAINTEXT (its TLS and SASL). The broker hands it in (Broker.secure_listener), so
+        # that the socket server stands below trio_broker.security and a plaintext broker
+        # never imports it.
+        self._secure_listener = secure
         self._factories: dict[str, Any] = {}
         self.processors: list[Processor] = []
         self._processor_count = 0
@@ -218,12 +220,9 @@ class SocketServer:
     def _secure(self, name: str) -> None:
         protocol = self.config.security_protocol(name)
         if protocol != "PLAINTEXT" and name not in self._factories:
-            from trio_broker.security.listener import ListenerSecurity
-
-            if self._security is None:
+            if self._secure_listener is None:
                 raise RuntimeError(f"listener {name} is {protocol}: no broker security state")
-            security = ListenerSecurity.build(self.config, name, protocol, self._security())
-            self._factories[name] = security.connection_factory()
+            self._factories[name] = self._secure_listener(name, protocol)
 
     def stop_accepting(self) -> None:
         self._accept_scope.cancel()

@@ -1,0 +1,731 @@
+"""ReplicaManager: this broker's replicas in a ZooKeeper cluster (Kafka's ReplicaManager).
+
+    LeaderAndIsr  -> become_leader_or_follower: fence the controller epoch and each
+                     partition's leader epoch, create missing logs (configs from
+                     /config/topics/<t>), then make each partition a leader or a follower
+    Fetch from a follower -> follower_fetched: its log end offset and caught-up time, the
+                     high watermark, ISR expansion; wakes the purgatories
+    run           -> the produce purgatory (acks=all), the replica fetchers, ISR shrink
+                     every replica.lag.time.max.ms / 2, HW checkpoints
+
+ISR changes are the leader's conditional writes of the partition's state znode at the
+version it holds (Kafka before AlterPartition), followed by a sequential
+/isr_change_notification/isr_change_ znode for the controller. A write that finds the znode
+changed re-reads it: if the leader epoch moved on, the controller decided and this leader
+stops; otherwise it adopts what is there and tries again on the next round.
+
+Only a broker with `zookeeper.connect` has one (`broker.replica_manager`); a lone broker
+keeps its fast path and never imports this module.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from trio_broker.cluster.replication.partition import Partition
+from trio_broker.cluster.replication.purgatory import Purgatory
+from trio_broker.cluster.replication.replica_fetcher import ReplicaFetcherManager
+from trio_broker.cluster.zookeeper import zk_data
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.checkpoints import PendingSyncs
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ReplicaManager"]
+
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return int(trio.current_time() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.node_id = broker.node_id
+        self.partitions: dict[TopicPartition, Partition] = {}
+        # What LeaderAndIsr said about the topics of this broker's replicas: their ids
+        # and their configs (/config/topics/<t>). The metadata cache is UpdateMetadata's.
+        self.topic_ids: dict[str, Any] = {}
+        self.topic_configs: dict[str, dict[str, str]] = {}
+        # Set by the broker's controlled shutdown: leaderships the controller moved away
+        # are resigned (the controller sends this broker no LeaderAndIsr for them).
+        self.shutting_down = False
+        self.produce_purgatory = Purgatory("produce")
+        # Replication quotas (KIP-73): the leader's on follower fetches, the follower's on
+        # its replica fetchers.
+        self.quotas = broker.replication_quotas
+        self.fetchers = ReplicaFetcherManager(self)
+        self._nursery: trio.Nursery | None = None
+        # Set once the purgatory and the fetchers run: the broker may be registered (and
+        # get the controller's LeaderAndIsr) a moment before this service has started.
+        self.started = trio.Event()
+        # Serializes LeaderAndIsr / StopReplica: each is applied whole before the next.
+        self._state_lock = trio.Lock()
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        # Callbacks (topic, partition, leader_epoch) on leadership gained / lost; the
+        # group and transaction coordinators load and unload their partitions.
+        self.on_become_leader: list[Any] = [self._coordinator_elected]
+        self.on_resign: list[Any] = [self._coordinator_resigned]
+        broker.log_manager.dir_failure_listeners.append(self._on_log_dir_failure)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.produce_purgatory.run)
+                await nursery.start(self.fetchers.run)
+                nursery.start_soon(self._isr_expiration)
+                nursery.start_soon(self._checkpoint_high_watermarks)
+                self.started.set()
+                task_status.started()
+        finally:
+            from trio_broker.server.sendfile import SENDFILE_STATS
+
+            logger.info(
+                "replica manager stopped: %d ISR shrinks, %d expansions; fetched %d times, "
+                "%d bytes appended as a follower; sendfile: %d calls, %d bytes",
+                self.isr_shrinks,
+                self.isr_expands,
+                self.fetchers.fetches,
+                self.fetchers.bytes_appended,
+                *SENDFILE_STATS,
+            )
+
+    def spawn(self, fn: Any, *args: Any) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(fn, *args)
+
+    # -- coordinators move with leadership ------------------------------------------------
+
+    def _coordinator(self, topic: str) -> Any:
+        if topic == "__consumer_offsets":
+            return getattr(self.broker, "group_coordinator", None)
+        if topic == "__transaction_state":
+            return getattr(self.broker, "transaction_coordinator", None)
+        return None
+
+    def _coordinator_elected(self, topic: str, partition: int, _epoch: int) -> None:
+        coordinator = self._coordinator(topic)
+        if coordinator is not None:
+            coordinator.load_partition(partition)
+
+    def _coordinator_resigned(self, topic: str, partition: int, _epoch: int) -> None:
+        coordinator = self._coordinator(topic)
+        if coordinator is not None:
+            coordinator.unload_partition(partition)
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def leader_partition(self, topic: str, partition: int) -> Partition | None:
+        part = self.partitions.get((topic, partition))
+        return part if part is not None and part.is_leader else None
+
+    def consumer_readable(self, topic: str, index: int, followers_too: bool) -> Partition | None:
+        """The replica a consumer's fetch may read here: the leader's, or with
+        `followers_too` (fetch v11+, KIP-392) a follower's whose log dir is online. A
+        follower serves up to its own high watermark."""
+        part = self.partitions.get((topic, index))
+        if part is None:
+            return None
+        if part.is_leader or (followers_too and not part.log.offline):
+            return part
+        return None
+
+    def preferred_read_replica(self, part: Partition, client_rack: str, fetch_offset: int) -> int:
+        """Kafka's RackAwareReplicaSelector, on the leader `part`: the broker a consumer in
+        `client_rack` should read from, or -1 for this leader. Candidates are the ISR
+        followers that hold `fetch_offset`, in the consumer's rack; the leader itself
+        wins when it is in that rack; else the candidate furthest ahead, then the one
+        caught up most recently."""
+        brokers = self.broker.metadata.brokers
+        mine = brokers.get(self.node_id)
+        if mine is not None and mine.rack == client_rack:
+            return -1
+        best: tuple[int, int, int] | None = None
+        for replica_id, state in part.remote.items():
+            node = brokers.get(replica_id)
+            if (
+                node is None
+                or node.rack != client_rack
+                or replica_id not in part.isr
+                or state.log_end_offset < fetch_offset
+                or part.log.log_start_offset > fetch_offset
+            ):
+                continue
+            rank = (state.log_end_offset, state.last_caught_up_ms, -replica_id)
+            if best is None or rank > best:
+                best = rank
+        return -1 if best is None else -best[2]
+
+    def leader_of(self, topic: str, partition: int) -> tuple[int, int]:
+        """(leader id, leader epoch) as this broker knows them, the newer of the metadata
+        cache's and its own replica's; (-1, -1) when unknown."""
+        state = self.broker.metadata.topics.get(topic)
+        pstate = state.partitions.get(partition) if state is not None else None
+        part = self.partitions.get((topic, partition))
+        if part is not None and (
+            pstate is None
+            or part.leader_epoch > pstate.leader_epoch
+            or (pstate.leader == self.node_id and not part.is_leader)
+        ):
+            return part.leader_id, part.leader_epoch
+        if pstate is None:
+            return -1, -1
+        return pstate.leader, pstate.leader_epoch
+
+    def topic_name(self, topic_id: Any) -> str | None:
+        """The name of a topic this broker holds replicas of, by id (the metadata cache may
+        not know it yet: UpdateMetadata follows LeaderAndIsr)."""
+        for name, known in self.topic_ids.items():
+            if known == topic_id:
+                return name
+        return None
+
+    # -- LeaderAndIsr ----------------------------------------------------------------------
+
+    async def become_leader_or_follower(self, body: Any, version: int) -> Any:
+        from trio_broker.protocol._generated.leader_and_isr_response import (
+            LeaderAndIsrPartitionError,
+            LeaderAndIsrResponse,
+            LeaderAndIsrTopicError,
+        )
+
+        metadata = self.broker.metadata
+        states: list[tuple[Any, Any]] = []  # (partition state, topic id)
+        if version < 2:
+            states = [(s, None) for s in body.ungrouped_partition_states]
+        else:
+            for t in body.topic_states:
+                for s in t.partition_states:
+                    s.topic_name = t.topic_name
+                    states.append((s, t.topic_id if version >= 5 else None))
+        if body.controller_epoch < metadata.controller_epoch:
+            logger.warning(
+                "LeaderAndIsr from controller %s with epoch %s refused: epoch %s is current",
+                body.controller_id,
+                body.controller_epoch,
+                metadata.controller_epoch,
+            )
+            return LeaderAndIsrResponse(error_code=ErrorCode.STALE_CONTROLLER_EPOCH)
+        for leader in body.live_leaders:
+            self.fetchers.leader_addresses[leader.broker_id] = (leader.host_name, leader.port)
+        errors: dict[TopicPartition, int] = {}
+        topic_ids: dict[str, Any] = {}
+        await self.started.wait()
+        # New logs' directories and partition.metadata files are fsynced together, after
+        # all are written and before the controller hears back (checkpoints.PendingSyncs).
+        pending = PendingSyncs()
+        async with self._state_lock:
+            metadata.controller_epoch = body.controller_epoch
+            for state, topic_id in states:
+                key = (state.topic_name, state.partition_index)
+                if topic_id is not None:
+                    topic_ids[key[0]] = topic_id
+                try:
+                    errors[key] = await self._apply(state, topic_id, pending)
+                except KafkaError as exc:
+                    logger.error("LeaderAndIsr for %s-%s failed: %s", key[0], key[1], exc)
+                    errors[key] = exc.code
+            try:
+                pending.sync()
+            except OSError as exc:
+                # Those partitions answer KAFKA_STORAGE_ERROR, as when creating one fails.
+                manager = self.broker.log_manager
+                log_dir = manager.new_logs_not_durable(exc)
+                for key in errors:
+                    log = manager.get_log(*key)
+                    if log is not None and log.dir.parent == log_dir:
+                        errors[key] = ErrorCode.KAFKA_STORAGE_ERROR
+        if version >= 5:
+            by_topic: dict[str, list[Any]] = {}
+            for (topic, p), code in errors.items():
+                by_topic.setdefault(topic, []).append(
+                    LeaderAndIsrPartitionError(partition_index=p, error_code=code)
+                )
+            return LeaderAndIsrResponse(
+                error_code=ErrorCode.NONE,
+                topics=[
+                    LeaderAndIsrTopicError(topic_id=topic_ids[t], partition_errors=errs)
+                    for t, errs in by_topic.items()
+                ],
+            )
+        return LeaderAndIsrResponse(
+            error_code=ErrorCode.NONE,
+            partition_errors=[
+                LeaderAndIsrPartitionError(topic_name=t, partition_index=p, error_code=code)
+                for (t, p), code in errors.items()
+            ],
+        )
+
+    async def _apply(self, state: Any, topic_id: Any, pending: PendingSyncs) -> int:
+        topic, index = state.topic_name, state.partition_index
+        key = (topic, index)
+        if self.node_id not in state.replicas:
+            logger.warning(
+                "LeaderAndIsr for %s-%s does not name this broker (%s) among replicas %s",
+                topic,
+                index,
+                self.node_id,
+                state.replicas,
+            )
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        existing = self.broker.log_manager.get_log(topic, index)
+        if existing is not None and existing.offline:
+            # Its log dir failed: the replica stays offline until a restart, and this
+            # answer is how the controller learns it (Kafka's HostedPartition.Offline).
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        part = self.partitions.get(key)
+        if part is not None:
+            if state.leader_epoch < part.leader_epoch:
+                logger.warning(
+                    "LeaderAndIsr for %s-%s with leader epoch %s refused: epoch %s is current",
+                    topic,
+                    index,
+                    state.leader_epoch,
+                    part.leader_epoch,
+                )
+                return ErrorCode.FENCED_LEADER_EPOCH
+            if state.leader_epoch == part.leader_epoch and state.leader == part.leader_id:
+                # A resend, or the controller's own ISR change in this epoch: take the
+                # newer ISR only.
+                if state.partition_epoch > part.zk_version:
+                    part.isr = list(state.isr)
+                    part.replicas = list(state.replicas)
+                    part.zk_version = state.partition_epoch
+                fetching = self.fetchers.fetch_state(key)
+                if (
+                    not part.is_leader
+                    and part.leader_id >= 0
+                    and (fetching is None or fetching.failed)
+                ):
+                    # A follower not fetching (an earlier attempt of this request failed
+                    # half-way, or its fetcher gave up on it): fetch now.
+                    self.fetchers.add_partition(part)
+                return ErrorCode.NONE
+        log = await self._ensure_log(topic, index, topic_id, pending)
+        if part is None:
+            part = self.partitions[key] = Partition(topic, index, log, self.node_id)
+        was_leader = part.is_leader
+        fields = dict(
+            leader_epoch=state.leader_epoch,
+            isr=list(state.isr),
+            replicas=list(state.replicas),
+            zk_version=state.partition_epoch,
+            controller_epoch=state.controller_epoch,
+        )
+        if state.leader == self.node_id:
+            self.fetchers.remove_partition(key)
+            part.make_leader(now_ms=_now_ms(), **fields)
+            logger.info(
+                "broker %s leads %s-%s in epoch %s (ISR %s, log end %s, HW %s)",
+                self.node_id,
+                topic,
+                index,
+                part.leader_epoch,
+                part.isr,
+                log.log_end_offset,
+                log.high_watermark,
+            )
+            for callback in self.on_become_leader:
+                callback(topic, index, part.leader_epoch)
+        else:
+            self.fetchers.remove_partition(key)
+            part.make_follower(leader=state.leader, **fields)
+            logger.info(
+                "broker %s follows %s in %s-%s, epoch %s (log end %s, HW %s)",
+                self.node_id,
+                state.leader,
+                topic,
+                index,
+                part.leader_epoch,
+                log.log_end_offset,
+                log.high_watermark,
+            )
+            if state.leader >= 0:
+                self.fetchers.add_partition(part)
+            if was_leader:
+                for callback in self.on_resign:
+                    callback(topic, index, part.leader_epoch)
+        self._wake(key)
+        return ErrorCode.NONE
+
+    async def _ensure_log(
+        self, topic: str, index: int, topic_id: Any, pending: PendingSyncs
+    ) -> Any:
+        from trio_broker.cluster.topic_config import resolve_log_config
+        from trio_broker.protocol.primitives import ZERO_UUID
+
+        # Not the metadata cache: only UpdateMetadata puts topics there (a topic made here
+        # would be answered in Metadata with only this broker's partitions).
+        tstate = self.broker.metadata.topics.get(topic)
+        configs = tstate.configs if tstate is not None else None
+        if configs is None or (topic, index) not in self.partitions:
+            configs = await self._topic_configs(topic)
+        self.topic_configs[topic] = dict(configs)
+        if topic_id is not None and topic_id == ZERO_UUID:
+            topic_id = None
+        if topic_id is not None:
+            self.topic_ids[topic] = topic_id
+        log_config = resolve_log_config(configs, self.config)
+        log = self.broker.log_manager.get_log(topic, index)
+        if log is None:
+            # Writes partition.metadata when topic_id is given (load_log).
+            log = self.broker.log_manager.create_log(
+                topic, index, topic_id, log_config, pending=pending
+            )
+        else:
+            log.update_config(log_config)
+            if log.topic_id is None and topic_id is not None:
+                log.topic_id = topic_id
+                log.write_partition_metadata()
+        return log
+
+    async def _topic_configs(self, topic: str) -> dict[str, str]:
+        from kazoo.exceptions import NoNodeError
+
+        zk = self.broker.zk
+        if zk is None:
+            return {}
+        try:
+            data, _ = await zk.get(zk_data.topic_config_path(topic))
+        except NoNodeError:
+            return {}
+        return zk_data.decode_topic_config(data)
+
+    def _update_metadata(self, part: Partition) -> None:
+        """A leader's own ISR change goes into the metadata cache (as Kafka's leader does),
+        for a partition the cache has in the same leader epoch; nothing else is written
+        there outside UpdateMetadata."""
+        tstate = self.broker.metadata.topics.get(part.topic)
+        cached = tstate.partitions.get(part.partition) if tstate is not None else None
+        if (
+            cached is None
+            or cached.leader != self.node_id
+            or cached.leader_epoch != part.leader_epoch
+            or cached.zk_version >= part.zk_version
+        ):
+            return
+        cached.isr = list(part.isr)
+        cached.zk_version = part.zk_version
+
+    # -- a failed log dir ------------------------------------------------------------------
+
+    def _on_log_dir_failure(self, log_dir: Any, logs: list[Any]) -> None:
+        """Kafka's handleLogDirFailure, called on the event loop by the LogManager when
+        `log_dir` goes offline: its replicas stop fetching and stop leading (waiting acks=all
+        produces are answered, the coordinators unload what they loaded from them), and
+        the controller is told through /log_dir_event_notification. It sends this broker
+        LeaderAndIsr for all its replicas; the answers name the offline ones
+        (KAFKA_STORAGE_ERROR), whose leaderships it then moves and which it reports as
+        offline replicas."""
+        keys = sorted((log.topic, log.partition) for log in logs)
+        resigned = []
+        for key in keys:
+            self.fetchers.remove_partition(key)
+            part = self.partitions.get(key)
+            if part is None:
+                continue
+            if part.is_leader:
+                part.make_follower(
+                    leader=-1,
+                    leader_epoch=part.leader_epoch,
+                    isr=list(part.isr),
+                    replicas=list(part.replicas),
+                    zk_version=part.zk_version,
+                    controller_epoch=part.controller_epoch,
+                )
+                for callback in self.on_resign:
+                    callback(key[0], key[1], part.leader_epoch)
+                resigned.append(key)
+            self._wake(key)
+        logger.error(
+            "broker %s: stopped serving the %d replica(s) in failed log dir %s (leader of %s); "
+            "telling the controller",
+            self.node_id,
+            len(keys),
+            log_dir,
+            ", ".join(f"{t}-{p}" for t, p in resigned) or "none",
+        )
+        self.spawn(self._notify_log_dir_failure)
+
+    async def _notify_log_dir_failure(self) -> None:
+        """/log_dir_event_notification/log_dir_event_<seq>, until ZooKeeper takes it: the
+        controller has no other way to learn of the failure."""
+        while True:
+            try:
+                await self.broker.zk.create(
+                    f"{zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH}/{zk_data.LOG_DIR_EVENT_PREFIX}",
+                    zk_data.encode_log_dir_event(self.node_id),
+                    sequence=True,
+                )
+                return
+            except Exception as exc:
+                logger.warning("cannot write the log dir failure notification (%s); again", exc)
+                await trio.sleep(1)
+
+    # -- controlled shutdown ---------------------------------------------------------------
+
+    def resign_moved_leaderships(self, *, everything: bool = False) -> list[TopicPartition]:
+        """While this broker stops: give up the leaderships the controller moved elsewhere
+        (the metadata cache, fed by UpdateMetadata, names another leader in a newer epoch)
+        or, with `everything` (the controlled shutdown succeeded), every leadership of a
+        partition with other replicas. Waiting acks=all produces then answer
+        NOT_LEADER_OR_FOLLOWER at once and new ones are refused, so clients move to the
+        new leaders instead of waiting for this broker to stop. Returns what it resigned."""
+        metadata = self.broker.metadata
+        resigned = []
+        for key, part in list(self.partitions.items()):
+            if not part.is_leader:
+                continue
+            tstate = metadata.topics.get(key[0])
+            cached = tstate.partitions.get(key[1]) if tstate is not None else None
+            moved = (
+                cached is not None
+                and cached.leader != self.node_id
+                and cached.leader_epoch > part.leader_epoch
+            )
+            if not moved and not (everything and len(part.replicas) > 1):
+                continue
+            self.fetchers.remove_partition(key)
+            part.make_follower(
+                leader=cached.leader if moved else -1,
+                leader_epoch=cached.leader_epoch if moved else part.leader_epoch,
+                isr=list(cached.isr) if moved else list(part.isr),
+                replicas=list(part.replicas),
+                zk_version=cached.zk_version if moved else part.zk_version,
+                controller_epoch=part.controller_epoch,
+            )
+            for callback in self.on_resign:
+                callback(key[0], key[1], part.leader_epoch)
+            self._wake(key)
+            resigned.append(key)
+        if resigned:
+            logger.info(
+                "broker %s stopping: resigned the leadership of %s",
+                self.node_id,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
+        return resigned
+
+    # -- StopReplica -----------------------------------------------------------------------
+
+    async def stop_replica(
+        self, topic: str, index: int, leader_epoch: int, delete: bool
+    ) -> ErrorCode:
+        """Stop fetching (and leading) `topic-index`; with `delete`, delete its log."""
+        key = (topic, index)
+        await self.started.wait()
+        async with self._state_lock:
+            part = self.partitions.get(key)
+            if part is not None and 0 <= leader_epoch < part.leader_epoch:
+                return ErrorCode.FENCED_LEADER_EPOCH
+            log = self.broker.log_manager.get_log(topic, index)
+            if log is not None and log.offline:
+                # In a failed log dir: nothing to stop, nothing that may be touched until
+                # a restart (a deletion is sent again once the broker registers anew).
+                return ErrorCode.KAFKA_STORAGE_ERROR
+            self.fetchers.remove_partition(key)
+            was_leader = part is not None and part.is_leader
+            if part is not None:
+                del self.partitions[key]
+            # The metadata cache is left to UpdateMetadata (the controller sends it too).
+            if delete and self.broker.log_manager.get_log(topic, index) is not None:
+                self.broker.log_manager.delete_log(topic, index)
+            if was_leader:
+                for callback in self.on_resign:
+                    callback(topic, index, leader_epoch)
+            self._wake(key)
+        return ErrorCode.NONE
+
+    # -- leader side of replication --------------------------------------------------------
+
+    def not_led_here(self, topic: str, index: int) -> ErrorCode:
+        """Why this broker does not serve `topic-index` as its leader: its replica's log dir
+        is offline (KAFKA_STORAGE_ERROR, as Kafka answers for an offline partition), or
+        another broker leads it."""
+        log = self.broker.log_manager.get_log(topic, index)
+        if log is not None and log.offline:
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+    def follower_fetch_error(self, replica_id: int, topic: str, index: int) -> int | None:
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader:
+            return self.not_led_here(topic, index)
+        if replica_id not in part.replicas:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return None
+
+    def follower_fetched(self, replica_id: int, topic: str, index: int, fetch_offset: int) -> None:
+        """A follower's fetch asked for `fetch_offset`: its log end offset."""
+        part = self.partitions.get((topic, index))
+        if part is None or not part.is_leader or fetch_offset > part.log.log_end_offset:
+            return  # beyond our log: the read answers OFFSET_OUT_OF_RANGE
+        if part.update_follower(replica_id, fetch_offset, _now_ms()):
+            self._hw_moved(part)
+        if (
+            replica_id not in part.isr
+            and not part.isr_change_in_flight
+            and part.caught_up_to_join(replica_id)
+        ):
+            new_isr = [*part.isr, replica_id]
+            logger.info("expanding the ISR of %s-%s from %s to %s", topic, index, part.isr, new_isr)
+            part.isr_change_in_flight = True
+            self.isr_expands += 1
+            self.spawn(self._write_isr, part, new_isr)
+
+    def after_leader_append(self, part: Partition) -> None:
+        """The leader appended: with an ISR of one the HW moves at once."""
+        if part.maybe_increment_high_watermark():
+            self._hw_moved(part, fetch=False)
+
+    def _hw_moved(self, part: Partition, *, fetch: bool = True) -> None:
+        keys = (part.key,)
+        self.produce_purgatory.wake(keys)
+        if fetch:
+            self.broker.fetch_purgatory.wake(keys)
+
+    def _wake(self, key: TopicPartition) -> None:
+        self.produce_purgatory.wake((key,))
+        self.broker.fetch_purgatory.wake((key,))
+
+    # -- ISR -------------------------------------------------------------------------------
+
+    async def _isr_expiration(self) -> None:
+        lag_ms = self.config.replica_lag_time_max_ms
+        while True:
+            await trio.sleep(lag_ms / 2000)
+            now = _now_ms()
+            for part in list(self.partitions.values()):
+                if not part.is_leader or part.isr_change_in_flight:
+                    continue
+                out = part.out_of_sync_replicas(now, lag_ms)
+                if not out:
+                    continue
+                new_isr = [r for r in part.isr if r not in out]
+                logger.info(
+                    "shrinking the ISR of %s-%s from %s to %s: %s not caught up for %s ms",
+                    part.topic,
+                    part.partition,
+                    part.isr,
+                    new_isr,
+                    out,
+                    lag_ms,
+                )
+                part.isr_change_in_flight = True
+                self.isr_shrinks += 1
+                self.spawn(self._write_isr, part, new_isr)
+
+    async def _write_isr(self, part: Partition, new_isr: list[int]) -> None:
+        from kazoo.exceptions import BadVersionError, NoNodeError
+
+        zk = self.broker.zk
+        epoch = part.leader_epoch
+        path = zk_data.partition_state_path(part.topic, part.partition)
+        wanted = zk_data.LeaderIsrState(
+            leader=self.node_id,
+            leader_epoch=epoch,
+            isr=tuple(new_isr),
+            controller_epoch=part.controller_epoch,
+        )
+
+        def current() -> bool:
+            return part.is_leader and part.leader_epoch == epoch
+
+        try:
+            try:
+                stat = await zk.set(path, wanted.encode(), version=part.zk_version)
+            except BadVersionError:
+                data, stat = await zk.get(path)
+                found = zk_data.LeaderIsrState.decode(data)
+                if not current():
+                    return
+                if found.leader != self.node_id or found.leader_epoch != epoch:
+                    logger.info(
+                        "ISR change of %s-%s not written: the state moved on to leader %s "
+                        "epoch %s; waiting for the controller",
+                        part.topic,
+                        part.partition,
+                        found.leader,
+                        found.leader_epoch,
+                    )
+                    return
+                if found != wanted:
+                    # Changed in this epoch by someone else: take it, try again next round.
+                    part.isr = list(found.isr)
+                    part.zk_version = stat.version
+                    self._update_metadata(part)
+                    return
+            if not current():
+                return
+            part.isr = list(new_isr)
+            part.zk_version = stat.version
+            self._update_metadata(part)
+            logger.info(
+                "ISR of %s-%s is now %s (zk version %s)",
+                part.topic,
+                part.partition,
+                part.isr,
+                part.zk_version,
+            )
+            if part.maybe_increment_high_watermark():
+                self._hw_moved(part)
+            # Answer delayed produces that may now complete (or fail: min.insync).
+            self.produce_purgatory.wake((part.key,))
+            await zk.create(
+                f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}",
+                zk_data.encode_isr_change([part.key]),
+                sequence=True,
+            )
+        except NoNodeError:
+            logger.warning("no state znode %s: ISR change dropped", path)
+        except Exception:
+            logger.exception("ISR change of %s-%s failed", part.topic, part.partition)
+        finally:
+            if part.leader_epoch == epoch:
+                part.isr_change_in_flight = False
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        """replication-offset-checkpoint in every online log dir, every
+        replica.high.watermark.checkpoint.interval.ms. The offsets are taken on the event
+        loop (LeaderAndIsr adds logs meanwhile); only the file writes go to a thread."""
+        from trio_broker.log.checkpoints import (
+            REPLICATION_OFFSET_CHECKPOINT,
+            write_offset_checkpoint,
+        )
+
+        manager = self.broker.log_manager
+        interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await trio.sleep(interval)
+            by_dir: dict[Any, dict[TopicPartition, int]] = {d: {} for d in manager.online_dirs()}
+            for log in manager.all_logs():
+                offsets = by_dir.get(log.dir.parent)
+                if offsets is not None and not log.closed:
+                    offsets[(log.topic, log.partition)] = log.high_watermark
+
+            def write(by_dir: dict = by_dir) -> None:
+                for log_dir, offsets in by_dir.items():
+                    write_offset_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT, offsets)
+
+            try:
+                await trio.to_thread.run_sync(write)
+            except OSError as exc:
+                logger.error("cannot write the high watermark checkpoints: %s", exc)
