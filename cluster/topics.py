@@ -143,8 +143,12 @@ class TopicManager:
         configs: Mapping[str, str | None],
         *,
         internal: bool = False,
+        registered: int | None = None,
     ) -> tuple[int, int]:
-        """Validate a CreateTopics entry; returns the resolved (partitions, replication)."""
+        """Validate a CreateTopics entry; returns the resolved (partitions, replication).
+        `registered`: the brokers registered now (a cluster reads ZooKeeper for it), else
+        the metadata cache's count."""
+        live_brokers = self.live_brokers if registered is None else max(registered, 1)
         validate_topic_name(name)
         if name in self.metadata.topics:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -162,7 +166,7 @@ class TopicManager:
         if internal and not self.metadata.zk_mode:
             # A lone broker is a cluster of one: its internal topics have one replica
             # whatever offsets.topic.replication.factor says (Kafka's default is 3).
-            replication_factor = min(replication_factor, self.live_brokers)
+            replication_factor = min(replication_factor, live_brokers)
         if num_partitions <= 0:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0."
@@ -171,12 +175,12 @@ class TopicManager:
             raise KafkaError(
                 ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0."
             )
-        if replication_factor > self.live_brokers:
+        if replication_factor > live_brokers:
             raise KafkaError(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
                 f"Unable to replicate the partition {replication_factor} time(s): The target "
                 f"replication factor of {replication_factor} cannot be reached because only "
-                f"{self.live_brokers} broker(s) are registered.",
+                f"{live_brokers} broker(s) are registered.",
             )
         validate_topic_configs(configs)
         return num_partitions, replication_factor

@@ -175,16 +175,40 @@ class ZkTopics:
     def metadata(self) -> Any:
         return self.topics.metadata
 
-    def broker_racks(self) -> dict[int, str | None]:
-        return {b.node_id: b.rack for b in self.metadata.brokers.values()}
+    async def registered_brokers(self) -> dict[int, str | None]:
+        """The brokers registered in ZooKeeper now, with their racks: what a replication
+        factor is judged against and replicas are assigned over (Kafka's ZkAdminManager
+        reads them from ZooKeeper too). The metadata cache follows /brokers/ids through a
+        watch and can lag a Metadata answer another broker just gave, so a client that
+        saw every broker and at once created a topic with that many replicas would be
+        refused."""
+        from kazoo.exceptions import NoNodeError
+
+        racks: dict[int, str | None] = {}
+        for child in await self.zk.get_children(zk_data.BROKER_IDS_PATH):
+            if not child.isdigit():
+                continue
+            try:
+                data, _ = await self.zk.get(zk_data.broker_path(int(child)))
+                racks[int(child)] = zk_data.BrokerInfo.decode(int(child), data).rack
+            except NoNodeError:
+                continue  # gone since the listing
+            except (ValueError, KeyError, json.JSONDecodeError):
+                racks[int(child)] = None  # unreadable: counted, as Kafka counts it
+        return racks
 
     def assign(
-        self, num_partitions: int, replication_factor: int, start_partition: int = 0, start=-1
+        self,
+        racks: Mapping[int, str | None],
+        num_partitions: int,
+        replication_factor: int,
+        start_partition: int = 0,
+        start=-1,
     ) -> dict[int, tuple[int, ...]]:
         from trio_broker.cluster.replica_assignment import assign_replicas
 
         return assign_replicas(
-            self.broker_racks(),
+            dict(racks),
             num_partitions,
             replication_factor,
             start_partition=start_partition,
@@ -209,16 +233,27 @@ class ZkTopics:
         Returns (topic id, partitions, replication factor)."""
         from trio_broker.cluster.zookeeper import admin_zk_client as zk_admin
 
+        racks = await self.registered_brokers()
         if assignment is None:
             num_partitions, replication_factor = self.topics.check_new_topic(
-                name, num_partitions, replication_factor, configs, internal=internal
+                name,
+                num_partitions,
+                replication_factor,
+                configs,
+                internal=internal,
+                registered=len(racks),
             )
-            assignment = self.assign(num_partitions, replication_factor)
+            assignment = self.assign(racks, num_partitions, replication_factor)
         else:
             num_partitions = len(assignment)
             replication_factor = len(next(iter(assignment.values())))
             self.topics.check_new_topic(
-                name, num_partitions, replication_factor, configs, internal=internal
+                name,
+                num_partitions,
+                replication_factor,
+                configs,
+                internal=internal,
+                registered=len(racks),
             )
         if await self.zk.exists(zk_data.topic_path(name)) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
@@ -348,10 +383,13 @@ class ZkTopics:
         if assignments is not None:
             added = {existing + i: tuple(a) for i, a in enumerate(assignments)}
         else:
-            ids = sorted(self.metadata.brokers)
+            racks = await self.registered_brokers()
+            ids = sorted(racks)
             first = current.partitions.get(0, (ids[0],))[0] if ids else 0
             start = next((i for i, b in enumerate(ids) if b >= first), 0)
-            added = self.assign(count - existing, factor, start_partition=existing, start=start)
+            added = self.assign(
+                racks, count - existing, factor, start_partition=existing, start=start
+            )
         if validate_only:
             return
         await zk_admin.add_partitions(self.zk, name, current, version, added)

@@ -7,6 +7,16 @@ import pytest
 # (entry point pytest11), exactly as other projects get them.
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--nemesis-soak",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run each fault of tests/cluster/test_nemesis.py N times (default once)",
+    )
+
+
 @pytest.fixture
 def kcat() -> str:
     path = shutil.which("kcat") or shutil.which("kafkacat")

@@ -188,6 +188,9 @@ class Broker:
 
             self.replica_manager = ReplicaManager(self)
             self.services.append(self.replica_manager)
+            self.membership.on_session_expired.append(
+                self.replica_manager.resign_after_session_expired
+            )
         self._flush_send, self._flush_receive = trio.open_memory_channel[Any](1000)
         self.services.append(self)
         if self.zk is not None:

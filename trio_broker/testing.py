@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,20 +174,31 @@ class BrokerProcess:
     """`python -m trio_broker serve` with these overrides, on a free loopback port unless
     `listeners` is given (with several, `port` and `bootstrap` are the last one's);
     returns once the broker says it started. Its log lines are kept
-    in `.lines` (and stderr is drained, so the child never blocks on a full pipe)."""
+    in `.lines` (and stderr is drained, so the child never blocks on a full pipe).
+    `prefix` runs the command through another one that execs it (such as
+    `ip netns exec <namespace>`: the broker on a host of a test network)."""
 
-    def __init__(self, overrides: Mapping[str, str], *, start_timeout_s: float = 60) -> None:
+    def __init__(
+        self,
+        overrides: Mapping[str, str],
+        *,
+        start_timeout_s: float = 60,
+        prefix: Sequence[str] = (),
+    ) -> None:
         props = dict(overrides)
         if "listeners" not in props:
             props["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
-        self.port = int(props["listeners"].rsplit(":", 1)[1])
+        last = props["listeners"].split(",")[-1]
+        self.host = last.split("://", 1)[-1].rsplit(":", 1)[0] or "127.0.0.1"
+        self.port = int(last.rsplit(":", 1)[1])
         self.overrides = props
         self.start_timeout_s = start_timeout_s
+        self.prefix = list(prefix)
         self.lines: list[str] = []
         self._launch()
 
     def _launch(self) -> None:
-        args = [sys.executable, "-m", "trio_broker", "serve"]
+        args = [*self.prefix, sys.executable, "-m", "trio_broker", "serve"]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         start_timeout_s = self.start_timeout_s
@@ -209,7 +220,7 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush, no checkpoint."""
@@ -314,7 +325,13 @@ class ZooKeeperServer:
         tick_time_ms: int = 500,
         start_timeout_s: float = 30,
         keep_dir: bool = False,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
+        # `host` and `prefix` put the server on another host of a test network: it binds
+        # `host`, and its command runs through `prefix` (`ip netns exec <namespace>`).
+        self.host = host
+        self.prefix = list(prefix)
         self.tick_time_ms = tick_time_ms
         self.start_timeout_s = start_timeout_s
         self.keep_dir = keep_dir
@@ -326,7 +343,7 @@ class ZooKeeperServer:
     @property
     def connect(self) -> str:
         """The `zookeeper.connect` string, without a chroot."""
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_file(self) -> Path:
@@ -360,7 +377,7 @@ class ZooKeeperServer:
             f"tickTime={self.tick_time_ms}\n"
             f"dataDir={data}\n"
             f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
+            f"clientPortAddress={self.host}\n"
             f"minSessionTimeout={2 * self.tick_time_ms}\n"
             "maxSessionTimeout=60000\n"
             "admin.enableServer=false\n"
@@ -381,6 +398,7 @@ class ZooKeeperServer:
 
         assert self.dir is not None
         args = [
+            *self.prefix,
             "java",
             "-cp",
             classpath,
@@ -470,7 +488,7 @@ def wait_all_see(brokers: Mapping[int, Any], budget_s: float = 30) -> None:
         addresses = (
             [(a[0], a[1]) for a in broker.addresses]
             if isinstance(broker, BrokerThread)
-            else [("127.0.0.1", broker.port)]
+            else [(getattr(broker, "host", "127.0.0.1"), broker.port)]
         )
         while True:
             seen = _brokers_seen(addresses)

@@ -129,10 +129,18 @@ class ControllerChannel:
         self._nursery.start_soon(self._send_loop, broker_id, receive, scope)
 
     def remove_broker(self, broker_id: int) -> None:
+        """The broker's registration ended (it died, or its session expired and it may
+        register again): its sender stops, what was queued for it is dropped, and its
+        connection is closed. A new registration gets a new queue and a new connection,
+        as Kafka's controller treats a bounced broker: nothing built for the old one
+        reaches the new one, and nothing waits behind bytes stuck on the old connection
+        (after a partition that dropped packets, TCP may retransmit them seconds later)."""
         sender = self._senders.pop(broker_id, None)
         if sender is not None:
             sender.scope.cancel()
             sender.send.close()
+        if self._client is not None and broker_id in self._client.nodes:
+            self._client.disconnect(broker_id)
 
     def enqueue(self, broker_id: int, request: Any) -> None:
         sender = self._senders.get(broker_id)

@@ -522,6 +522,41 @@ class ReplicaManager:
             )
         return resigned
 
+    def resign_after_session_expired(self) -> list[TopicPartition]:
+        """This broker's ZooKeeper session expired (it learns so as its next session opens,
+        before it registers again): the controller has taken it for dead and may have
+        moved every leadership it held, so it leads nothing until LeaderAndIsr for its new
+        registration says what it leads. Produces answer NOT_LEADER_OR_FOLLOWER meanwhile
+        (clients refresh their metadata and find the new leaders), and waiting acks=all
+        produces are answered so at once. Kafka's broker goes on leading until the
+        controller's LeaderAndIsr reaches it, which after a partition that dropped packets
+        can take as long as TCP's retransmission backoff."""
+        resigned = []
+        for key, part in list(self.partitions.items()):
+            if not part.is_leader:
+                continue
+            self.fetchers.remove_partition(key)
+            part.make_follower(
+                leader=-1,
+                leader_epoch=part.leader_epoch,
+                isr=list(part.isr),
+                replicas=list(part.replicas),
+                zk_version=part.zk_version,
+                controller_epoch=part.controller_epoch,
+            )
+            for callback in self.on_resign:
+                callback(key[0], key[1], part.leader_epoch)
+            self._wake(key)
+            resigned.append(key)
+        if resigned:
+            logger.warning(
+                "broker %s: ZooKeeper session expired; leads none of %s until the controller "
+                "says so",
+                self.node_id,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
+        return resigned
+
     # -- StopReplica -----------------------------------------------------------------------
 
     async def stop_replica(

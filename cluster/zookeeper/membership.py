@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -124,6 +124,9 @@ class BrokerMembership:
         # started once the broker is registered: passed in, so that ZooKeeper's layer does
         # not import the controller that stands on it.
         self.elector = elector
+        # Called when a new session opens after one expired, before registering again
+        # (the replica manager gives up its leaderships: cluster/replication/).
+        self.on_session_expired: list[Callable[[], object]] = []
 
     def broker_info(self) -> zk_data.BrokerInfo:
         return zk_data.BrokerInfo(
@@ -141,6 +144,14 @@ class BrokerMembership:
         async with trio.open_nursery() as nursery:
 
             async def register(session_id: int) -> None:
+                if self.registrations:
+                    logger.warning(
+                        "broker %d: ZooKeeper session expired; registering again (session 0x%x)",
+                        self.node_id,
+                        session_id,
+                    )
+                    for callback in self.on_session_expired:
+                        callback()
                 await self._register(session_id)
                 registered.set()
 

@@ -94,6 +94,18 @@ class NetworkClient:
         for connection in list(self._connections.values()):
             connection.close()
 
+    def disconnect(self, node: Node) -> None:
+        """Close the connection to `node`, whatever it holds (requests in flight fail with
+        KafkaConnectionError, bytes the kernel has not sent yet are dropped), and let the
+        next request connect at once. For a peer known to be another process now: a
+        connection that outlived a network partition may sit in TCP's retransmission
+        backoff for many seconds, and nothing sent on it would arrive before that."""
+        address = self.address_of(node)
+        connection = self._connections.get(address)
+        if connection is not None:
+            connection.close()
+        self._states.pop(address, None)
+
     @property
     def nursery(self) -> trio.Nursery:
         if self._nursery is None:

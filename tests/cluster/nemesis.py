@@ -1,0 +1,371 @@
+"""A cluster on a network of the test's own (netlab.py): ZooKeeper and three broker
+processes, each on its own host, so that the test can drop their packets.
+
+    with NetCluster(lab, tmp_path) as cluster:
+        cluster.brokers[3]          a BrokerProcess (kill, pause, stop, start_again)
+        cluster.host(3)             its netlab host name ("b3"); "zk" for ZooKeeper
+        cluster.bootstrap           every broker's address, for clients on the test's host
+
+Short timeouts, so that faults play out in seconds: a 6 s ZooKeeper session, followers
+out of the ISR after 3 s without catching up.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+from netlab import NetLab
+
+from trio_broker.testing import BrokerProcess, ZooKeeperServer, wait_all_see
+
+__all__ = ["SESSION_TIMEOUT_S", "NetCluster"]
+
+SESSION_TIMEOUT_S = 6.0
+
+BROKER_DEFAULTS = {
+    "zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
+    "replica.lag.time.max.ms": "3000",
+    "controlled.shutdown.retry.backoff.ms": "200",
+    "default.replication.factor": "3",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+}
+
+
+class NetCluster:
+    def __init__(
+        self,
+        lab: NetLab,
+        base_dir: Path,
+        *,
+        size: int = 3,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        self.lab = lab
+        self.base_dir = base_dir
+        self.size = size
+        self.overrides = {**BROKER_DEFAULTS, **(overrides or {})}
+        self.zookeeper: ZooKeeperServer | None = None
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    def host(self, node_id: int) -> str:
+        return f"b{node_id}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def __enter__(self) -> NetCluster:
+        try:
+            zk_host = self.lab.hosts.get("zk") or self.lab.add_host("zk")
+            self.zookeeper = ZooKeeperServer(
+                host=zk_host.address, prefix=zk_host.command([])
+            ).start()
+            for node_id in range(1, self.size + 1):
+                self.add_broker(node_id)
+            wait_all_see(self.brokers)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def add_broker(self, node_id: int, **overrides: str) -> BrokerProcess:
+        assert self.zookeeper is not None
+        name = self.host(node_id)
+        host = self.lab.hosts.get(name) or self.lab.add_host(name)
+        config = {
+            "node.id": str(node_id),
+            "listeners": f"PLAINTEXT://{host.address}:9092",
+            "log.dirs": str(self.base_dir / f"broker-{node_id}"),
+            "zookeeper.connect": f"{self.zookeeper.connect}/kafka",
+            **self.overrides,
+            **overrides,
+        }
+        broker = BrokerProcess(config, prefix=host.command([]))
+        self.brokers[node_id] = broker
+        return broker
+
+    def log_dirs(self) -> dict[int, Path]:
+        return {node_id: b.log_dir for node_id, b in self.brokers.items()}
+
+    def lines(self, node_id: int) -> list[str]:
+        return list(self.brokers[node_id].lines)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.lab.heal()
+        for node_id in sorted(self.brokers, reverse=True):
+            self.brokers.pop(node_id).close()
+        if self.zookeeper is not None:
+            self.zookeeper.stop()
+            self.zookeeper = None
+
+
+# -- the nemesis: faults a scenario injects ------------------------------------------------
+
+
+def zk_state(cluster: NetCluster, topic: str, partition: int) -> dict[str, Any]:
+    """The partition's state znode (leader, leader_epoch, isr): what the controller decided."""
+    import json
+
+    from clustertest_helpers import ZooKeeperView
+
+    assert cluster.zookeeper is not None
+    view = ZooKeeperView(cluster.zookeeper.connect, "/kafka")
+    try:
+        return json.loads(view.get(f"/brokers/topics/{topic}/partitions/{partition}/state")[0])
+    finally:
+        view.close()
+
+
+def controller_id(cluster: NetCluster) -> int:
+    import json
+
+    from clustertest_helpers import ZooKeeperView
+
+    assert cluster.zookeeper is not None
+    view = ZooKeeperView(cluster.zookeeper.connect, "/kafka")
+    try:
+        return int(json.loads(view.get("/controller")[0])["brokerid"])
+    finally:
+        view.close()
+
+
+def _hold(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)
+
+
+def fault_kill(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """kill -9, then the same broker started again on its data."""
+    cluster.brokers[target].kill()
+    _hold(hold_s)
+    cluster.brokers[target].start_again()
+
+
+def fault_pause(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """SIGSTOP for longer than the session, then SIGCONT: a long GC pause, a frozen VM."""
+    cluster.brokers[target].pause()
+    _hold(hold_s)
+    cluster.brokers[target].resume()
+
+
+def fault_isolate(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """Cut from ZooKeeper and the other brokers (clients still reach it)."""
+    lab.isolate(cluster.host(target))
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
+def fault_isolate_from_zookeeper(
+    cluster: NetCluster, lab: NetLab, target: int, hold_s: float
+) -> None:
+    """Cut from ZooKeeper only: the other brokers still fetch from it."""
+    lab.partition(cluster.host(target), "zk")
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
+def fault_isolate_from_brokers(
+    cluster: NetCluster, lab: NetLab, target: int, hold_s: float
+) -> None:
+    """Cut from the other brokers only: its ZooKeeper session lives on."""
+    for other in cluster.brokers:
+        if other != target:
+            lab.partition(cluster.host(target), cluster.host(other))
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
+def fault_one_way(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """Its packets to every other host dropped; theirs still reach it."""
+    for name in lab.hosts:
+        if name != cluster.host(target):
+            lab.one_way(cluster.host(target), name)
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
+def fault_flap(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """Cut and healed every 2 s."""
+    import time
+
+    end = time.monotonic() + hold_s
+    while time.monotonic() < end:
+        lab.isolate(cluster.host(target))
+        _hold(2)
+        lab.heal(cluster.host(target))
+        _hold(2)
+
+
+def fault_loss(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """30% of the packets it receives dropped."""
+    lab.loss(cluster.host(target), 0.3)
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
+def fault_zookeeper_restart(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """ZooKeeper killed (kill -9), then started again on its data."""
+    assert cluster.zookeeper is not None
+    cluster.zookeeper.kill()
+    _hold(hold_s)
+    cluster.zookeeper.start_again()
+
+
+def fault_leader_and_zookeeper(
+    cluster: NetCluster, lab: NetLab, target: int, hold_s: float
+) -> None:
+    """Two at once: the leader killed while ZooKeeper is down, both back after."""
+    assert cluster.zookeeper is not None
+    cluster.zookeeper.kill()
+    cluster.brokers[target].kill()
+    _hold(hold_s / 2)
+    cluster.zookeeper.start_again()
+    _hold(hold_s / 2)
+    cluster.brokers[target].start_again()
+
+
+def fault_rolling_restart(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """Every broker stopped (SIGTERM) and started again, one after another."""
+    for node_id in sorted(cluster.brokers):
+        cluster.brokers[node_id].stop()
+        cluster.brokers[node_id].start_again()
+
+
+# name -> (fault, whom it hits: "leader" of history-0 or the "controller")
+FAULTS = {
+    "kill-leader": (fault_kill, "leader"),
+    "pause-leader": (fault_pause, "leader"),
+    "isolate-leader": (fault_isolate, "leader"),
+    "isolate-leader-from-zookeeper": (fault_isolate_from_zookeeper, "leader"),
+    "isolate-leader-from-brokers": (fault_isolate_from_brokers, "leader"),
+    "isolate-controller": (fault_isolate, "controller"),
+    "one-way-leader": (fault_one_way, "leader"),
+    "flapping-leader": (fault_flap, "leader"),
+    "lossy-leader": (fault_loss, "leader"),
+    "zookeeper-restart": (fault_zookeeper_restart, "leader"),
+    "kill-leader-zookeeper-down": (fault_leader_and_zookeeper, "leader"),
+    "rolling-restart": (fault_rolling_restart, "leader"),
+}
+
+
+# -- a scenario: a workload, one fault, the checker ---------------------------------------
+
+
+@attrs.frozen
+class Outcome:
+    fault: str
+    target: int
+    report: Any  # history.Report
+    whole_s: float  # from the fault's end until every replica was back in every ISR
+    expired_at: float | None  # when the target learned its session had expired, if it did
+
+
+def registered_at(lines: list[str], node_id: int, nth: int) -> float | None:
+    """When the broker logged its `nth` registration in ZooKeeper (after a restart or an
+    expired session, the second)."""
+    import re
+
+    from history import log_time
+
+    times = [log_time(x) for x in lines if re.search(rf"registered broker {node_id} at", x)]
+    return times[nth - 1] if len(times) >= nth else None
+
+
+def converged(cluster: NetCluster, topics: dict[str, int], budget_s: float = 60) -> None:
+    """Until every replica of every partition holds the same bytes (followers caught up)."""
+    from clustertest_helpers import eventually
+    from failover_helpers import log_bytes
+
+    def same() -> bool:
+        for topic, count in topics.items():
+            for p in range(count):
+                copies = {
+                    log_bytes(d, topic, p)
+                    for d in cluster.log_dirs().values()
+                    if (d / f"{topic}-{p}").exists()
+                }
+                if len(copies) != 1:
+                    return False
+        return True
+
+    eventually(same, budget_s=budget_s, what="replicas with the same bytes")
+
+
+def whole(cluster: NetCluster, topics: dict[str, int]) -> bool:
+    """Every partition led, with every replica in its ISR (ZooKeeper's word)."""
+    try:
+        return all(
+            len(zk_state(cluster, t, p)["isr"]) == cluster.size
+            and zk_state(cluster, t, p)["leader"] >= 0
+            for t, count in topics.items()
+            for p in range(count)
+        )
+    except Exception:  # ZooKeeper itself may be on its way back
+        return False
+
+
+def run_scenario(cluster: NetCluster, lab: NetLab, fault: str, *, hold_s: float = 15) -> Outcome:
+    """On a started cluster: topics `history` (3 partitions, RF 3, min.insync.replicas 2)
+    and `direct` (1 partition, RF 3), both with a partition led by the fault's target; an
+    idempotent acks=all producer and a tailing consumer on `history`, acks=1 Produce
+    requests straight to the target on `direct`; the fault; then the checker."""
+    import time
+
+    from clustertest_helpers import eventually
+    from failover_helpers import CountingProducer, create_topic, wait_for_leaders
+    from history import DirectProducer, TailingConsumer, check
+
+    inject, whom = FAULTS[fault]
+    controller = controller_id(cluster)
+    target = controller if whom == "controller" else (3 if controller != 3 else 2)
+    others = [b for b in sorted(cluster.brokers) if b != target]
+    bootstrap = cluster.bootstrap
+    topics = {"history": 3, "direct": 1}
+    create_topic(
+        bootstrap,
+        "history",
+        replica_assignment=[[target, *others], [*others, target], [others[1], target, others[0]]],
+        config={"min.insync.replicas": "2"},
+    )
+    create_topic(bootstrap, "direct", replica_assignment=[[target, *others]])
+    wait_for_leaders(bootstrap, "history", 3, isr_size=cluster.size)
+    wait_for_leaders(bootstrap, "direct", 1, isr_size=cluster.size)
+    eventually(lambda: whole(cluster, topics), budget_s=30, what="the ISRs full")
+    registrations_before = len(
+        [x for x in cluster.lines(target) if f"registered broker {target} at" in x]
+    )
+    b = cluster.brokers[target]
+    with (
+        CountingProducer(bootstrap, "history") as producer,
+        DirectProducer(b.host, b.port, "direct") as direct,
+        TailingConsumer(bootstrap, "history", range(3)) as tail,
+    ):
+        producer.wait_for_acks_after(time.monotonic(), budget_s=30, what="first acks")
+        start = time.monotonic()
+        inject(cluster, lab, target, hold_s)
+        restored = time.monotonic()
+        eventually(lambda: whole(cluster, topics), budget_s=90, what="every replica in the ISR")
+        whole_s = time.monotonic() - restored
+        producer.wait_for_acks_after(time.monotonic(), budget_s=60, what="acks after the fault")
+    assert not producer.errors, f"the acks=all producer failed: {producer.errors[:5]}"
+    converged(cluster, topics)
+    expired_at = registered_at(cluster.lines(target), target, registrations_before + 1)
+    report = check(
+        bootstrap=bootstrap,
+        topic="history",
+        partitions=3,
+        acked=producer.acked,
+        ack_times=producer.ack_times,
+        replicas=cluster.log_dirs(),
+        direct={"direct": (direct, expired_at)},
+        tail=tail,
+        window=(start, restored + whole_s),
+    )
+    return Outcome(fault, target, report, whole_s, expired_at)

@@ -1,0 +1,129 @@
+"""Faults the way networks make them: brokers and ZooKeeper on hosts of the test's own
+network (netlab.py, nemesis.py), packets dropped by the kernel rather than connections
+closed, so TCP's retransmission backoff plays its part. A history of every
+acknowledgement and every read, checked after each run (history.py).
+
+The soak (`--nemesis-soak`, or benchmarks/bench_nemesis.py) runs many more faults; these
+are the ones that found bugs, each failing on the code before its fix.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+from clustertest_helpers import eventually
+from failover_helpers import wait_for_leaders
+from nemesis import NetCluster, run_scenario
+from netlab import NetLab, skip_reason
+from wire import request_of, roundtrip
+
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.create_topics_request import CreatableTopic
+from trio_broker.testing import ZOOKEEPER_MISSING, zookeeper_classpath
+
+
+@pytest.fixture
+def lab():
+    reason = skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    if zookeeper_classpath() is None:
+        pytest.skip(ZOOKEEPER_MISSING)
+    with NetLab() as lab:
+        yield lab
+
+
+CI_FAULTS = [
+    "kill-leader",
+    "pause-leader",
+    "isolate-controller",
+    "one-way-leader",
+    "flapping-leader",
+    "zookeeper-restart",
+]
+
+
+def test_a_leader_cut_off_by_dropped_packets_stops_leading_once_it_knows(lab, tmp_path):
+    """The leader of history-0 and direct-0 is cut from ZooKeeper and the other brokers
+    (not from clients) for 20 s by dropped packets, then healed. Meanwhile another
+    leader's ISR shrinks, so the controller sends the cut-off broker an UpdateMetadata
+    that never arrives and sits in the controller's connection as TCP retransmits it.
+
+    After the heal the broker finds its session expired and registers again. From then on
+    it must not acknowledge anything as the leader it no longer is (it did, until the
+    controller's LeaderAndIsr got through behind the stuck UpdateMetadata built for its old
+    registration, which it refused with STALE_BROKER_EPOCH: 12 s when first seen)."""
+    with NetCluster(lab, tmp_path) as cluster:
+        outcome = run_scenario(cluster, lab, "isolate-leader", hold_s=20)
+        report = outcome.report
+        print(f"\n{outcome}")
+        assert outcome.expired_at is not None, "the cut-off broker never registered again"
+        assert report.acked_all > 0 and report.acked_one > 0 and report.reads > 0
+        assert report.lost_one_after_expiry == 0, (
+            f"broker {outcome.target} acknowledged {report.lost_one_after_expiry} records as "
+            "leader after it knew its session had expired, all lost"
+        )
+        stale = [x for x in cluster.lines(outcome.target) if "STALE_BROKER_EPOCH" in x]
+        assert not stale, f"requests built for the old registration reached it: {stale}"
+
+
+@pytest.mark.parametrize("fault", CI_FAULTS)
+def test_nothing_acknowledged_is_lost(lab, tmp_path, fault, request):
+    """One fault under the workload; the checker's verdict (history.py). With
+    `--nemesis-soak N` each fault runs N times."""
+    rounds = request.config.getoption("--nemesis-soak") or 1
+    for _ in range(rounds):
+        with NetCluster(lab, tmp_path / f"run-{time.monotonic_ns()}") as cluster:
+            outcome = run_scenario(cluster, lab, fault, hold_s=12)
+        print(f"\n{outcome}")
+        assert outcome.report.acked_all > 0 and outcome.report.reads > 0
+        assert outcome.report.lost_one_after_expiry == 0
+
+
+def _create_topics(host: str, port: int, name: str, replicas: int) -> tuple[int, str | None]:
+    with socket.create_connection((host, port), timeout=40) as sock:
+        request = request_of(
+            19,
+            topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=replicas)],
+            timeout_ms=20000,
+        )
+        (result,) = roundtrip(sock, request, 4).topics
+        return result.error_code, result.error_message
+
+
+def test_create_topics_counts_the_brokers_registered_in_zookeeper(lab, tmp_path):
+    """A fourth broker registers while ZooKeeper's packets to broker 1 are dropped, so
+    broker 1's watch on /brokers/ids cannot tell it yet; a client that saw four brokers
+    (in broker 4's Metadata) asks broker 1 for a topic with four replicas. Broker 1 must
+    judge by ZooKeeper, not by its cache (which refused: "only 3 broker(s) are
+    registered"); a cluster started by a script that waits for Metadata and then creates
+    topics hit this."""
+    with NetCluster(lab, tmp_path) as cluster:
+        b1 = cluster.brokers[1]
+        lab.one_way("zk", "b1")
+        b4 = cluster.add_broker(4)
+        eventually(
+            lambda: len(_metadata_brokers(b4.host, b4.port)) == 4,
+            budget_s=10,
+            what="broker 4 listing four brokers",
+        )
+        answer: list[tuple[int, str | None]] = []
+        asking = threading.Thread(
+            target=lambda: answer.append(_create_topics(b1.host, b1.port, "four", 4))
+        )
+        asking.start()
+        time.sleep(0.5)
+        lab.heal("zk")
+        asking.join(60)
+        assert answer, "no answer to CreateTopics"
+        code, message = answer[0]
+        assert code == ErrorCode.NONE, message
+        wait_for_leaders(cluster.bootstrap, "four", 1, isr_size=4)
+
+
+def _metadata_brokers(host: str, port: int) -> set[int]:
+    with socket.create_connection((host, port), timeout=10) as sock:
+        return {b.node_id for b in roundtrip(sock, request_of(3, topics=[]), 1).brokers}
