@@ -8,6 +8,10 @@ The workload, each part on its own thread, recording with wall-clock times:
                broker's own word
     reads      `TailingConsumer`: a read_uncommitted consumer following every partition
                from the start, recording (partition, offset, value) as it goes
+    txns       `TransactionalProducer`: transactions over every partition of a topic of
+               their own, committed and aborted in turn
+    offsets    `CommittedOffsets`: a group member committing every 100 ms, and an observer
+               reading the group's committed offsets
 
 `check(...)` then proves, on the final state read from the cluster:
 
@@ -16,6 +20,9 @@ The workload, each part on its own thread, recording with wall-clock times:
 - the tailing consumer never saw an offset go back, and everything it read is still there
   (it reads below the high watermark: nothing it saw may be truncated);
 - every replica of a partition holds the same bytes;
+- read_committed sees every committed transaction whole, no aborted one, and of each
+  transaction whose end the client never learned, all of it or nothing;
+- the group's committed offsets never went back;
 - acks=1 records that were lost, and how many of them a broker acknowledged after it had
   logged that its ZooKeeper session expired (Kafka's documented window ends there: none).
 
@@ -44,7 +51,15 @@ from trio_broker.protocol._generated.produce_request import (
 )
 from trio_broker.protocol.record_codec import build_batch
 
-__all__ = ["DirectProducer", "Report", "TailingConsumer", "check", "log_time"]
+__all__ = [
+    "CommittedOffsets",
+    "DirectProducer",
+    "Report",
+    "TailingConsumer",
+    "TransactionalProducer",
+    "check",
+    "log_time",
+]
 
 
 class DirectProducer:
@@ -161,6 +176,169 @@ class TailingConsumer:
             consumer.close()
 
 
+class TransactionalProducer:
+    """Transactions on a thread, each writing `per_partition` records to every partition of
+    `topic`, committing the even ones and aborting the odd ones. What commit_transaction
+    acknowledged goes to `committed`, what abort_transaction acknowledged to `aborted`, a
+    transaction whose end the client could not learn to `uncertain` (a list per
+    transaction: all of it or none may be visible, never part)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, per_partition: int = 2):
+        self.bootstrap, self.topic = bootstrap, topic
+        self.partitions, self.per_partition = partitions, per_partition
+        self.committed: list[bytes] = []
+        self.aborted: list[bytes] = []
+        self.uncertain: list[list[bytes]] = []
+        self.ended: list[float] = []  # time.monotonic() of each end the client learned
+        self.failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def ended_after(self, moment: float) -> bool:
+        return self.failure is not None or any(x > moment for x in self.ended)
+
+    def __enter__(self) -> TransactionalProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(180)
+
+    def _producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"{self.topic}-writer",
+                "transaction.timeout.ms": 10000,
+                "linger.ms": 5,
+                "retry.backoff.ms": 50,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        producer.init_transactions(120)
+        return producer
+
+    def _end(self, producer: Any, commit: bool) -> bool:
+        """True if the transaction ended as asked, False if it had to be aborted."""
+        from confluent_kafka import KafkaException
+
+        for _attempt in range(30):
+            try:
+                (producer.commit_transaction if commit else producer.abort_transaction)(30)
+                return True
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.retriable():
+                    continue  # librdkafka: call the same method again
+                if err.txn_requires_abort():
+                    producer.abort_transaction(30)
+                    return False
+                raise
+        raise RuntimeError("the transaction never ended")
+
+    def _run(self) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer = self._producer()
+            k = 0
+            while not self._stop.is_set():
+                commit = k % 2 == 0
+                values = [
+                    (p, b"t%d-p%d-%d" % (k, p, i))
+                    for i in range(self.per_partition)
+                    for p in range(self.partitions)
+                ]
+                k += 1
+                try:
+                    producer.begin_transaction()
+                    for p, value in values:
+                        producer.produce(self.topic, value, partition=p)
+                    ended = self._end(producer, commit)
+                except KafkaException:
+                    # Fatal, or the end itself failed: a new producer with the same id
+                    # fences this one, and the coordinator aborts what it left open.
+                    self.uncertain.append([v for _, v in values])
+                    producer = self._producer()
+                    continue
+                (self.committed if commit and ended else self.aborted).extend(v for _, v in values)
+                self.ended.append(time.monotonic())
+        except BaseException as exc:  # reported by the checker
+            self.failure = exc
+
+
+class CommittedOffsets:
+    """A consumer group member on `topic` committing its position every 100 ms, and an
+    observer reading the group's committed offsets (OffsetFetch) every 100 ms: `seen`
+    keeps every (time, partition, offset) the observer was told."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.group = f"committer-{time.monotonic_ns()}"
+        self.seen: list[tuple[float, int, int]] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._member, daemon=True),
+            threading.Thread(target=self._observer, daemon=True),
+        ]
+
+    def __enter__(self) -> CommittedOffsets:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def _member(self) -> None:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        try:
+            consumer.subscribe([self.topic])
+            last = time.monotonic()
+            while not self._stop.is_set():
+                consumer.poll(0.05)
+                if time.monotonic() - last > 0.1:
+                    last = time.monotonic()
+                    try:
+                        consumer.commit(asynchronous=True)
+                    except Exception:  # nothing consumed yet, or no coordinator now
+                        pass
+        finally:
+            consumer.close()
+
+    def _observer(self) -> None:
+        observer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group})
+        try:
+            while not self._stop.is_set():
+                try:
+                    got = observer.committed(
+                        [TopicPartition(self.topic, p) for p in range(self.partitions)], 5
+                    )
+                except Exception:  # the coordinator moving: asked again
+                    got = []
+                now = time.time()
+                self.seen.extend((now, tp.partition, tp.offset) for tp in got if tp.offset >= 0)
+                time.sleep(0.1)
+        finally:
+            observer.close()
+
+
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
@@ -188,6 +366,8 @@ class Report:
     lost_one_after_expiry: int  # of those, acknowledged after the broker knew
     longest_gap_s: float  # the longest a partition went without an acks=all acknowledgement
     reads: int  # records the tailing consumer read during the run
+    transactions: int = 0  # transactions whose end the client learned
+    offsets_seen: int = 0  # committed offsets the observer read
 
 
 def check(
@@ -201,6 +381,8 @@ def check(
     direct: Mapping[str, tuple[DirectProducer, float | None]] = {},  # noqa: B006
     tail: TailingConsumer | None = None,
     window: tuple[float, float] | None = None,
+    txn: TransactionalProducer | None = None,
+    offsets: CommittedOffsets | None = None,
 ) -> Report:
     """See the module docstring. `replicas`: broker id -> its log dir (every replica of
     every partition of `topic` and of the direct producers' topics is compared);
@@ -221,8 +403,8 @@ def check(
     assert not doubled, f"{len(doubled)} acks=all records read more than once: {doubled[:5]}"
 
     for p, records in final.items():
-        offsets = [o for o, _ in records]
-        gaps = [(a, b) for a, b in zip(offsets, offsets[1:], strict=False) if b != a + 1]
+        read_offsets = [o for o, _ in records]
+        gaps = [(a, b) for a, b in zip(read_offsets, read_offsets[1:], strict=False) if b != a + 1]
         assert not gaps, f"partition {p} skips offsets: {gaps[:5]}"
 
     if tail is not None:
@@ -245,9 +427,11 @@ def check(
                 if expired_at is not None and t > expired_at:
                     lost_after += 1
 
-    topics = [topic, *direct]
-    for t in topics:
-        for p in range(partitions if t == topic else 1):
+    counts_of = {topic: partitions, **dict.fromkeys(direct, 1)}
+    if txn is not None:
+        counts_of[txn.topic] = txn.partitions
+    for t, count in counts_of.items():
+        for p in range(count):
             copies = {
                 b: log_bytes(d, t, p) for b, d in replicas.items() if (d / f"{t}-{p}").exists()
             }
@@ -256,6 +440,35 @@ def check(
             assert not differ, (
                 f"{t}-{p}: replicas {sorted(copies)} differ ({differ} from the first)"
             )
+
+    transactions = 0
+    if txn is not None:
+        assert txn.failure is None, f"the transactional producer failed: {txn.failure!r}"
+        from failover_helpers import read_committed
+
+        visible = read_committed(bootstrap, txn.topic, txn.partitions, set(txn.committed))
+        values = [v for vs in visible.values() for v in vs]
+        seen = set(values)
+        assert len(values) == len(seen), "a transactional record was read twice"
+        missing = [v for v in txn.committed if v not in seen]
+        assert not missing, f"{len(missing)} committed records invisible: {missing[:5]}"
+        shown = [v for v in txn.aborted if v in seen]
+        assert not shown, f"{len(shown)} aborted records visible: {shown[:5]}"
+        for values_of_one in txn.uncertain:
+            inside = sum(1 for v in values_of_one if v in seen)
+            assert inside in (0, len(values_of_one)), f"a transaction half visible: {values_of_one}"
+        transactions = (len(txn.committed) + len(txn.aborted)) // (
+            txn.partitions * txn.per_partition
+        )
+        assert transactions > 0, "no transaction ended"
+
+    if offsets is not None:
+        last_offset: dict[int, int] = {}
+        for _, p, o in offsets.seen:
+            assert o >= last_offset.get(p, -1), (
+                f"group offset of {p} went back: {last_offset[p]} -> {o}"
+            )
+            last_offset[p] = o
 
     # The longest time a partition went without an acks=all acknowledgement.
     by_partition: dict[int, list[float]] = {}
@@ -275,4 +488,6 @@ def check(
         lost_one_after_expiry=lost_after,
         longest_gap_s=gap,
         reads=len(tail.reads) if tail is not None else 0,
+        transactions=transactions,
+        offsets_seen=len(offsets.seen) if offsets is not None else 0,
     )

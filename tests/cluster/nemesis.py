@@ -263,8 +263,9 @@ class Outcome:
     fault: str
     target: int
     report: Any  # history.Report
-    whole_s: float  # from the fault's end until every replica was back in every ISR
+    whole_s: float  # the longest from a fault's end until every replica was in every ISR
     expired_at: float | None  # when the target learned its session had expired, if it did
+    injections: int = 1
 
 
 def registered_at(lines: list[str], node_id: int, nth: int) -> float | None:
@@ -311,23 +312,38 @@ def whole(cluster: NetCluster, topics: dict[str, int]) -> bool:
         return False
 
 
-def run_scenario(cluster: NetCluster, lab: NetLab, fault: str, *, hold_s: float = 15) -> Outcome:
+def run_scenario(
+    cluster: NetCluster,
+    lab: NetLab,
+    fault: str,
+    *,
+    hold_s: float = 15,
+    injections: int = 1,
+) -> Outcome:
     """On a started cluster: topics `history` (3 partitions, RF 3, min.insync.replicas 2)
     and `direct` (1 partition, RF 3), both with a partition led by the fault's target; an
     idempotent acks=all producer and a tailing consumer on `history`, acks=1 Produce
-    requests straight to the target on `direct`; the fault; then the checker."""
+    requests straight to the target on `direct`; the fault, `injections` times (each on
+    the leader of history-0 or the controller of that moment, once the cluster is whole
+    again after the one before); then the checker."""
     import time
 
     from clustertest_helpers import eventually
     from failover_helpers import CountingProducer, create_topic, wait_for_leaders
-    from history import DirectProducer, TailingConsumer, check
+    from history import (
+        CommittedOffsets,
+        DirectProducer,
+        TailingConsumer,
+        TransactionalProducer,
+        check,
+    )
 
     inject, whom = FAULTS[fault]
     controller = controller_id(cluster)
     target = controller if whom == "controller" else (3 if controller != 3 else 2)
     others = [b for b in sorted(cluster.brokers) if b != target]
     bootstrap = cluster.bootstrap
-    topics = {"history": 3, "direct": 1}
+    topics = {"history": 3, "direct": 1, "txn": 3}
     create_topic(
         bootstrap,
         "history",
@@ -335,8 +351,15 @@ def run_scenario(cluster: NetCluster, lab: NetLab, fault: str, *, hold_s: float 
         config={"min.insync.replicas": "2"},
     )
     create_topic(bootstrap, "direct", replica_assignment=[[target, *others]])
+    create_topic(
+        bootstrap,
+        "txn",
+        replica_assignment=[[target, *others], [*others, target], [others[1], target, others[0]]],
+        config={"min.insync.replicas": "2"},
+    )
     wait_for_leaders(bootstrap, "history", 3, isr_size=cluster.size)
     wait_for_leaders(bootstrap, "direct", 1, isr_size=cluster.size)
+    wait_for_leaders(bootstrap, "txn", 3, isr_size=cluster.size)
     eventually(lambda: whole(cluster, topics), budget_s=30, what="the ISRs full")
     registrations_before = len(
         [x for x in cluster.lines(target) if f"registered broker {target} at" in x]
@@ -346,14 +369,33 @@ def run_scenario(cluster: NetCluster, lab: NetLab, fault: str, *, hold_s: float 
         CountingProducer(bootstrap, "history") as producer,
         DirectProducer(b.host, b.port, "direct") as direct,
         TailingConsumer(bootstrap, "history", range(3)) as tail,
+        TransactionalProducer(bootstrap, "txn", 3) as txn,
+        CommittedOffsets(bootstrap, "history", 3) as offsets,
     ):
         producer.wait_for_acks_after(time.monotonic(), budget_s=30, what="first acks")
+        eventually(lambda: txn.ended_after(0), budget_s=60, what="a first transaction")
         start = time.monotonic()
-        inject(cluster, lab, target, hold_s)
-        restored = time.monotonic()
-        eventually(lambda: whole(cluster, topics), budget_s=90, what="every replica in the ISR")
-        whole_s = time.monotonic() - restored
-        producer.wait_for_acks_after(time.monotonic(), budget_s=60, what="acks after the fault")
+        whole_s = 0.0
+        victim = target
+        for i in range(injections):
+            if i:
+                victim = (
+                    controller_id(cluster)
+                    if whom == "controller"
+                    else zk_state(cluster, "history", 0)["leader"]
+                )
+            inject(cluster, lab, victim, hold_s)
+            restored = time.monotonic()
+            eventually(lambda: whole(cluster, topics), budget_s=90, what="every replica in the ISR")
+            whole_s = max(whole_s, time.monotonic() - restored)
+            producer.wait_for_acks_after(time.monotonic(), budget_s=60, what="acks after the fault")
+            now = time.monotonic()
+            eventually(
+                lambda now=now: txn.ended_after(now),
+                budget_s=90,
+                what="a transaction after the fault",
+            )
+        end = time.monotonic()
     assert not producer.errors, f"the acks=all producer failed: {producer.errors[:5]}"
     converged(cluster, topics)
     expired_at = registered_at(cluster.lines(target), target, registrations_before + 1)
@@ -366,6 +408,8 @@ def run_scenario(cluster: NetCluster, lab: NetLab, fault: str, *, hold_s: float 
         replicas=cluster.log_dirs(),
         direct={"direct": (direct, expired_at)},
         tail=tail,
-        window=(start, restored + whole_s),
+        window=(start, end),
+        txn=txn,
+        offsets=offsets,
     )
-    return Outcome(fault, target, report, whole_s, expired_at)
+    return Outcome(fault, target, report, whole_s, expired_at, injections)

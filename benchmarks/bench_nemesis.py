@@ -1,0 +1,116 @@
+"""The nemesis soak: every fault of tests/cluster/nemesis.py, many times, under the
+workload, each run proved by the history checker (tests/cluster/history.py); then a table
+of what it found: safety (acknowledged records lost, duplicated or moved: must be 0) and
+availability (the longest a partition went without an acks=all acknowledgement, the
+longest until every replica was back in every ISR).
+
+    sudo .venv/bin/python benchmarks/bench_nemesis.py [--smoke] [--rounds 2]
+        [--injections 9] [--hold 8] [--faults kill-leader,isolate-leader,...]
+
+Brokers and ZooKeeper run on network namespaces of their own (root, iproute2 and iptables
+needed: .ci/run installs them); faults drop packets with iptables, kill -9, SIGSTOP,
+restart ZooKeeper. A round is one fresh 3-broker cluster (6 s ZooKeeper sessions) in which
+the fault is injected `--injections` times, each once the cluster is whole again, on the
+leader of that moment (or the controller). The default, 12 faults x 2 rounds x 9
+injections, is 216 injections (about an hour here). A failed check stops nothing: it is
+counted and printed with the run's directory kept. Progress goes to stderr, the table to
+stdout. No assertion on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [
+    str(Path(__file__).resolve().parent),
+    str(ROOT / "tests" / "cluster"),
+    str(ROOT / "tests"),
+]
+
+import run as bench  # noqa: E402  (benchmarks/run.py: progress)
+from nemesis import FAULTS, SESSION_TIMEOUT_S, NetCluster, run_scenario  # noqa: E402
+from netlab import NetLab, skip_reason  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="one injection of one fault")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--injections", type=int, default=9)
+    parser.add_argument("--hold", type=float, default=8.0, help="seconds each fault lasts")
+    parser.add_argument("--faults", default=",".join(FAULTS))
+    args = parser.parse_args(argv)
+    faults = args.faults.split(",")
+    if args.smoke:
+        faults, args.rounds, args.injections, args.hold = ["isolate-leader"], 1, 1, 8.0
+    unknown = [f for f in faults if f not in FAULTS]
+    if unknown:
+        parser.error(f"unknown faults {unknown}; known: {', '.join(FAULTS)}")
+    reason = skip_reason()
+    if reason is not None:
+        print(f"cannot run: {reason}", file=sys.stderr)
+        return 2
+
+    rows = []
+    failures = 0
+    with NetLab() as lab:
+        for fault in faults:
+            outcomes = []
+            failed = []
+            for r in range(args.rounds):
+                base = Path(tempfile.mkdtemp(prefix=f"nemesis-{fault}-"))
+                bench.progress(
+                    f"{fault}: round {r + 1}/{args.rounds}, {args.injections} injections"
+                )
+                began = time.monotonic()
+                try:
+                    with NetCluster(lab, base) as cluster:
+                        outcome = run_scenario(
+                            cluster, lab, fault, hold_s=args.hold, injections=args.injections
+                        )
+                    outcomes.append(outcome)
+                    shutil.rmtree(base, ignore_errors=True)
+                    bench.progress(f"  {time.monotonic() - began:.0f} s: {outcome.report}")
+                except Exception as exc:  # a finding: counted, printed, its data kept
+                    failed.append(f"{type(exc).__name__}: {str(exc)[:300]} ({base})")
+                    bench.progress(f"  FAILED: {failed[-1]}")
+            failures += len(failed)
+            rows.append((fault, outcomes, failed))
+
+    print(
+        "\n| fault | injections | failed checks | acks=all acknowledged, all read back once | "
+        "acks=1 lost in Kafka's window | acks=1 lost after expiry known | longest gap s | "
+        "longest until whole s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    total = 0
+    for fault, outcomes, failed in rows:
+        injections = sum(o.injections for o in outcomes) + len(failed) * args.injections
+        total += injections
+        acked = sum(o.report.acked_all for o in outcomes)
+        lost_one = sum(o.report.lost_one - o.report.lost_one_after_expiry for o in outcomes)
+        lost_after = sum(o.report.lost_one_after_expiry for o in outcomes)
+        gap = max((o.report.longest_gap_s for o in outcomes), default=float("nan"))
+        whole = max((o.whole_s for o in outcomes), default=float("nan"))
+        print(
+            f"| {fault} | {injections} | {len(failed)} | {acked} | {lost_one} | "
+            f"{lost_after} | {gap:.1f} | {whole:.1f} |"
+        )
+    print(
+        f"\n{total} injections, {failures} failed checks; ZooKeeper session "
+        f"{SESSION_TIMEOUT_S:.0f} s, each fault held {args.hold:.0f} s."
+    )
+    for fault, _, failed in rows:
+        for f in failed:
+            print(f"- {fault}: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
