@@ -11,9 +11,12 @@ if TYPE_CHECKING:
 
 async def handle(broker: Broker, request: Request) -> Any:
     coordinator = broker.group_coordinator
-    response = coordinator.offsets.commit_offsets(request.body, api_version=request.api_version)
     if getattr(broker, "replica_manager", None) is None:
-        return response  # one broker: the append is committed at once
+        # One broker: the append is committed at once.
+        return coordinator.offsets.commit_offsets(request.body, api_version=request.api_version)
+    response, install = coordinator.offsets.prepare_commit(
+        request.body, api_version=request.api_version
+    )
     accepted = [p for t in response.topics for p in t.partitions if p.error_code == 0]
     if not accepted:
         return response
@@ -22,7 +25,9 @@ async def handle(broker: Broker, request: Request) -> Any:
     from trio_broker.errors import ErrorCode
 
     def answer(code: ErrorCode) -> Any:
-        if code:
+        if not code:
+            install()  # OffsetFetch sees the offsets once they are committed
+        else:
             # Kafka's GroupMetadataManager maps the append's error for the client.
             mapped = (
                 ErrorCode.NOT_COORDINATOR

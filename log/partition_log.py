@@ -37,8 +37,8 @@ from trio_broker.log.producer_state import (
 )
 from trio_broker.log.segment import LogSegment, SegmentStateUnknown
 from trio_broker.log.transactions import (
+    aborted_by,
     end_txn_marker,
-    record_completed_txn,
     replay_data_batch,
 )
 from trio_broker.protocol.records import (
@@ -340,17 +340,17 @@ class PartitionLog:
             elif header.is_log_append_time:
                 set_max_timestamp(view, pos, BatchTimestampType.CREATE_TIME, header.max_timestamp)
             index_entries.append((last, max_ts, header.size))
+        aborted = aborted_by(self, updates.values(), completed)
         try:
             self._maybe_roll(len(view), max(p[4] for p in planned), last_offset, now)
-            # The commit point: all or nothing (LogSegment.append undoes a failed write).
-            self.active_segment.append(view, index_entries)
+            # The commit point: all or nothing, the `.txnindex` entries of its ABORT markers
+            # included (LogSegment.append undoes a failed write).
+            self.active_segment.append(view, index_entries, aborted)
         except OSError as exc:
             raise self._storage_error(exc, "append") from exc
 
         epochs = ((leader_epoch, first_offset),) if leader_epoch >= 0 else ()
-        return self._appended(
-            updates, completed, epochs, first_offset, last_offset, record_count, append_time
-        )
+        return self._appended(updates, epochs, first_offset, last_offset, record_count, append_time)
 
     def append_as_follower(self, records: bytearray | memoryview) -> AppendResult:
         """Append the leader's batches unchanged: their offsets, partition leader epochs and
@@ -422,18 +422,18 @@ class PartitionLog:
             record_count += header.record_count
         first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
         now = self.now_ms()
+        aborted = aborted_by(self, updates.values(), [txn for txn, _ in completed])
         try:
             # A batch that would not fit the active segment, or offsets too far from its
             # base for its index, starts a new one at that batch.
             self._maybe_roll(
                 len(view), max(h.max_timestamp for h in headers), last_offset, now, first_offset
             )
-            self.active_segment.append(view, index_entries)
+            self.active_segment.append(view, index_entries, aborted)
         except OSError as exc:
             raise self._storage_error(exc, "append") from exc
         return self._appended(
             updates,
-            [txn for txn, _ in completed],
             epochs,
             first_offset,
             last_offset,
@@ -444,20 +444,18 @@ class PartitionLog:
     def _appended(
         self,
         updates: dict[int, ProducerAppendInfo],
-        completed: Iterable[CompletedTxn],
         epochs: Iterable[tuple[int, int]],
         first_offset: int,
         last_offset: int,
         record_count: int,
         append_time: int,
     ) -> AppendResult:
-        """What follows an append that is in the segment (leader's or follower's): the log
-        end, the producers' states and ended transactions, the leader epochs."""
+        """What follows an append that is in the segment (leader's or follower's; its
+        aborted transactions are in the `.txnindex` with it): the log end, the producers'
+        states, the leader epochs."""
         self.log_end_offset = last_offset + 1
         for info in updates.values():
             self.producer_state.update(info)
-        for txn in completed:
-            record_completed_txn(self, self.active_segment, txn)
         self.producer_state.update_map_end_offset(self.log_end_offset)
         for epoch, start in epochs:
             try:

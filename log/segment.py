@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from trio_broker.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+from trio_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from trio_broker.protocol.record_codec import iter_records
 from trio_broker.protocol.records import (
     HEADER_SIZE,
@@ -192,11 +192,19 @@ class LogSegment:
 
     # -- appending -------------------------------------------------------------------------
 
-    def append(self, data: memoryview, batches: list[tuple[int, int, int]]) -> None:
+    def append(
+        self,
+        data: memoryview,
+        batches: list[tuple[int, int, int]],
+        aborted: Sequence[AbortedTxn] = (),
+    ) -> None:
         """Write `data` (whole batches) and index them.
 
         `batches` holds (last_offset, max_timestamp, size) per batch, in order, with the
-        offsets and timestamps already assigned.
+        offsets and timestamps already assigned; `aborted`, the transactions the ABORT
+        markers among them end, for the `.txnindex`: part of the same all-or-nothing
+        write, so that a marker is never in the log without its index entry (a
+        read_committed consumer would then read what was aborted).
 
         All or nothing: when a write fails (ENOSPC: a full disk) the file is truncated back
         to its size before the call and index entries added by it are dropped, so the
@@ -206,22 +214,29 @@ class LogSegment:
         """
         if not batches:
             return
+        self.txn_index.check_order(aborted)
         start = self.size
         undo = (
             self.offset_index.entries,
             self.time_index.entries,
+            len(self.txn_index.entries),
             self.max_timestamp_so_far,
             self.offset_of_max_timestamp_so_far,
             self.bytes_since_last_index_entry,
             self.rolling_based_timestamp,
         )
         try:
-            self._append(data, batches)
+            self._append(data, batches, aborted)
         except OSError as exc:
             self._undo_append(start, undo, exc)
             raise
 
-    def _append(self, data: memoryview, batches: list[tuple[int, int, int]]) -> None:
+    def _append(
+        self,
+        data: memoryview,
+        batches: list[tuple[int, int, int]],
+        aborted: Sequence[AbortedTxn] = (),
+    ) -> None:
         physical = self.size
         if physical == 0:
             self.rolling_based_timestamp = batches[0][1]
@@ -240,15 +255,18 @@ class LogSegment:
                 self.bytes_since_last_index_entry = 0
             physical += size
             self.bytes_since_last_index_entry += size
+        # Before the segment takes the batches as its own (its size, tail, next offset):
+        # a failure here is undone with the write.
+        self.txn_index.append_all(aborted)
         last_size = batches[-1][2]
         self._tail = (physical - last_size, read_header(data, len(data) - last_size))
         self.size = physical
         self._next_offset = batches[-1][0] + 1
 
     def _undo_append(
-        self, start: int, undo: tuple[int, int, int, int, int, int | None], exc: OSError
+        self, start: int, undo: tuple[int, int, int, int, int, int, int | None], exc: OSError
     ) -> None:
-        offset_entries, time_entries, *fields = undo
+        offset_entries, time_entries, aborted_entries, *fields = undo
         (
             self.max_timestamp_so_far,
             self.offset_of_max_timestamp_so_far,
@@ -261,6 +279,7 @@ class LogSegment:
             os.ftruncate(self.fd, start)
             self.offset_index.truncate_entries(offset_entries)
             self.time_index.truncate_entries(time_entries)
+            self.txn_index.undo_to(aborted_entries)
             actual = os.fstat(self.fd).st_size
         except OSError as undo_exc:
             raise SegmentStateUnknown(

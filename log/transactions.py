@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from trio_broker.log.control_batch import ControlType, control_type
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from trio_broker.log.partition_log import PartitionLog
     from trio_broker.log.segment import LogSegment
 
-__all__ = ["end_txn_marker", "record_completed_txn", "replay_batch"]
+__all__ = ["aborted_by", "end_txn_marker", "record_completed_txn", "replay_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,36 @@ def end_txn_marker(
         timestamp=header.max_timestamp,
         validate=validate,
     )
+
+
+def aborted_by(
+    log: PartitionLog, updates: Iterable[ProducerAppendInfo], completed: Iterable[CompletedTxn]
+) -> list[AbortedTxn]:
+    """The `.txnindex` entries of the transactions an append's ABORT markers end, computed
+    before the append (the producer states as they will be after it), so that they are
+    written with its batches, all or nothing (LogSegment.append)."""
+    ongoing = dict(log.producer_state.ongoing)
+    for info in updates:
+        updated = info.updated
+        if updated.current_txn_first_offset >= 0:
+            ongoing[updated.producer_id] = updated.current_txn_first_offset
+        else:
+            ongoing.pop(updated.producer_id, None)
+    out = []
+    for txn in completed:
+        if not txn.is_aborted:
+            continue
+        # The LSO once it is done: Kafka's ProducerStateManager.lastStableOffset.
+        others = [o for p, o in ongoing.items() if p != txn.producer_id]
+        out.append(
+            AbortedTxn(
+                producer_id=txn.producer_id,
+                first_offset=txn.first_offset,
+                last_offset=txn.last_offset,
+                last_stable_offset=min(others) if others else txn.last_offset + 1,
+            )
+        )
+    return out
 
 
 def record_completed_txn(log: PartitionLog, segment: LogSegment, txn: CompletedTxn) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -54,15 +55,40 @@ class TransactionIndex:
             self.entries = _read(path)
 
     def append(self, txn: AbortedTxn) -> None:
-        if self.entries and txn.last_offset <= self.entries[-1].last_offset:
-            raise ValueError(
-                f"aborted transaction ending at {txn.last_offset} is not after the last one "
-                f"({self.entries[-1].last_offset}) in {self.path}"
-            )
+        self.append_all([txn])
+
+    def check_order(self, txns: Sequence[AbortedTxn]) -> None:
+        """ValueError unless each of `txns` ends after the one before it (and the index's)."""
+        last = self.entries[-1].last_offset if self.entries else None
+        for txn in txns:
+            if last is not None and txn.last_offset <= last:
+                raise ValueError(
+                    f"aborted transaction ending at {txn.last_offset} is not after the last "
+                    f"one ({last}) in {self.path}"
+                )
+            last = txn.last_offset
+
+    def append_all(self, txns: Sequence[AbortedTxn]) -> None:
+        """Append to the file, then to memory. An OSError (a full disk) may leave part of
+        the write in the file: the caller undoes it (`undo_to`), as LogSegment.append does
+        with its marker's batch, so that the file and the log never disagree."""
+        if not txns:
+            return
+        self.check_order(txns)
         # Page cache like the segment; the segment's flush fsyncs it.
         with open(self.path, "ab") as f:
-            f.write(txn.pack())
-        self.entries.append(txn)
+            f.write(b"".join(txn.pack() for txn in txns))
+        self.entries.extend(txns)
+
+    def undo_to(self, count: int) -> None:
+        """Back to the first `count` entries, in memory and in the file (an append failed,
+        or the batch it belonged to did). Shrinking needs no space; an OSError here means
+        the file can no longer be trusted."""
+        del self.entries[count:]
+        if count == 0:
+            self.path.unlink(missing_ok=True)
+        elif self.path.exists():
+            os.truncate(self.path, count * _ENTRY.size)
 
     def collect(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions that overlap [fetch_offset, upper_bound_offset)."""

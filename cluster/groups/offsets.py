@@ -12,6 +12,7 @@ Dead with tombstones for its records (none for a GroupMetadata it never wrote: g
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -67,6 +68,10 @@ __all__ = ["GroupOffsets"]
 
 S = GroupState
 OFFSET_METADATA_MAX_BYTES = 4096  # offset.metadata.max.bytes
+
+
+def _nothing() -> None:
+    pass
 
 
 class GroupOffsets:
@@ -133,6 +138,21 @@ class GroupOffsets:
     # -- OffsetCommit ----------------------------------------------------------------------
 
     def commit_offsets(self, body: Any, *, api_version: int) -> OffsetCommitResponse:
+        """OffsetCommit where the append is committed at once (a lone broker): the offsets
+        are visible to OffsetFetch as it answers."""
+        response, install = self.prepare_commit(body, api_version=api_version)
+        install()
+        return response
+
+    def prepare_commit(
+        self, body: Any, *, api_version: int
+    ) -> tuple[OffsetCommitResponse, Callable[[], None]]:
+        """Append an OffsetCommit's records; returns the answer and `install`, which makes
+        the offsets visible (OffsetFetch, the group's position), to be called once the
+        append is committed: in a cluster, when the partition's ISR has it. Until then
+        OffsetFetch answers with what was committed before, as Kafka's cache does
+        (pendingOffsetCommits): an offset the coordinator's failover then truncated away
+        must never have been read."""
         # The hot path of a consumer: one pass builds the response, the records and the
         # cached values together, and the whole commit is one append to the log.
         group_id = body.group_id
@@ -151,7 +171,7 @@ class GroupOffsets:
             assert group is not None
             error = self._commit_error(group, body, generation)
         if error:
-            return _commit_answer(body, error)
+            return _commit_answer(body, error), _nothing
         assert group is not None
         member = group.members.get(body.member_id)
         if member is not None:
@@ -202,23 +222,30 @@ class GroupOffsets:
             try:
                 first = self.store.append(group_id, records)
             except KafkaError as exc:
-                logger.warning("offset commit of group %s failed: %s", group_id, exc)
+                logger.warning("offset commit of group %r failed: %s", group_id, exc)
                 for part, *_ in accepted:
                     part.error_code = ErrorCode.COORDINATOR_NOT_AVAILABLE
-                return OffsetCommitResponse(topics=answered)
-            offsets = group.offsets
-            for record_offset, (_, tp, offset, epoch, metadata, commit_ts, expire) in enumerate(
-                accepted, first
-            ):
-                offsets[tp] = OffsetAndMetadata(
-                    offset=offset,
-                    leader_epoch=epoch,
-                    metadata=metadata,
-                    commit_timestamp_ms=commit_ts,
-                    expire_timestamp_ms=expire,
-                    record_offset=record_offset,
-                )
-        return OffsetCommitResponse(topics=answered)
+                return OffsetCommitResponse(topics=answered), _nothing
+
+            def install() -> None:
+                offsets = group.offsets
+                for record_offset, (_, tp, offset, epoch, meta, commit_ts, expire) in enumerate(
+                    accepted, first
+                ):
+                    current = offsets.get(tp)
+                    if current is not None and current.record_offset > record_offset:
+                        continue  # a later commit completed first
+                    offsets[tp] = OffsetAndMetadata(
+                        offset=offset,
+                        leader_epoch=epoch,
+                        metadata=meta,
+                        commit_timestamp_ms=commit_ts,
+                        expire_timestamp_ms=expire,
+                        record_offset=record_offset,
+                    )
+
+            return OffsetCommitResponse(topics=answered), install
+        return OffsetCommitResponse(topics=answered), _nothing
 
     def _commit_error(self, group: GroupMetadata, body: Any, generation: int) -> ErrorCode:
         if group.is_(S.DEAD):

@@ -51,6 +51,13 @@ __all__ = ["TransactionCoordinator"]
 
 S = TransactionState
 NO_PRODUCER_ID = -1
+_MARKER_BACKOFF_MIN_S = 0.1
+_MARKER_BACKOFF_MAX_S = 5.0
+# What a lone broker's partition may answer a marker with that a later attempt can change
+# (a full disk, a log dir being recovered): retried. Anything else is final.
+_RETRY_MARKER = frozenset(
+    {ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.REQUEST_TIMED_OUT}
+)
 
 
 class TransactionCoordinator:
@@ -66,6 +73,13 @@ class TransactionCoordinator:
         self.running = False
         # A cluster's markers go out in the background (transaction_marker_channel).
         self.markers: Any = None
+        # A lone broker's markers that could not be written yet (a full disk): the prepared
+        # transaction's id -> the partitions still without its marker, retried with backoff
+        # until written; the transaction stays prepared meanwhile (Kafka's coordinator
+        # retries markers until the partitions take them).
+        self.pending_markers: dict[str, set[tuple[str, int]]] = {}
+        self._marker_backoff_s = _MARKER_BACKOFF_MIN_S
+        self._markers_pending = trio.Event()
 
     # -- lifecycle and the leadership seam -----------------------------------------------
 
@@ -97,6 +111,7 @@ class TransactionCoordinator:
                     self.config.transaction_remove_expired_transaction_cleanup_interval_ms,
                     self.remove_expired_transactional_ids,
                 )
+                nursery.start_soon(self._retry_markers)
         finally:
             self.running = False
             self.markers = None
@@ -108,6 +123,26 @@ class TransactionCoordinator:
                 fn()
             except Exception:
                 logger.exception("transaction coordinator: periodic task failed")
+
+    async def _retry_markers(self) -> None:
+        """A lone broker: write the markers a full disk refused, with backoff (0.1 s doubling
+        to 5 s, back to 0.1 s once they are all written), until they are; then the Complete
+        record. Nothing is completed before its markers are in every partition."""
+        while True:
+            if not self.pending_markers:
+                self._markers_pending = trio.Event()
+                await self._markers_pending.wait()
+            await trio.sleep(self._marker_backoff_s)
+            for txn_id in list(self.pending_markers):
+                meta = self.txns.get(txn_id)
+                if meta is None or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                    self.pending_markers.pop(txn_id, None)
+                    continue
+                self._try(lambda m=meta: self._complete(m))
+            if self.pending_markers:
+                self._marker_backoff_s = min(self._marker_backoff_s * 2, _MARKER_BACKOFF_MAX_S)
+            else:
+                self._marker_backoff_s = _MARKER_BACKOFF_MIN_S
 
     def load_partition(self, partition: int) -> None:
         """This broker leads `partition` of `__transaction_state`: load its transactions
@@ -140,6 +175,7 @@ class TransactionCoordinator:
             self.markers.forget_partition(partition)
         for txn_id in [t for t in self.txns if self.store.partition_for(t) == partition]:
             del self.txns[txn_id]
+            self.pending_markers.pop(txn_id, None)
 
     def _try(self, fn: Callable[[], object]) -> ErrorCode:
         try:
@@ -193,8 +229,12 @@ class TransactionCoordinator:
             return meta
         commit = meta.state == S.PREPARE_COMMIT
         partition = self.store.partition_for(meta.transactional_id)
+        txn_id = meta.transactional_id
+        # A retry writes only the markers still missing (a second marker where one was
+        # written would be harmless, as after a crash, but is one more control batch).
+        todo = self.pending_markers.get(txn_id, set(meta.partitions))
         results = {}
-        for tp in sorted(meta.partitions):
+        for tp in sorted(todo):
             if results:
                 crash_point("txn.after_first_marker")
             results.update(
@@ -208,20 +248,36 @@ class TransactionCoordinator:
                 )
             )
         crash_point("txn.before_complete")
+        missing = {tp for tp, code in results.items() if code in _RETRY_MARKER}
         for tp, code in results.items():
             if code not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                # Kafka retries until the leader takes it; on one broker a refusal is a
-                # producer-state conflict that a retry would not change.
                 logger.warning(
-                    "marker of %s for %s-%d failed: %s",
-                    meta.transactional_id,
+                    "marker of %r for %s-%d failed: %s%s",
+                    txn_id,
                     tp[0],
                     tp[1],
                     ErrorCode(code).name,
+                    "; retried" if tp in missing else "",
                 )
-        return self._write(
-            meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
-        )
+        if missing:
+            # Stays prepared (EndTxn has answered: the decision is durable in
+            # __transaction_state); the id answers CONCURRENT_TRANSACTIONS until complete.
+            self.pending_markers[txn_id] = missing
+            self._markers_pending.set()
+            return meta
+        # Every marker is written: what is left is the Complete record, retried likewise
+        # if `__transaction_state` refuses it too.
+        self.pending_markers[txn_id] = set()
+        self._markers_pending.set()
+        try:
+            done = self._write(
+                meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, partitions=set()
+            )
+        except KafkaError as exc:
+            logger.warning("Complete record of %r not written (%s); retried", txn_id, exc)
+            return meta
+        self.pending_markers.pop(txn_id, None)
+        return done
 
     def markers_written(self, meta: TransactionMetadata) -> None:
         """A cluster: every marker of the prepared `meta` is acknowledged by its ISR."""

@@ -378,7 +378,7 @@ def check(
     acked: list[tuple[int, int, bytes]],
     ack_times: list[float],
     replicas: Mapping[int, Path],
-    direct: Mapping[str, tuple[DirectProducer, float | None]] = {},  # noqa: B006
+    direct: Mapping[str, tuple[DirectProducer, list[tuple[float, float]]]] = {},  # noqa: B006
     tail: TailingConsumer | None = None,
     window: tuple[float, float] | None = None,
     txn: TransactionalProducer | None = None,
@@ -386,8 +386,9 @@ def check(
 ) -> Report:
     """See the module docstring. `replicas`: broker id -> its log dir (every replica of
     every partition of `topic` and of the direct producers' topics is compared);
-    `direct`: topic -> (its DirectProducer, the time its broker learned its session had
-    expired, or None); `window`: (start, end) in time.monotonic() for the longest gap."""
+    `direct`: topic -> (its DirectProducer, the spans (wall clock) in which its broker knew
+    its last session had ended: from registering again after a fault until the next fault
+    on it); `window`: (start, end) in time.monotonic() for the longest gap."""
     from failover_helpers import high_watermarks
 
     ends = high_watermarks(bootstrap, topic, range(partitions))
@@ -415,7 +416,7 @@ def check(
             assert at.get((p, o)) == v, f"read {v!r} at {p}/{o} during the run, then it was gone"
 
     lost_one = lost_after = acked_one = 0
-    for direct_topic, (producer, expired_at) in direct.items():
+    for direct_topic, (producer, knew) in direct.items():
         acks = producer.acked
         acked_one += len(acks)
         d_ends = high_watermarks(bootstrap, direct_topic, [producer.partition])
@@ -424,7 +425,7 @@ def check(
         for t, o, v in acks:
             if d_at.get(o) != v:
                 lost_one += 1
-                if expired_at is not None and t > expired_at:
+                if any(start < t < end for start, end in knew):
                     lost_after += 1
 
     counts_of = {topic: partitions, **dict.fromkeys(direct, 1)}

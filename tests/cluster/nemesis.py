@@ -377,6 +377,7 @@ def run_scenario(
         start = time.monotonic()
         whole_s = 0.0
         victim = target
+        hits: list[float] = []  # when a fault hit the direct producer's broker (wall clock)
         for i in range(injections):
             if i:
                 victim = (
@@ -384,6 +385,8 @@ def run_scenario(
                     if whom == "controller"
                     else zk_state(cluster, "history", 0)["leader"]
                 )
+            if victim == target:
+                hits.append(time.time())
             inject(cluster, lab, victim, hold_s)
             restored = time.monotonic()
             eventually(lambda: whole(cluster, topics), budget_s=90, what="every replica in the ISR")
@@ -398,7 +401,23 @@ def run_scenario(
         end = time.monotonic()
     assert not producer.errors, f"the acks=all producer failed: {producer.errors[:5]}"
     converged(cluster, topics)
-    expired_at = registered_at(cluster.lines(target), target, registrations_before + 1)
+    # Each fault that hit the target: from when it registered again after it (it then knew
+    # its old session was over) until the next fault on it, nothing it acknowledged with
+    # acks=1 may be lost.
+    registered = [
+        t
+        for t in (
+            registered_at(cluster.lines(target), target, n)
+            for n in range(registrations_before + 1, registrations_before + len(hits) + 2)
+        )
+        if t is not None
+    ]
+    knew = []
+    for i, hit in enumerate(hits):
+        after = next((r for r in registered if r > hit), None)
+        if after is not None:
+            knew.append((after, hits[i + 1] if i + 1 < len(hits) else float("inf")))
+    expired_at = knew[0][0] if knew else None
     report = check(
         bootstrap=bootstrap,
         topic="history",
@@ -406,7 +425,7 @@ def run_scenario(
         acked=producer.acked,
         ack_times=producer.ack_times,
         replicas=cluster.log_dirs(),
-        direct={"direct": (direct, expired_at)},
+        direct={"direct": (direct, knew)},
         tail=tail,
         window=(start, end),
         txn=txn,

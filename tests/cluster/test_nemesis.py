@@ -15,8 +15,8 @@ import time
 
 import pytest
 from clustertest_helpers import eventually
-from failover_helpers import wait_for_leaders
-from nemesis import NetCluster, run_scenario
+from failover_helpers import create_topic, wait_for_leaders
+from nemesis import NetCluster, run_scenario, zk_state
 from netlab import NetLab, skip_reason
 from wire import request_of, roundtrip
 
@@ -127,3 +127,81 @@ def test_create_topics_counts_the_brokers_registered_in_zookeeper(lab, tmp_path)
 def _metadata_brokers(host: str, port: int) -> set[int]:
     with socket.create_connection((host, port), timeout=10) as sock:
         return {b.node_id for b in roundtrip(sock, request_of(3, topics=[]), 1).brokers}
+
+
+def _commit(host: str, port: int, group: str, offset: int) -> int:
+    from trio_broker.protocol._generated.offset_commit_request import (
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+
+    with socket.create_connection((host, port), timeout=30) as sock:
+        request = request_of(
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            topics=[
+                OffsetCommitRequestTopic(
+                    name="history",
+                    partitions=[
+                        OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)
+                    ],
+                )
+            ],
+        )
+        return roundtrip(sock, request, 8).topics[0].partitions[0].error_code
+
+
+def _fetch(host: str, port: int, group: str) -> int:
+    from trio_broker.protocol._generated.offset_fetch_request import OffsetFetchRequestTopic
+
+    with socket.create_connection((host, port), timeout=30) as sock:
+        request = request_of(
+            9,
+            group_id=group,
+            topics=[OffsetFetchRequestTopic(name="history", partition_indexes=[0])],
+        )
+        return roundtrip(sock, request, 7).topics[0].partitions[0].committed_offset
+
+
+def test_an_offset_commit_is_not_read_before_it_is_replicated(lab, tmp_path):
+    """The group coordinator is cut from the other brokers (not from clients) while an
+    OffsetCommit waits for the ISR it cannot reach. OffsetFetch must answer the offset
+    committed before, not the one still waiting: that one is never acknowledged, and the
+    next coordinator has not got it, so a reader would see the offset go back (it did:
+    2883, then 2763, in the nemesis soak)."""
+    with NetCluster(lab, tmp_path, overrides={"offsets.topic.num.partitions": "1"}) as cluster:
+        create_topic(cluster.bootstrap, "history", 1)
+        group = "watched"
+        # The first commit creates __consumer_offsets (RF 3) on the coordinator's choice.
+        eventually(lambda: _commit_anywhere(cluster, group, 5), budget_s=60, what="a commit")
+        coordinator = zk_state(cluster, "__consumer_offsets", 0)["leader"]
+        c = cluster.brokers[coordinator]
+        eventually(lambda: _commit(c.host, c.port, group, 5) == 0, budget_s=30, what="commit 5")
+        assert _fetch(c.host, c.port, group) == 5
+        for other in cluster.brokers:
+            if other != coordinator:
+                lab.partition(cluster.host(coordinator), cluster.host(other))
+        answer: list[int] = []
+        waiting = threading.Thread(target=lambda: answer.append(_commit(c.host, c.port, group, 10)))
+        waiting.start()
+        time.sleep(1)
+        seen = _fetch(c.host, c.port, group)
+        lab.heal(cluster.host(coordinator))
+        waiting.join(60)
+        assert seen == 5, f"OffsetFetch read {seen} while its commit waited for the ISR"
+        assert answer, "no answer to the OffsetCommit"
+
+
+def _commit_anywhere(cluster: NetCluster, group: str, offset: int) -> bool:
+    """Commit on whichever broker is the group's coordinator (FindCoordinator first: it
+    creates __consumer_offsets)."""
+    for b in cluster.brokers.values():
+        try:
+            with socket.create_connection((b.host, b.port), timeout=10) as sock:
+                roundtrip(sock, request_of(10, key=group, key_type=0), 3)
+            if _commit(b.host, b.port, group, offset) == 0:
+                return True
+        except OSError:
+            continue
+    return False
