@@ -54,7 +54,7 @@ def apply_topic_configs(
     broker: Broker, name: str, overrides: Mapping[str, str | None], validate_only: bool
 ) -> None:
     """Validate the topic's complete new override set, then (unless validate_only) apply it."""
-    validate_topic_configs(overrides)
+    validate_topic_configs(overrides, broker.config)
     if not validate_only:
         broker.topics.set_topic_configs(name, {k: v for k, v in overrides.items() if v is not None})
 

@@ -77,6 +77,17 @@ CONFIG_TYPES = {
 
 _BROKER_BY_NAME = {k.name: k for k in BROKER_CONFIGS}
 
+# Ends the documentation of a key the broker stores but does not act on.
+INERT_DOC = " (Accepted, stored and described; this broker does not act on it.)"
+
+
+def key_doc(doc: str, acts: bool) -> str | None:
+    """A key's documentation as DescribeConfigs gives it: says so when the broker does not
+    act on the key."""
+    if not acts:
+        return (doc + INERT_DOC).strip()
+    return doc or None
+
 
 @attrs.frozen(kw_only=True)
 class ConfigEntry:
@@ -134,10 +145,10 @@ def topic_entries(
             synonyms.append((spec.name, overrides[spec.name], ConfigSource.TOPIC_CONFIG))
         if spec.broker_key is not None:
             synonyms += _broker_synonyms(broker_config, spec.broker_key)
-            doc = _BROKER_BY_NAME[spec.broker_key].doc or None
+            doc = spec.doc or _BROKER_BY_NAME[spec.broker_key].doc
         else:
             synonyms.append((spec.name, format_value(spec.default), ConfigSource.DEFAULT_CONFIG))
-            doc = None
+            doc = spec.doc
         name, value, source = synonyms[0]
         if source != ConfigSource.TOPIC_CONFIG:
             # Reported under the topic's key name, with the broker-level value.
@@ -149,7 +160,7 @@ def topic_entries(
             read_only=False,
             sensitive=False,
             type=spec.type,
-            documentation=doc,
+            documentation=key_doc(doc, spec.acts),
             synonyms=tuple(synonyms),
         )
 
@@ -161,7 +172,15 @@ def broker_entries(broker: Broker, keys: set[str] | None = None) -> Iterator[Con
     from trio_broker.cluster.dynamic_broker_config import KAFKA_DYNAMIC_KEYS
 
     config = broker.config
-    described = [(spec.name, spec, value) for spec, value in config.describe()]
+    dynamic = config.dynamic
+    # Kafka's internal keys (defineInternal) are described only where some level sets them.
+    described = [
+        (spec.name, spec, value)
+        for spec, value in config.describe()
+        if not spec.internal
+        or spec.name in config.static_keys
+        or (dynamic is not None and dynamic.effective_text(spec.name) is not None)
+    ]
     described.append(("broker.id", _BROKER_BY_NAME["node.id"], config.node_id))
     for name, spec, value in sorted(described, key=lambda d: d[0]):
         if keys is not None and name not in keys:
@@ -179,7 +198,7 @@ def broker_entries(broker: Broker, keys: set[str] | None = None) -> Iterator[Con
             read_only=name not in KAFKA_DYNAMIC_KEYS,
             sensitive=spec.sensitive,
             type=spec.type,
-            documentation=spec.doc or None,
+            documentation=key_doc(spec.doc, spec.acts),
             synonyms=tuple((n, None if spec.sensitive else v, s) for n, v, s in synonyms),
         )
 
@@ -198,7 +217,7 @@ def broker_default_entries(broker: Broker, keys: set[str] | None = None) -> Iter
             read_only=False,
             sensitive=spec.sensitive,
             type=spec.type,
-            documentation=spec.doc or None,
+            documentation=key_doc(spec.doc, spec.acts),
             synonyms=((name, text, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),),
         )
 

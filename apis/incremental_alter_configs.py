@@ -28,6 +28,7 @@ from trio_broker.apis.config_entries import (
 )
 from trio_broker.cluster import topic_config
 from trio_broker.cluster.groups import group_config
+from trio_broker.config import broker_config_key
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.incremental_alter_configs_response import (
     AlterConfigsResourceResponse,
@@ -106,12 +107,10 @@ def _topic_key_type(name: str) -> str:
 
 
 def _broker_key_type(name: str) -> str:
-    from trio_broker.config import BROKER_CONFIGS
-
-    for spec in BROKER_CONFIGS:
-        if spec.name == name:
-            return spec.type
-    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown broker config: {name}")
+    spec = broker_config_key(name)
+    if spec is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown broker config: {name}")
+    return spec.type
 
 
 def _group_key_type(name: str) -> str:

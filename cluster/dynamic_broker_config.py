@@ -31,7 +31,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trio_broker.config import BROKER_CONFIGS, BrokerConfig
+from trio_broker.config import BROKER_CONFIGS, CLUSTER_WIDE, PER_BROKER, BrokerConfig
+from trio_broker.config.log import derived_log_times
 from trio_broker.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -41,17 +42,43 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "APPLIED_LIVE",
+    "CLUSTER_WIDE_KEYS",
     "DynamicBrokerConfig",
     "KAFKA_DYNAMIC_KEYS",
+    "LISTENER_ONLY_KEYS",
     "PER_BROKER_KEYS",
 ]
 
 FILE_NAME = "dynamic-broker-configs.json"
 _BY_NAME = {k.name: k for k in BROKER_CONFIGS}
 
-# Kafka's cluster-wide dynamic keys (its docs' "Update Mode: cluster-wide") that this
-# broker has: the log defaults, the thread pools, the connection quotas, the cleaner.
-CLUSTER_WIDE_KEYS = frozenset(
+# Kafka's dynamic keys, from the key table: "cluster-wide" ones may be set per broker or at
+# the cluster default, "per-broker" ones per broker only. DescribeConfigs reports exactly
+# these with read_only=false.
+CLUSTER_WIDE_KEYS = frozenset(k.name for k in BROKER_CONFIGS if k.dynamic == CLUSTER_WIDE)
+PER_BROKER_KEYS = frozenset(k.name for k in BROKER_CONFIGS if k.dynamic == PER_BROKER)
+KAFKA_DYNAMIC_KEYS = CLUSTER_WIDE_KEYS | PER_BROKER_KEYS
+# Kafka's TLS key and trust store keys, dynamic only per listener
+# (listener.name.<l>.ssl.keystore.location), which this broker does not take yet.
+LISTENER_ONLY_KEYS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.certificates",
+    }
+)
+# The keys the broker acts on whose new value it applies while running: the log defaults
+# topics inherit (and the other names of the retention and roll times), the thread pools,
+# the connection quotas, the cleaner's backoff, the replication quotas' rates (read at each
+# use) and unclean leader election (read by the controller at each election).
+_PUSHED = frozenset(
     {
         "log.cleaner.backoff.ms",
         "log.cleaner.delete.retention.ms",
@@ -65,8 +92,12 @@ CLUSTER_WIDE_KEYS = frozenset(
         "log.message.timestamp.type",
         "log.retention.bytes",
         "log.retention.ms",
+        "log.retention.minutes",
+        "log.retention.hours",
         "log.roll.ms",
+        "log.roll.hours",
         "log.segment.bytes",
+        "log.segment.delete.delay.ms",
         "message.max.bytes",
         "min.insync.replicas",
         "num.io.threads",
@@ -76,22 +107,21 @@ CLUSTER_WIDE_KEYS = frozenset(
         "max.connections.per.ip.overrides",
         "max.connection.creation.rate",
         "producer.id.expiration.ms",
-        # Replication quotas (Kafka's DynamicConfig.Broker: per broker or the default).
         "leader.replication.throttled.rate",
         "follower.replication.throttled.rate",
         "replica.alter.log.dirs.io.max.bytes.per.second",
+        "unclean.leader.election.enable",
     }
 )
-# Kafka's per-broker-only dynamic keys (not at the cluster default).
-PER_BROKER_KEYS = frozenset({"listeners", "advertised.listeners"})
-# What DescribeConfigs reports with read_only=false: exactly Kafka's dynamic keys.
-KAFKA_DYNAMIC_KEYS = CLUSTER_WIDE_KEYS | PER_BROKER_KEYS
-# What this broker can change while running; the rest of Kafka's dynamic keys are
-# refused with a message saying so (changing listeners live is not built yet).
-APPLIED_LIVE = CLUSTER_WIDE_KEYS
+# What this broker can change while running: the keys above and every dynamic key it only
+# stores. The rest of Kafka's dynamic keys (listeners, TLS, SASL, num.replica.fetchers) are
+# refused with a message saying so.
+APPLIED_LIVE = _PUSHED | frozenset(k for k in KAFKA_DYNAMIC_KEYS if not _BY_NAME[k].acts)
+# The keys derived from others (log.retention.ms from log.retention.hours, ...).
+_DERIVED = ("log.retention.ms", "log.roll.ms")
 
 _LOG_KEYS = frozenset(
-    {k for k in CLUSTER_WIDE_KEYS if k.startswith("log.")}
+    {k for k in _PUSHED if k.startswith("log.")}
     | {"message.max.bytes", "min.insync.replicas", "producer.id.expiration.ms"}
 )
 _QUOTA_KEYS = frozenset(
@@ -180,9 +210,7 @@ class DynamicBrokerConfig:
         if text is None:
             return None
         try:
-            value = spec.parse(text)
-            if spec.validate is not None:
-                spec.validate(value)
+            value = spec.convert(text)
         except ValueError as exc:
             raise _invalid(f"Invalid value {text} for configuration {key}: {exc}") from None
         return value
@@ -196,6 +224,12 @@ class DynamicBrokerConfig:
         static = sorted(k for k in overrides if k not in KAFKA_DYNAMIC_KEYS)
         if static:
             raise _invalid(f"Cannot update these configs dynamically: Set({', '.join(static)})")
+        listener_only = sorted(k for k in overrides if k in LISTENER_ONLY_KEYS)
+        if listener_only:
+            raise _invalid(
+                "These security configs can be dynamically updated only per-listener using "
+                f"the listener prefix: Set({', '.join(listener_only)})"
+            )
         if resource_name == "":
             per_broker = sorted(k for k in overrides if k in PER_BROKER_KEYS)
             if per_broker:
@@ -247,15 +281,25 @@ class DynamicBrokerConfig:
 
     def apply(self, *, initial: bool = False) -> None:
         """Set every dynamic key's effective value in the config; push the changed ones."""
-        changed = set()
-        for key in CLUSTER_WIDE_KEYS | PER_BROKER_KEYS:
+        config = self.config
+        # Every key set at some level, with its value there, for the derived keys: Kafka
+        # reads log.retention.hours only when no level sets log.retention.ms.
+        given = {k: self.static[k] for k in config.static_keys}
+        values: dict[str, Any] = {}
+        for key in KAFKA_DYNAMIC_KEYS:
             text = self.effective_text(key)
-            spec = _BY_NAME.get(key)
-            if spec is None:
-                continue
-            value = self.static[key] if text is None else spec.parse(text)
-            if getattr(self.config, spec.attr) != value:
-                object.__setattr__(self.config, spec.attr, value)
+            if text is None:
+                values[key] = self.static[key]
+            else:
+                values[key] = given[key] = _BY_NAME[key].parse(text)
+                config.note_inert(key, "as a dynamic broker config")
+        for key, value in derived_log_times(given).items():
+            if key in _DERIVED:
+                values[key] = value
+        changed = set()
+        for key, value in values.items():
+            if config.value(key) != value:
+                config.set_value(key, value)
                 changed.add(key)
         if changed and not initial:
             logger.info("dynamic broker configs changed: %s", ", ".join(sorted(changed)))

@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from trio_broker.config import BrokerConfig
+from trio_broker.config.keys import _between, _gzip_level, _metadata_version
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.config import LogConfig, TimestampType
 
@@ -21,7 +22,15 @@ __all__ = ["TOPIC_CONFIGS", "TopicConfigKey", "resolve_log_config", "validate_to
 
 
 def _int(text: str) -> int:
-    return int(text.strip())
+    # As Java parses an integer: a sign and digits (no "1_000", no "1.0").
+    t = text.strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", t):
+        raise ValueError(f"Not a number of type {text!r}")
+    return int(t)
+
+
+def _str(text: str) -> str:
+    return text.strip()
 
 
 def _float(text: str) -> float:
@@ -73,20 +82,44 @@ def _compression(text: str) -> str:
 
 @attrs.frozen
 class TopicConfigKey:
+    """One topic key: its type, the broker key it defaults to, how its text is checked.
+
+    `acts` is False for a key the broker stores and describes but does not act on (as for
+    broker keys: trio_broker.config.ConfigKey)."""
+
     name: str
     type: str  # as DescribeConfigs reports it
     broker_key: str | None  # the broker-level default, or None for a fixed default
     parse: Callable[[str], Any]
-    default: Any = None  # used when broker_key is None
+    default: Any = None  # used when broker_key is None, or when the broker's value is null
     minimum: float | None = None
     log_attr: str | None = None  # the LogConfig field it sets
+    validate: Callable[[Any], None] | None = None
+    acts: bool = True
+    doc: str = ""
+
+
+_MAX_LONG = (1 << 63) - 1
+
+
+def _inert(name: str, kind: str, broker_key: str | None, parse: Callable[[str], Any], **kw: Any):
+    return TopicConfigKey(name, kind, broker_key, parse, acts=False, **kw)
 
 
 TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
     TopicConfigKey(
         "cleanup.policy", "LIST", "log.cleanup.policy", _policy, log_attr="cleanup_policy"
     ),
-    TopicConfigKey("compression.type", "STRING", None, _compression, default="producer"),
+    _inert("compression.type", "STRING", "compression.type", _compression),
+    _inert("compression.gzip.level", "INT", "compression.gzip.level", _int, validate=_gzip_level),
+    _inert("compression.lz4.level", "INT", "compression.lz4.level", _int, validate=_between(1, 17)),
+    _inert(
+        "compression.zstd.level",
+        "INT",
+        "compression.zstd.level",
+        _int,
+        validate=_between(-131072, 22),
+    ),
     TopicConfigKey(
         "delete.retention.ms",
         "LONG",
@@ -98,7 +131,7 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
     TopicConfigKey(
         "file.delete.delay.ms",
         "LONG",
-        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
         _int,
         minimum=0,
         log_attr="file_delete_delay_ms",
@@ -112,7 +145,13 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         log_attr="flush_messages",
     ),
     TopicConfigKey(
-        "flush.ms", "LONG", "log.flush.interval.ms", _int, minimum=0, log_attr="flush_ms"
+        "flush.ms",
+        "LONG",
+        "log.flush.interval.ms",
+        _int,
+        default=_MAX_LONG,
+        minimum=0,
+        log_attr="flush_ms",
     ),
     TopicConfigKey(
         "index.interval.bytes",
@@ -142,7 +181,7 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         "DOUBLE",
         "log.cleaner.min.cleanable.ratio",
         _float,
-        minimum=0,
+        validate=_between(0, 1),
         log_attr="min_cleanable_dirty_ratio",
     ),
     TopicConfigKey(
@@ -153,6 +192,7 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         minimum=0,
         log_attr="min_compaction_lag_ms",
     ),
+    _inert("max.compaction.lag.ms", "LONG", "log.cleaner.max.compaction.lag.ms", _int, minimum=1),
     TopicConfigKey(
         "follower.replication.throttled.replicas", "LIST", None, _throttled_replicas, default=()
     ),
@@ -183,16 +223,82 @@ TOPIC_CONFIGS: tuple[TopicConfigKey, ...] = (
         log_attr="segment_index_bytes",
     ),
     TopicConfigKey("segment.ms", "LONG", "log.roll.ms", _int, minimum=1, log_attr="segment_ms"),
+    _inert("segment.jitter.ms", "LONG", "log.roll.jitter.ms", _int, default=0, minimum=0),
     TopicConfigKey(
         "unclean.leader.election.enable", "BOOLEAN", "unclean.leader.election.enable", _bool
+    ),
+    _inert("preallocate", "BOOLEAN", "log.preallocate", _bool),
+    # Deprecated in Kafka 3 and ignored there too: batches are written in the newest format.
+    _inert(
+        "message.format.version",
+        "STRING",
+        "log.message.format.version",
+        _str,
+        validate=_metadata_version,
+    ),
+    _inert(
+        "message.timestamp.difference.max.ms",
+        "LONG",
+        "log.message.timestamp.difference.max.ms",
+        _int,
+        minimum=0,
+    ),
+    _inert(
+        "message.timestamp.before.max.ms",
+        "LONG",
+        "log.message.timestamp.before.max.ms",
+        _int,
+        minimum=0,
+    ),
+    _inert(
+        "message.timestamp.after.max.ms",
+        "LONG",
+        "log.message.timestamp.after.max.ms",
+        _int,
+        minimum=0,
+    ),
+    _inert("message.downconversion.enable", "BOOLEAN", "log.message.downconversion.enable", _bool),
+    # Tiered storage (KIP-405): this broker has none; see trio_broker/config/remote_storage.py.
+    _inert(
+        "remote.storage.enable",
+        "BOOLEAN",
+        None,
+        _bool,
+        default=False,
+        doc="Copy this topic's closed segments to remote storage (tiered storage).",
+    ),
+    _inert("local.retention.ms", "LONG", "log.local.retention.ms", _int, minimum=-2),
+    _inert("local.retention.bytes", "LONG", "log.local.retention.bytes", _int, minimum=-2),
+    _inert(
+        "remote.log.copy.disable",
+        "BOOLEAN",
+        None,
+        _bool,
+        default=False,
+        doc="Stop copying this topic's segments to remote storage, keeping what is there.",
+    ),
+    _inert(
+        "remote.log.delete.on.disable",
+        "BOOLEAN",
+        None,
+        _bool,
+        default=False,
+        doc="Delete the remote copy when remote storage is turned off for this topic.",
     ),
 )
 
 BY_NAME = {k.name: k for k in TOPIC_CONFIGS}
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    """Parse topic-level overrides; raises KafkaError(INVALID_CONFIG) naming the bad key."""
+def validate_topic_configs(
+    configs: Mapping[str, str | None], broker: BrokerConfig | None = None
+) -> dict[str, Any]:
+    """Parse topic-level overrides; raises KafkaError(INVALID_CONFIG) naming the bad key.
+
+    Checks each value as Kafka's LogConfig does (type, range, validator), then the rules
+    between keys: min.compaction.lag.ms not above max.compaction.lag.ms, no tiered storage
+    while the broker has none, and (as in Kafka's ZooKeeper mode) no remote.log.copy.disable
+    or remote.log.delete.on.disable."""
     out: dict[str, Any] = {}
     for name, text in configs.items():
         spec = BY_NAME.get(name)
@@ -204,6 +310,11 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
             )
         try:
             value = spec.parse(text)
+            bits = _INT_BITS.get(spec.type)
+            if bits is not None and not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+                raise ValueError(f"Not a number of type {spec.type}")
+            if spec.validate is not None:
+                spec.validate(value)
         except ValueError as exc:
             raise KafkaError(
                 ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {name}: {exc}"
@@ -214,15 +325,51 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
                 f"Invalid value {text} for configuration {name}: Value must be at least {spec.minimum:g}",
             )
         out[name] = value
+    _check_together(out, broker)
     return out
+
+
+_INT_BITS = {"INT": 32, "LONG": 64}
+
+
+def _check_together(values: Mapping[str, Any], broker: BrokerConfig | None) -> None:
+    def value(name: str) -> Any:
+        if name in values:
+            return values[name]
+        spec = BY_NAME[name]
+        return spec.default if broker is None else default_value(spec, broker)
+
+    low, high = value("min.compaction.lag.ms"), value("max.compaction.lag.ms")
+    if low is not None and high is not None and low > high:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+            f"max.compaction.lag.ms ({high})",
+        )
+    if values.get("remote.storage.enable") and not (
+        broker is not None and broker.value("remote.log.storage.system.enable")
+    ):
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage.",
+        )
+    if values.get("remote.log.copy.disable") or values.get("remote.log.delete.on.disable"):
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            "It is invalid to set `remote.log.delete.on.disable` or `remote.log.copy.disable` "
+            "under Zookeeper's mode.",
+        )
 
 
 def default_value(spec: TopicConfigKey, broker: BrokerConfig) -> Any:
     if spec.broker_key is None:
         return spec.default
     value = broker.value(spec.broker_key)
-    if spec.name == "flush.ms" and value is None:
-        return 2**63 - 1
+    if value is None:
+        # A broker key without a value (log.flush.interval.ms, log.roll.jitter.ms): the
+        # topic's own default, as Kafka's LogConfig has it.
+        return spec.default
     return value
 
 
@@ -244,6 +391,10 @@ def format_value(value: Any) -> str:
 
 def resolve_log_config(overrides: Mapping[str, str], broker: BrokerConfig) -> LogConfig:
     """The LogConfig of a topic with these overrides on this broker."""
+    for name in overrides:
+        spec = BY_NAME.get(name)
+        if spec is not None and not spec.acts:
+            broker.note_inert(f"topic config {name}", "on a topic", acts=False)
     fields = attrs.fields_dict(LogConfig)
     values: dict[str, Any] = {}
     for spec in TOPIC_CONFIGS:

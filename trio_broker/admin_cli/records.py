@@ -2,9 +2,14 @@
 quick looks at a cluster and its records.
 
 `produce` sends one record per line of standard input (or per `--value`); `consume`
-reads the topic's partitions from `--offset` (earliest by default) up to the end offsets
-it found when it started, or `-n` records, or forever with `--follow`. With `--json` it
-prints one JSON object per record per line (JSON Lines), as it goes.
+reads the topic's partitions from `--offset` (earliest by default; `--from-beginning` is
+`--offset earliest`) up to the end offsets it found when it started, or `-n` records, or
+forever with `--follow`. With `--group G` it joins consumer group G for the topic, as
+kafka-console-consumer and `kcat -G` do: it reads the partitions the group gives it from
+the group's committed offsets (`--offset earliest|latest` where the group has none) and
+commits what it printed, so a second run with the same group goes on where the first
+stopped. With `--json` it prints one JSON object per record per line (JSON Lines), as it
+goes.
 """
 
 from __future__ import annotations
@@ -39,6 +44,18 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("topic", metavar="TOPIC")
     p.add_argument("--partition", type=int, action="append", help="default: every partition")
     p.add_argument("--offset", default="earliest", help="earliest (default), latest, or an offset")
+    p.add_argument(
+        "--from-beginning",
+        dest="offset",
+        action="store_const",
+        const="earliest",
+        help="the same as --offset earliest",
+    )
+    p.add_argument(
+        "--group",
+        "-G",
+        help="join this consumer group: start from its committed offsets and commit",
+    )
     p.add_argument("-n", "--num", type=int, help="stop after this many records")
     p.add_argument("--follow", action="store_true", help="keep reading past the end")
     p.add_argument("--print-key", action="store_true", help="KEY<TAB>VALUE")
@@ -134,6 +151,14 @@ async def consume(args: argparse.Namespace) -> int:
     offset = args.offset
     if offset not in ("earliest", "latest") and not offset.lstrip("-").isdigit():
         raise CommandError("--offset: earliest, latest or a number", EXIT_USAGE)
+    if args.group is not None and (args.partition or offset not in ("earliest", "latest")):
+        # As kafka-console-consumer: the group decides the partitions and the offsets.
+        raise CommandError(
+            "--group reads the partitions and offsets the group gives it: it takes "
+            "--offset earliest or latest (where the group has committed nothing), "
+            "not --partition or an offset",
+            EXIT_USAGE,
+        )
     async with admin(args) as client:
         described = (await client.describe_topics([args.topic]))[args.topic]
         numbers = args.partition or [p.partition for p in described.partitions]
@@ -141,37 +166,56 @@ async def consume(args: argparse.Namespace) -> int:
         ends = await client.list_offsets({tp: "latest" for tp in partitions})
     config = client_config(args, ConsumerConfig)
     config.update(enable_auto_commit=False, auto_offset_reset="earliest")
+    if args.group is not None:
+        config.update(group_id=args.group, auto_offset_reset=offset)
     count = 0
     async with Consumer(args.bootstrap.split(","), config=config) as consumer:
-        consumer.assign(partitions)
-        for tp in partitions:
-            if offset == "earliest":
-                await consumer.seek_to_beginning(tp)
-            elif offset == "latest":
-                await consumer.seek_to_end(tp)
-            else:
-                consumer.seek(tp, int(offset))
-        pending = set(partitions)
+        if args.group is not None:
+            consumer.subscribe([args.topic])
+        else:
+            consumer.assign(partitions)
+            for tp in partitions:
+                if offset == "earliest":
+                    await consumer.seek_to_beginning(tp)
+                elif offset == "latest":
+                    await consumer.seek_to_end(tp)
+                else:
+                    consumer.seek(tp, int(offset))
         while True:
             if args.num is not None and count >= args.num:
                 break
-            if not args.follow:
-                for tp in list(pending):
-                    if await consumer.position(tp) >= ends[tp]:
-                        pending.discard(tp)
-                if not pending:
-                    break
+            if not args.follow and await _at_end(consumer, args.group, partitions, ends):
+                break
             batches = await consumer.getmany(timeout_ms=500)
+            # The next offset of each partition after what was printed: what a group
+            # commits (not the fetch position, which may be past records -n left unprinted).
+            printed = {}
             for records in batches.values():
                 for r in records:
                     if args.num is not None and count >= args.num:
                         break
                     count += 1
                     _print_record(args, r)
+                    printed[TopicPartition(r.topic, r.partition)] = r.offset + 1
             sys.stdout.flush()
+            if args.group is not None and printed:
+                await consumer.commit(printed)
     if not args.json:
         print(f"Consumed {count} record(s).", file=sys.stderr)
     return 0
+
+
+async def _at_end(consumer: Any, group: str | None, partitions: list, ends: dict) -> bool:
+    """Whether every partition read has reached the end offset found at start. In a group:
+    the partitions the group gave this consumer, once it has joined (none given: done)."""
+    if group is not None:
+        if not consumer.group.stable:
+            return False
+        partitions = sorted(consumer.assignment())
+    for tp in partitions:
+        if await consumer.position(tp) < ends.get(tp, 0):
+            return False
+    return True
 
 
 def _print_record(args: argparse.Namespace, r: Any) -> None:

@@ -7,9 +7,78 @@ bounds of consumer groups (KIP-848).
 
 from __future__ import annotations
 
-from trio_broker.config.keys import _DAY_MS, ConfigKey, _at_least, _int
+from trio_broker.config.keys import (
+    _DAY_MS,
+    ConfigKey,
+    _at_least,
+    _between,
+    _each_of,
+    _int,
+    _one_of_ci,
+    key,
+)
 
 __all__ = ["GROUP_COORDINATOR_CONFIGS"]
+
+
+# Kafka's other GroupCoordinatorConfig and ShareGroupConfig keys: accepted, stored,
+# described, not acted on (this coordinator serves classic groups).
+_GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("group.coordinator.rebalance.protocols", "LIST", ("classic",),
+        _each_of("consumer", "classic", "share", "unknown"),
+        "Group protocols the coordinator serves."),
+    key("group.coordinator.threads", "INT", 1, _at_least(1),
+        "Threads of Kafka's new group coordinator."),
+    key("group.coordinator.append.linger.ms", "INT", 10, _at_least(0),
+        "How long the new group coordinator waits to batch its writes."),
+    key("group.coordinator.new.enable", "BOOLEAN", False, None,
+        "Run Kafka's new group coordinator.", internal=True),
+    key("offset.metadata.max.bytes", "INT", 4096, None,
+        "Largest metadata string of a committed offset."),
+    key("offsets.load.buffer.size", "INT", 5 << 20, _at_least(1),
+        "Read buffer used when __consumer_offsets is loaded."),
+    key("offsets.topic.compression.codec", "INT", 0, None,
+        "Compression codec id of the coordinator's writes to __consumer_offsets."),
+    key("offsets.commit.required.acks", "SHORT", -1, None,
+        "Deprecated: acks of offset commits (-1 is the only sensible value)."),
+    key("group.consumer.max.size", "INT", 2**31 - 1, _at_least(1),
+        "Largest consumer group (KIP-848)."),
+    key("group.consumer.assignors", "LIST", (
+        "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+        "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), None,
+        "Server-side assignors of consumer groups, the first the default."),
+    key("group.consumer.migration.policy", "STRING", "disabled",
+        _one_of_ci("bidirectional", "upgrade", "downgrade", "disabled"),
+        "Whether classic groups may become consumer groups and back.", internal=True),
+    key("group.share.session.timeout.ms", "INT", 45000, _at_least(1),
+        "Session timeout of share group members (KIP-932)."),
+    key("group.share.min.session.timeout.ms", "INT", 45000, _at_least(1),
+        "Smallest session timeout of share group members."),
+    key("group.share.max.session.timeout.ms", "INT", 60000, _at_least(1),
+        "Largest session timeout of share group members."),
+    key("group.share.heartbeat.interval.ms", "INT", 5000, _at_least(1),
+        "Heartbeat interval of share group members."),
+    key("group.share.min.heartbeat.interval.ms", "INT", 5000, _at_least(1),
+        "Smallest heartbeat interval of share group members."),
+    key("group.share.max.heartbeat.interval.ms", "INT", 15000, _at_least(1),
+        "Largest heartbeat interval of share group members."),
+    key("group.share.max.size", "SHORT", 200, _between(10, 1000),
+        "Largest share group."),
+    key("group.share.enable", "BOOLEAN", False, None,
+        "Serve share groups.", internal=True),
+    key("group.share.delivery.count.limit", "INT", 5, _between(2, 10),
+        "Deliveries of a record to a share group before it is archived."),
+    key("group.share.record.lock.duration.ms", "INT", 30000, _between(1000, 60000),
+        "How long a share group member holds the records it fetched."),
+    key("group.share.min.record.lock.duration.ms", "INT", 15000, _between(1000, 30000),
+        "Smallest record lock duration."),
+    key("group.share.max.record.lock.duration.ms", "INT", 60000, _between(30000, 3600000),
+        "Largest record lock duration."),
+    key("group.share.max.groups", "SHORT", 10, _between(1, 100),
+        "Most share groups at once."),
+    key("group.share.partition.max.record.locks", "INT", 200, _between(100, 10000),
+        "Records of one partition a share group may hold locked at once."),
+)  # fmt: skip
 
 
 GROUP_COORDINATOR_CONFIGS: tuple[ConfigKey, ...] = (
@@ -120,4 +189,5 @@ GROUP_COORDINATOR_CONFIGS: tuple[ConfigKey, ...] = (
             ),
         )
     ),
+    *_GROUP_COORDINATOR_STORED_ONLY,
 )

@@ -35,17 +35,12 @@ def listener_value(
 
 
 def _parse(key: str, text: str) -> Any:
-    from trio_broker.config.broker_config import BROKER_CONFIGS
+    from trio_broker.config.broker_config import broker_config_key
 
-    for spec in BROKER_CONFIGS:
-        if spec.name == key:
-            try:
-                value = spec.parse(text)
-                if spec.validate is not None:
-                    spec.validate(value)
-            except ValueError as exc:
-                raise ConfigError(
-                    f"invalid value {text!r} for configuration {key}: {exc}"
-                ) from None
-            return value
-    return text
+    spec = broker_config_key(key)
+    if spec is None:
+        return text
+    try:
+        return spec.convert(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid value {text!r} for configuration {key}: {exc}") from None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from trio_broker.config.keys import ConfigKey, _bool, _str
+from trio_broker.config.keys import CLUSTER_WIDE, ConfigKey, _at_least, _bool, _str, key
 
 __all__ = ["OPERATIONS_CONFIGS"]
 
@@ -21,6 +21,29 @@ def _metrics_listener(v: str) -> None:
 
 
 # operations (issue 17)
+
+# Kafka's MetricConfigs: accepted, stored, described, not acted on (this broker's metrics
+# are the Prometheus endpoint above).
+_OPERATIONS_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("metrics.num.samples", "INT", 2, _at_least(1),
+        "Samples kept to compute a metric."),
+    key("metrics.sample.window.ms", "LONG", 30000, _at_least(1),
+        "Length of one metrics sample."),
+    key("metric.reporters", "LIST", (), None,
+        "MetricsReporter classes to load.", dynamic=CLUSTER_WIDE),
+    key("metrics.recording.level", "STRING", "INFO", None,
+        "Highest level of metrics recorded."),
+    key("auto.include.jmx.reporter", "BOOLEAN", True, None,
+        "Deprecated: add the JMX reporter to metric.reporters."),
+    key("kafka.metrics.reporters", "LIST", (), None,
+        "Yammer metrics reporter classes to load."),
+    key("kafka.metrics.polling.interval.secs", "INT", 10, _at_least(1),
+        "Polling interval of the Yammer metrics reporters."),
+    key("telemetry.max.bytes", "INT", 1 << 20, _at_least(1),
+        "Largest client telemetry push (KIP-714)."),
+)  # fmt: skip
+
+
 OPERATIONS_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "metrics.listener",
@@ -40,4 +63,5 @@ OPERATIONS_CONFIGS: tuple[ConfigKey, ...] = (
         "Log every completed request (API, client, sizes, the times of its life) to the "
         "logger kafka.request.logger, as Kafka's request logger does.",
     ),
+    *_OPERATIONS_STORED_ONLY,
 )

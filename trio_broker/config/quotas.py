@@ -7,7 +7,7 @@ windows of the replication and client quotas.
 
 from __future__ import annotations
 
-from trio_broker.config.keys import ConfigKey, _at_least, _int
+from trio_broker.config.keys import CLUSTER_WIDE, ConfigKey, _at_least, _int, key
 
 __all__ = ["CLIENT_QUOTA_CONFIGS", "REPLICATION_QUOTA_CONFIGS", "UNLIMITED_RATE"]
 
@@ -28,6 +28,7 @@ REPLICATION_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(0),
         "Bytes per second this broker, as leader, sends to followers of the partitions named "
         "in their topic's leader.replication.throttled.replicas, while they are out of sync.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "follower.replication.throttled.rate",
@@ -37,6 +38,7 @@ REPLICATION_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(0),
         "Bytes per second this broker, as follower, fetches for the partitions named in their "
         "topic's follower.replication.throttled.replicas, while it is out of sync.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "replica.alter.log.dirs.io.max.bytes.per.second",
@@ -45,6 +47,7 @@ REPLICATION_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(0),
         "Bytes per second this broker copies when it moves a replica to another log dir.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "replication.quota.window.num",
@@ -64,6 +67,23 @@ REPLICATION_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
     ),
 )
 
+
+# Kafka's other quota windows and the quota callback: accepted, stored, described, not
+# acted on.
+_CLIENT_QUOTA_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("alter.log.dirs.replication.quota.window.num", "INT", 11, _at_least(1),
+        "Windows over which the log dir move rate is measured."),
+    key("alter.log.dirs.replication.quota.window.size.seconds", "INT", 1, _at_least(1),
+        "Length of one log dir move quota window."),
+    key("controller.quota.window.num", "INT", 11, _at_least(1),
+        "Windows over which controller mutation rates are measured."),
+    key("controller.quota.window.size.seconds", "INT", 1, _at_least(1),
+        "Length of one controller mutation quota window."),
+    key("client.quota.callback.class", "CLASS", None, None,
+        "A ClientQuotaCallback class that replaces the built-in quotas."),
+)  # fmt: skip
+
+
 CLIENT_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
     ConfigKey(
         "quota.window.num",
@@ -81,4 +101,5 @@ CLIENT_QUOTA_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "Length of one client quota window.",
     ),
+    *_CLIENT_QUOTA_STORED_ONLY,
 )

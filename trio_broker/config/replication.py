@@ -11,7 +11,17 @@ leaders (`ReplicaFetcher`), and leaders keep the ISR and the high watermark (`Pa
 
 from __future__ import annotations
 
-from trio_broker.config.keys import ConfigKey, _at_least, _bool, _int, _one_of, _str
+from trio_broker.config.keys import (
+    CLUSTER_WIDE,
+    ConfigKey,
+    _at_least,
+    _bool,
+    _int,
+    _metadata_version,
+    _one_of,
+    _str,
+    key,
+)
 
 __all__ = ["LEADER_SELECTOR", "RACK_AWARE_REPLICA_SELECTOR", "REPLICATION_CONFIGS"]
 
@@ -21,11 +31,28 @@ RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaS
 LEADER_SELECTOR = "org.apache.kafka.common.replica.LeaderSelector"
 
 
+# Kafka's other ReplicationConfigs keys: accepted, stored, described, not acted on.
+_REPLICATION_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("replica.socket.receive.buffer.bytes", "INT", 64 * 1024, None,
+        "SO_RCVBUF of the followers' connections to leaders."),
+    key("fetch.purgatory.purge.interval.requests", "INT", 1000, None,
+        "Fetches parked between purges of the fetch purgatory."),
+    key("producer.purgatory.purge.interval.requests", "INT", 1000, None,
+        "Produces parked between purges of the produce purgatory."),
+    key("delete.records.purgatory.purge.interval.requests", "INT", 1, None,
+        "DeleteRecords requests parked between purges of their purgatory."),
+    key("unclean.leader.election.interval.ms", "LONG", 300000, _at_least(1),
+        "How often a KRaft controller looks for unclean elections to run.", internal=True),
+    key("inter.broker.protocol.version", "STRING", "3.9-IV0", _metadata_version,
+        "The protocol version brokers speak to each other during a rolling upgrade."),
+)  # fmt: skip
+
+
 REPLICATION_CONFIGS: tuple[ConfigKey, ...] = (
     # where consumers read from
     ConfigKey(
         "replica.selector.class",
-        "CLASS",
+        "STRING",
         None,
         _str,
         _one_of(RACK_AWARE_REPLICA_SELECTOR, LEADER_SELECTOR),
@@ -42,6 +69,7 @@ REPLICATION_CONFIGS: tuple[ConfigKey, ...] = (
         None,
         "Whether a replica outside the ISR may become leader when no ISR member is alive "
         "(data loss); topics may override it.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "controlled.shutdown.enable",
@@ -109,6 +137,7 @@ REPLICATION_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(1),
         "Fetcher tasks per source broker that copy its partitions to this one.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "replica.fetch.max.bytes",
@@ -191,4 +220,5 @@ REPLICATION_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "Request timeout of the replica fetchers' requests.",
     ),
+    *_REPLICATION_STORED_ONLY,
 )

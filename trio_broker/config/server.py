@@ -10,7 +10,17 @@ from __future__ import annotations
 
 import uuid
 
-from trio_broker.config.keys import ConfigKey, Listener, _at_least, _int, _listeners, _str
+from trio_broker.config.keys import (
+    CLUSTER_WIDE,
+    PER_BROKER,
+    ConfigKey,
+    Listener,
+    _at_least,
+    _int,
+    _listeners,
+    _str,
+    key,
+)
 
 __all__ = ["SERVER_CONFIGS", "new_cluster_id", "parse_ip_overrides"]
 
@@ -48,6 +58,46 @@ def _ip_overrides(text: str) -> None:
     parse_ip_overrides(text)  # validation only: the connection quotas use the result
 
 
+# Kafka's other ServerConfigs and SocketServerConfigs keys: accepted, stored, described,
+# not acted on (README: "Keys the broker stores but does not act on").
+_SERVER_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("broker.id.generation.enable", "BOOLEAN", True, None,
+        "Whether ZooKeeper hands out a broker id when none is configured."),
+    key("reserved.broker.max.id", "INT", 1000, _at_least(0),
+        "Highest broker id that may be configured; generated ids start above it."),
+    key("background.threads", "INT", 10, _at_least(1),
+        "Threads of Kafka's background scheduler.", dynamic=CLUSTER_WIDE),
+    key("num.replica.alter.log.dirs.threads", "INT", None, None,
+        "Threads moving replicas between log dirs (unset: one per log dir)."),
+    key("socket.connection.setup.timeout.ms", "LONG", 10000, None,
+        "First timeout of the broker's own outgoing connection attempts."),
+    key("socket.connection.setup.timeout.max.ms", "LONG", 30000, None,
+        "Largest timeout of the broker's own outgoing connection attempts."),
+    key("early.start.listeners", "STRING", None, None,
+        "Listeners that may start before the authorizer is ready."),
+    key("max.incremental.fetch.session.cache.slots", "INT", 1000, _at_least(0),
+        "Incremental fetch sessions kept at once (this broker keeps 1000)."),
+    key("fetch.max.bytes", "INT", 55 << 20, _at_least(1024),
+        "Largest fetch response the broker returns, over all partitions."),
+    key("max.request.partition.size.limit", "INT", 2000, _at_least(1),
+        "Most partitions one request may name."),
+    key("unstable.api.versions.enable", "BOOLEAN", False, None,
+        "Advertise API versions that are not released yet.", internal=True),
+    key("unstable.feature.versions.enable", "BOOLEAN", False, None,
+        "Allow feature versions that are not released yet.", internal=True),
+    key("control.plane.listener.name", "STRING", None, None,
+        "A listener reserved for the controller's requests to brokers."),
+    key("socket.send.buffer.bytes", "INT", 100 * 1024, None,
+        "SO_SNDBUF of the broker's sockets (-1: the OS default)."),
+    key("socket.receive.buffer.bytes", "INT", 100 * 1024, None,
+        "SO_RCVBUF of the broker's sockets (-1: the OS default)."),
+    key("socket.listen.backlog.size", "INT", 50, _at_least(1),
+        "Pending connections the listening socket queues."),
+    key("connection.failed.authentication.delay.ms", "INT", 100, _at_least(0),
+        "How long a connection that failed to authenticate is held before it is closed."),
+)  # fmt: skip
+
+
 SERVER_CONFIGS: tuple[ConfigKey, ...] = (
     # identity and network
     ConfigKey("node.id", "INT", 1, _int, _at_least(0), "The broker's id in the cluster."),
@@ -61,19 +111,21 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
     ),
     ConfigKey(
         "listeners",
-        "LIST",
+        "STRING",
         (Listener(name="PLAINTEXT", host="127.0.0.1", port=9092),),
         _listeners,
         None,
         "Where to listen: NAME://host:port, comma separated; port 0 binds a free port.",
+        dynamic=PER_BROKER,
     ),
     ConfigKey(
         "advertised.listeners",
-        "LIST",
+        "STRING",
         (),
         _listeners,
         None,
         "Addresses given to clients in Metadata; defaults to the bound listeners.",
+        dynamic=PER_BROKER,
     ),
     ConfigKey(
         "num.network.threads",
@@ -82,8 +134,17 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(1),
         "Processor tasks (connections are spread over them).",
+        dynamic=CLUSTER_WIDE,
     ),
-    ConfigKey("num.io.threads", "INT", 8, _int, _at_least(1), "Request handler tasks."),
+    ConfigKey(
+        "num.io.threads",
+        "INT",
+        8,
+        _int,
+        _at_least(1),
+        "Request handler tasks.",
+        dynamic=CLUSTER_WIDE,
+    ),
     ConfigKey(
         "queued.max.requests", "INT", 500, _int, _at_least(1), "Capacity of the request channel."
     ),
@@ -123,6 +184,7 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(0),
         "Connections the broker holds at once; one more is closed as soon as it is accepted.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "max.connections.per.ip",
@@ -131,6 +193,7 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(0),
         "Connections allowed from one address; one more is closed as soon as it is accepted.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "max.connections.per.ip.overrides",
@@ -139,6 +202,7 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _str,
         _ip_overrides,
         "Per-address limits replacing max.connections.per.ip: host:count,host:count.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "max.connection.creation.rate",
@@ -147,6 +211,7 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(0),
         "New connections accepted per second, over all listeners; more are closed at once.",
+        dynamic=CLUSTER_WIDE,
     ),
     ConfigKey(
         "shutdown.grace.period.ms",
@@ -156,4 +221,5 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(0),
         "How long in-flight requests may finish at shutdown.",
     ),
+    *_SERVER_STORED_ONLY,
 )

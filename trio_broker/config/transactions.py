@@ -7,9 +7,21 @@ Kafka's `TransactionStateManagerConfigs` (`transactional.id.expiration.ms`,
 
 from __future__ import annotations
 
-from trio_broker.config.keys import ConfigKey, _at_least, _int
+from trio_broker.config.keys import CLUSTER_WIDE, ConfigKey, _at_least, _int, key
 
 __all__ = ["TRANSACTION_CONFIGS"]
+
+
+# Kafka's other transaction keys: accepted, stored, described, not acted on.
+_TRANSACTION_STORED_ONLY: tuple[ConfigKey, ...] = (
+    key("transaction.state.log.load.buffer.size", "INT", 5 << 20, _at_least(1),
+        "Read buffer used when __transaction_state is loaded."),
+    key("transaction.partition.verification.enable", "BOOLEAN", True, None,
+        "Verify that a transaction added a partition before accepting its records "
+        "(KIP-890).", dynamic=CLUSTER_WIDE),
+    key("producer.id.expiration.check.interval.ms", "INT", 600000, _at_least(1),
+        "How often expired producer ids are removed.", internal=True),
+)  # fmt: skip
 
 
 TRANSACTION_CONFIGS: tuple[ConfigKey, ...] = (
@@ -29,6 +41,7 @@ TRANSACTION_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(1),
         "Idempotent producer state expiry.",
+        dynamic=CLUSTER_WIDE,
     ),
     # transactions (issue 15): the transaction coordinator and `__transaction_state`
     ConfigKey(
@@ -87,4 +100,5 @@ TRANSACTION_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "How often transactional ids past transactional.id.expiration.ms are removed.",
     ),
+    *_TRANSACTION_STORED_ONLY,
 )
