@@ -45,6 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--injections", type=int, default=9)
     parser.add_argument("--hold", type=float, default=8.0, help="seconds each fault lasts")
     parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument(
+        "--fresh-clusters",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only this: N fresh clusters, each creating a topic with RF 3 as soon as a "
+        "broker's Metadata lists three brokers",
+    )
     args = parser.parse_args(argv)
     faults = args.faults.split(",")
     if args.smoke:
@@ -56,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         print(f"cannot run: {reason}", file=sys.stderr)
         return 2
+    if args.fresh_clusters:
+        return fresh_clusters(args.fresh_clusters)
 
     rows = []
     failures = 0
@@ -110,6 +120,46 @@ def main(argv: list[str] | None = None) -> int:
         for f in failed:
             print(f"- {fault}: {f}")
     return 1 if failures else 0
+
+
+def fresh_clusters(n: int) -> int:
+    """A script that starts a cluster, waits until Metadata lists every broker and then
+    creates its topics: CreateTopics with RF 3 on the first try, n fresh clusters."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from clustertest_helpers import eventually
+    from wire import request_of, roundtrip
+
+    def listed(host: str, port: int) -> int:
+        import socket
+
+        with socket.create_connection((host, port), timeout=5) as sock:
+            return len(roundtrip(sock, request_of(3, topics=[]), 1).brokers)
+
+    ok = 0
+    failures = []
+    with NetLab() as lab:
+        for i in range(n):
+            base = Path(tempfile.mkdtemp(prefix="fresh-"))
+            with NetCluster(lab, base, wait_all_see=False) as cluster:
+                b = cluster.brokers[1]
+                eventually(lambda b=b: listed(b.host, b.port) == 3, budget_s=30, what="three")
+                admin = AdminClient({"bootstrap.servers": b.bootstrap})
+                future = admin.create_topics([NewTopic("first", 3, 3)], request_timeout=30)
+                try:
+                    future["first"].result(30)
+                    ok += 1
+                except Exception as exc:  # the finding: counted and printed
+                    failures.append(str(exc))
+                bench.progress(
+                    f"fresh cluster {i + 1}/{n}: {'ok' if not failures or ok == i + 1 else failures[-1]}"
+                )
+            shutil.rmtree(base, ignore_errors=True)
+    print(f"\nCreateTopics RF 3 at once on a fresh cluster: {ok} of {n} succeeded")
+    for f in failures:
+        print(f"- {f}")
+    return 0 if ok == n else 1
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ class NetCluster:
         *,
         size: int = 3,
         overrides: dict[str, str] | None = None,
+        wait_all_see: bool = True,
     ) -> None:
+        self.wait = wait_all_see
         self.lab = lab
         self.base_dir = base_dir
         self.size = size
@@ -65,7 +67,8 @@ class NetCluster:
             ).start()
             for node_id in range(1, self.size + 1):
                 self.add_broker(node_id)
-            wait_all_see(self.brokers)
+            if self.wait:
+                wait_all_see(self.brokers)
         except BaseException:
             self.close()
             raise
