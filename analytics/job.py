@@ -239,7 +239,7 @@ def run_report(spark, options: ReportOptions) -> ReportResult:
     if options.html:
         from trio_broker.analytics import report
 
-        data = report.collect_report_data(frames, window)
+        data = report.collect_report_data(frames, window, out=out)
         html_path, md_path = report.write_report(out, data, window)
     for df in (batches, commits, state, lag, frames["topic_throughput"], frames["group_summary"]):
         df.unpersist()

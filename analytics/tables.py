@@ -501,17 +501,38 @@ def group_summary(lag: DataFrame) -> DataFrame:
     )
 
 
-def group_lag_series(lag: DataFrame, window: ReportWindow) -> DataFrame:
-    """Per group and bucket: summed lag (records) and worst lag (seconds), for the chart."""
+def group_lag_series(
+    lag: DataFrame, window: ReportWindow, *, bucket_ms: int | None = None
+) -> DataFrame:
+    """Per group and bucket (`bucket_ms`, default the window's): `lag_records`, the records
+    the group is behind, and `lag_seconds`, the worst lag of the bucket's commits.
+
+    A group's lag in a bucket is the sum over its partitions of each one's lag at its last
+    commit at or before the bucket's end: a partition that did not commit in the bucket
+    still counts with the lag of its previous commit, so a group whose partitions commit
+    at different moments is not drawn with dips where some did not."""
+    bucket = bucket_ms or window.bucket_ms
     ms = F.unix_millis("timestamp")
-    per_partition = (
+    latest = (
         lag.filter(F.col("kind") == "commit")
-        .withColumn("bucket_ms", (F.floor(ms / window.bucket_ms) * window.bucket_ms).cast("long"))
+        .withColumn("bucket_ms", (F.floor(ms / bucket) * bucket).cast("long"))
         .groupBy(*_GTP, "bucket_ms")
-        .agg(F.max("lag_records").alias("lag_records"), F.max("lag_seconds").alias("lag_seconds"))
+        .agg(
+            F.max_by("lag_records", F.struct("timestamp", "lag_records")).alias("lag_records"),
+            F.max("lag_seconds").alias("lag_seconds"),
+        )
+    )
+    grid = (
+        latest.select("group", "bucket_ms")
+        .distinct()
+        .join(latest.select(*_GTP).distinct(), "group")
+    )
+    upto = Window.partitionBy(*_GTP).orderBy("bucket_ms").rowsBetween(Window.unboundedPreceding, 0)
+    filled = grid.join(latest, [*_GTP, "bucket_ms"], "left").withColumn(
+        "lag_records", F.last("lag_records", ignorenulls=True).over(upto)
     )
     return (
-        per_partition.groupBy("group", "bucket_ms")
+        filled.groupBy("group", "bucket_ms")
         .agg(F.sum("lag_records").alias("lag_records"), F.max("lag_seconds").alias("lag_seconds"))
         .orderBy("group", "bucket_ms")
     )

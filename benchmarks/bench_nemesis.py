@@ -142,8 +142,10 @@ def fresh_clusters(n: int) -> int:
     with NetLab() as lab:
         for i in range(n):
             base = Path(tempfile.mkdtemp(prefix="fresh-"))
-            with NetCluster(lab, base, wait_all_see=False) as cluster:
-                b = cluster.brokers[1]
+            with NetCluster(lab, base, wait_all_see=False, together=True) as cluster:
+                # Started together: whichever lists all three first is asked; the client's
+                # CreateTopics goes to the controller, which may learn of them later.
+                b = cluster.brokers[3]
                 eventually(lambda b=b: listed(b.host, b.port) == 3, budget_s=30, what="three")
                 admin = AdminClient({"bootstrap.servers": b.bootstrap})
                 future = admin.create_topics([NewTopic("first", 3, 3)], request_timeout=30)

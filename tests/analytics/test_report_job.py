@@ -1,6 +1,7 @@
 """The nightly report over a log written by trio-broker's own log, with a known history.
 
-One Spark session (local[2]) for the module. The log (see `_write_scenario`) holds:
+One Spark session (local[2]: conftest.py's `spark`, shared with test_report_page.py). The
+log (see `_write_scenario`) holds:
 
 - `orders-0` (produced through a real broker with confluent-kafka): 10 minutes from T0, each minute two batches of 5 records, batch j of minute
   m at T0 + m min + j s, records 100 ms apart; offsets 10m + 5j .. 10m + 5j + 4.
@@ -27,7 +28,7 @@ pyspark = pytest.importorskip("pyspark", reason="pyspark is not installed (extra
 if shutil.which("java") is None:
     pytest.skip("Java 17 is needed for Spark and is not installed", allow_module_level=True)
 
-from trio_broker.analytics.job import ReportOptions, build_session, run_report  # noqa: E402
+from trio_broker.analytics.job import ReportOptions, run_report  # noqa: E402
 from trio_broker.analytics.segments import (  # noqa: E402
     list_segments,
     pack_segments,
@@ -187,14 +188,6 @@ def _write_scenario(root: Path) -> dict[str, int]:
         "orders_batch_bytes": len(_orders_batches()[0]),
         "log_dirs": [root / "broker", root / "logs"],
     }
-
-
-@pytest.fixture(scope="module")
-def spark():
-    session = build_session("local[2]", "trio-broker-report-tests")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,11 @@ class NetCluster:
         size: int = 3,
         overrides: dict[str, str] | None = None,
         wait_all_see: bool = True,
+        together: bool = False,
     ) -> None:
+        # `together`: the brokers started at the same moment (a compose file, a CI job),
+        # not one after the other.
+        self.together = together
         self.wait = wait_all_see
         self.lab = lab
         self.base_dir = base_dir
@@ -65,8 +69,24 @@ class NetCluster:
             self.zookeeper = ZooKeeperServer(
                 host=zk_host.address, prefix=zk_host.command([])
             ).start()
-            for node_id in range(1, self.size + 1):
-                self.add_broker(node_id)
+            if self.together:
+                import threading
+
+                for node_id in range(1, self.size + 1):
+                    self.lab.hosts.get(self.host(node_id)) or self.lab.add_host(self.host(node_id))
+                starting = [
+                    threading.Thread(target=self.add_broker, args=(node_id,))
+                    for node_id in range(1, self.size + 1)
+                ]
+                for thread in starting:
+                    thread.start()
+                for thread in starting:
+                    thread.join()
+                if len(self.brokers) != self.size:
+                    raise RuntimeError(f"only brokers {sorted(self.brokers)} started")
+            else:
+                for node_id in range(1, self.size + 1):
+                    self.add_broker(node_id)
             if self.wait:
                 wait_all_see(self.brokers)
         except BaseException:
