@@ -31,6 +31,9 @@ BROKER_DEFAULTS = {
     "default.replication.factor": "3",
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.replication.factor": "3",
+    # Topics are created by the scenario only: a client of an earlier cluster on the same
+    # addresses, not yet collected, asking for a topic's metadata must not create it.
+    "auto.create.topics.enable": "false",
 }
 
 
@@ -120,6 +123,9 @@ class NetCluster:
         self.close()
 
     def close(self) -> None:
+        import gc
+
+        gc.collect()  # librdkafka clients of this cluster's workload, gone before the next
         self.lab.heal()
         for node_id in sorted(self.brokers, reverse=True):
             self.brokers.pop(node_id).close()
