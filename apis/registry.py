@@ -54,6 +54,9 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(15, "DescribeGroups", 0, 5, "describe_groups"),
     ApiSpec(16, "ListGroups", 0, 5, "list_groups"),
     ApiSpec(42, "DeleteGroups", 0, 2, "delete_groups"),
+    # KIP-848 consumer groups (v1 of 68 from protocol/spec_newer/, newer than the shared files)
+    ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, "consumer_group_heartbeat"),
+    ApiSpec(69, "ConsumerGroupDescribe", 0, 0, "consumer_group_describe"),
     ApiSpec(8, "OffsetCommit", 0, 9, "offset_commit"),
     ApiSpec(9, "OffsetFetch", 0, 9, "offset_fetch"),
     ApiSpec(47, "OffsetDelete", 0, 0, "offset_delete"),

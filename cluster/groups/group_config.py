@@ -6,12 +6,12 @@ and fails a request naming it). A group key overrides the broker key `group.<key
 group id and must lie within the broker's `group.consumer.min/max.*` bounds, with the
 session timeout above the heartbeat interval, as Kafka's GroupConfig validates.
 
-The keys govern the consumer group protocol (ConsumerGroupHeartbeat), which this broker
-does not serve: classic groups (JoinGroup/SyncGroup/Heartbeat) take their session timeout
-from the member, and in Kafka too these keys have no effect on them. They are stored
-(persisted in the cluster metadata, beside topic configs) and described; nothing else
-reads them. Kafka's share.* group keys (KIP-932 share groups) are left out for the same
-reason: there are no share groups here to bound.
+The keys govern KIP-848 consumer groups (`consumer/consumer_coordinator.py` reads them
+for each heartbeat's session timeout and heartbeat interval); classic groups
+(JoinGroup/SyncGroup/Heartbeat) take their session timeout from the member, and in Kafka
+too these keys have no effect on them. They are stored (persisted in the cluster metadata,
+beside topic configs) and described. Kafka's share.* group keys (KIP-932 share groups) are
+left out: there are no share groups here to bound.
 """
 
 from __future__ import annotations

@@ -75,9 +75,13 @@ class GroupCoordinator:
         self.store = GroupStore(broker, now_ms=now_ms)
         self.groups: dict[str, GroupMetadata] = {}
         self._nursery: trio.Nursery | None = None
+        from trio_broker.cluster.groups.consumer.consumer_coordinator import (
+            ConsumerGroupCoordinator,
+        )
         from trio_broker.cluster.groups.offsets import GroupOffsets
 
         self.offsets = GroupOffsets(self)
+        self.consumer = ConsumerGroupCoordinator(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -169,6 +173,8 @@ class GroupCoordinator:
                     member.session_timer.cancel()
             if group.rebalance_timer is not None:
                 group.rebalance_timer.cancel()
+            if group.consumer is not None:
+                self.consumer.unload(group.consumer)
             del self.groups[group.group_id]
         if gone:
             logger.info("unloaded %d group(s) of __consumer_offsets-%d", len(gone), partition)
@@ -205,6 +211,11 @@ class GroupCoordinator:
         if group.is_(S.DEAD):
             # Deleted meanwhile: the client looks the coordinator up again and retries.
             return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group.has_consumer_members():
+            # A KIP-848 group: classic members may not join it (no migration yet).
+            return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.consumer is not None:
+            group.consumer = None  # an empty consumer group becomes a classic one
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if not group.supports_protocols(body.protocol_type, [n for n, _ in protocols]):
             return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
@@ -243,15 +254,13 @@ class GroupCoordinator:
             else:
                 self._add_member_and_rebalance(group, new_member(member_id), reply)
             return
-        member = group.members.get(body.member_id)
-        if member is None:
-            if body.member_id in group.pending_members:
-                self._add_member_and_rebalance(group, new_member(body.member_id), reply)
-            else:
-                fail(ErrorCode.UNKNOWN_MEMBER_ID)
+        if body.member_id in group.pending_members:
+            self._add_member_and_rebalance(group, new_member(body.member_id), reply)
             return
-        if self._fenced(group, body.group_instance_id, body.member_id):
-            return fail(ErrorCode.FENCED_INSTANCE_ID)
+        error = self._validate_member(group, body.member_id, body.group_instance_id)
+        if error:
+            return fail(error)
+        member = group.members[body.member_id]
         if group.is_(S.PREPARING_REBALANCE):
             self._update_member_and_rebalance(group, member, protocols, rebalance_timeout, reply)
         elif group.is_(S.COMPLETING_REBALANCE):
@@ -273,6 +282,31 @@ class GroupCoordinator:
 
     def _fenced(self, group: GroupMetadata, instance_id: str | None, member_id: str) -> bool:
         return instance_id is not None and group.static_members.get(instance_id) != member_id
+
+    def _validate_member(
+        self, group: GroupMetadata, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's ClassicGroup.validateMember: the static identity is checked before the
+        member id, so a static member replaced by a newer instance (whose old member id
+        the group no longer knows) is told FENCED_INSTANCE_ID, a fatal error for the
+        client, rather than UNKNOWN_MEMBER_ID, which would make it rejoin and take its
+        place back from the newer instance (KIP-345)."""
+        if instance_id is not None:
+            known = group.static_members.get(instance_id)
+            if known is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if known != member_id:
+                logger.info(
+                    "group %s: static member %s with member id %s is fenced by %s",
+                    group.group_id,
+                    instance_id,
+                    member_id,
+                    known,
+                )
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
 
     def _join_response(self, group: GroupMetadata, member: GroupMember) -> JoinGroupResponse:
         members = []
@@ -485,11 +519,14 @@ class GroupCoordinator:
         if error:
             return fail(error)
         group = self.groups.get(body.group_id)
-        member = group.members.get(body.member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None:
             return fail(ErrorCode.UNKNOWN_MEMBER_ID)
-        if self._fenced(group, body.group_instance_id, body.member_id):
-            return fail(ErrorCode.FENCED_INSTANCE_ID)
+        if group.is_(S.DEAD):
+            return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self._validate_member(group, body.member_id, body.group_instance_id)
+        if error:
+            return fail(error)
+        member = group.members[body.member_id]
         if body.generation_id != group.generation_id:
             return fail(ErrorCode.ILLEGAL_GENERATION)
         if (body.protocol_type is not None and body.protocol_type != group.protocol_type) or (
@@ -543,13 +580,14 @@ class GroupCoordinator:
         if error:
             return result(error)
         group = self.groups.get(body.group_id)
-        if group is None or group.state in (S.EMPTY, S.DEAD):
+        if group is None:
             return result(ErrorCode.UNKNOWN_MEMBER_ID)
-        member = group.members.get(body.member_id)
-        if member is None:
-            return result(ErrorCode.UNKNOWN_MEMBER_ID)
-        if self._fenced(group, body.group_instance_id, body.member_id):
-            return result(ErrorCode.FENCED_INSTANCE_ID)
+        if group.is_(S.DEAD):
+            return result(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self._validate_member(group, body.member_id, body.group_instance_id)
+        if error:
+            return result(error)
+        member = group.members[body.member_id]
         if body.generation_id != group.generation_id:
             return result(ErrorCode.ILLEGAL_GENERATION)
         self._start_session_timer(group, member)

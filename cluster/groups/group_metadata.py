@@ -95,6 +95,12 @@ class GroupMetadata:
     in_initial_delay: bool = False  # a rebalance from Empty waits group.initial.rebalance.delay.ms
     new_member_added: bool = False  # extends the initial rebalance delay
     rebalance_timer: Any = None
+    # A KIP-848 consumer group of this id (`consumer.consumer_group.ConsumerGroup`): this
+    # object then keeps only its committed offsets, and stays Empty.
+    consumer: Any = None
+
+    def has_consumer_members(self) -> bool:
+        return self.consumer is not None and bool(self.consumer.members)
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

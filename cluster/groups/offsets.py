@@ -106,7 +106,15 @@ class GroupOffsets:
                 continue
             group = GroupMetadata(group_id=group_id, offsets=dict(found.offsets))
             value = found.metadata
-            if value is not None:
+            consumer = (
+                self.coordinator.consumer.load(group_id, found.consumer_records)
+                if found.consumer_records
+                else None
+            )
+            if consumer is not None:
+                group.protocol_type = "consumer"
+                group.consumer = consumer
+            elif value is not None:
                 group.protocol_type = value.protocol_type or None
                 group.generation_id = value.generation
                 group.protocol_name = value.protocol
@@ -250,14 +258,18 @@ class GroupOffsets:
     def _commit_error(self, group: GroupMetadata, body: Any, generation: int) -> ErrorCode:
         if group.is_(S.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            # KIP-848: the member epoch, not a generation (STALE_MEMBER_EPOCH).
+            return self.coordinator.consumer.commit_error(
+                group.consumer, body.member_id, generation
+            )
         if generation < 0 and group.is_(S.EMPTY):
             return ErrorCode.NONE
         if group.is_(S.COMPLETING_REBALANCE):
             return ErrorCode.REBALANCE_IN_PROGRESS
-        if self.coordinator._fenced(group, body.group_instance_id, body.member_id):
-            return ErrorCode.FENCED_INSTANCE_ID
-        if body.member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
+        error = self.coordinator._validate_member(group, body.member_id, body.group_instance_id)
+        if error:
+            return error
         if generation != group.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
@@ -269,6 +281,14 @@ class GroupOffsets:
             groups = []
             for wanted in body.groups:
                 error, found = self._fetch_group(wanted.group_id, wanted.topics)
+                member = self.groups.get(wanted.group_id)
+                if not error and api_version >= 9 and member is not None and member.consumer:
+                    # KIP-848: a member naming itself must be at its current epoch.
+                    error = self.coordinator.consumer.fetch_error(
+                        member.consumer, wanted.member_id, wanted.member_epoch
+                    )
+                    if error:
+                        found = []
                 topics = _found_topics(
                     found, OffsetFetchResponseTopics, OffsetFetchResponsePartitions
                 )
@@ -386,7 +406,7 @@ class GroupOffsets:
             if not code:
                 if group is None or group.is_(S.DEAD):
                     code = ErrorCode.GROUP_ID_NOT_FOUND
-                elif not group.is_(S.EMPTY):
+                elif not group.is_(S.EMPTY) or group.has_consumer_members():
                     code = ErrorCode.NON_EMPTY_GROUP
                 else:
                     try:
@@ -405,6 +425,9 @@ class GroupOffsets:
             # group management) has no GroupMetadata record to delete; Kafka's
             # cleanupGroupMetadata writes no tombstone for it either.
             records.append((group_metadata_key(group.group_id), None))
+        if group.consumer is not None:
+            # An empty consumer group: its ConsumerGroup* records go too.
+            records.extend((key, None) for key in group.consumer.persisted)
         if records:
             self.store.append(group.group_id, records)
         group.offsets.clear()
@@ -422,7 +445,9 @@ class GroupOffsets:
             if error:
                 described.append(DescribedGroup(error_code=error, group_id=group_id))
                 continue
-            if group is None:
+            if group is None or group.consumer is not None:
+                # A KIP-848 group is not a classic group: DescribeGroups v0-5 answers it
+                # as it answers an unknown one (Kafka's; ConsumerGroupDescribe shows it).
                 described.append(
                     DescribedGroup(group_id=group_id, group_state=S.DEAD.value, protocol_type="")
                 )
@@ -456,16 +481,18 @@ class GroupOffsets:
         for group in self.groups.values():
             if group.is_(S.DEAD) or not self.store.is_loaded(group.group_id):
                 continue
-            if states and group.state.value.lower() not in states:
+            kind = "classic" if group.consumer is None else "consumer"
+            state = group.state.value if group.consumer is None else group.consumer.state.value
+            if states and state.lower() not in states:
                 continue
-            if types and "classic" not in types:
+            if types and kind not in types:
                 continue
             listed.append(
                 ListedGroup(
                     group_id=group.group_id,
                     protocol_type=group.protocol_type or "",
-                    group_state=group.state.value,
-                    group_type="classic",
+                    group_state=state,
+                    group_type=kind,
                 )
             )
         # Kafka's: only while a partition this broker leads is still loading. (In a cluster
@@ -506,7 +533,7 @@ class GroupOffsets:
                 if doomed:
                     self._remove_offsets(group, doomed)
                     removed += len(doomed)
-                if group.is_(S.EMPTY) and not group.offsets:
+                if group.is_(S.EMPTY) and not group.offsets and not group.has_consumer_members():
                     self._delete_group(group)
             except KafkaError as exc:
                 logger.warning("offset expiry of group %s failed: %s", group.group_id, exc)
@@ -521,6 +548,13 @@ def _expiry_rule(group: GroupMetadata) -> tuple[set[str], bool] | None:
     None when nothing of the group expires now."""
     if group.is_(S.DEAD):
         return None
+    if group.has_consumer_members():
+        # A KIP-848 group with members keeps what they subscribe to (names; a regex
+        # keeps everything, its matches being the broker's to resolve).
+        members = group.consumer.members.values()
+        if any(m.subscribed_topic_regex for m in members):
+            return None
+        return {t for m in members for t in m.subscribed_topic_names}, False
     if group.protocol_type is None:
         # Standalone (simple) consumers: each offset retention after its commit.
         return set(), False

@@ -23,6 +23,10 @@ from trio_broker.cluster.coordinator_log import (
     java_string_hashcode,
     partition_for,
 )
+from trio_broker.cluster.groups.consumer.consumer_records import (
+    CONSUMER_KEY_VERSIONS,
+    group_id_of,
+)
 from trio_broker.cluster.groups.group_metadata import OffsetAndMetadata
 from trio_broker.protocol._generated.consumer_protocol_subscription import (
     ConsumerProtocolSubscription,
@@ -136,6 +140,8 @@ class LoadedGroup:
     deleted: bool = False  # its last GroupMetadata record was a tombstone
     # producer id -> offsets of a transaction without its marker yet (TxnOffsetCommit)
     pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = attrs.Factory(dict)
+    # A KIP-848 consumer group's ConsumerGroup* records (key -> value), their last word.
+    consumer_records: dict[bytes, bytes] = attrs.Factory(dict)
 
 
 def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
@@ -188,6 +194,14 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
                 value, min(value_version, GroupMetadataValue.MAX_VERSION), 2
             )
             group.deleted = False
+        elif key_version in CONSUMER_KEY_VERSIONS:
+            found = group_id_of(key)
+            assert found is not None
+            records = get(found[1]).consumer_records
+            if value is None:
+                records.pop(bytes(key), None)
+            else:
+                records[bytes(key)] = bytes(value)
 
     for batch in iter_log_batches(log):
         try:
@@ -228,5 +242,5 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
     return {
         g: lg
         for g, lg in groups.items()
-        if lg.metadata is not None or lg.offsets or lg.pending_txn_offsets
+        if lg.metadata is not None or lg.offsets or lg.pending_txn_offsets or lg.consumer_records
     }

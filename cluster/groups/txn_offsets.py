@@ -135,6 +135,13 @@ class TxnOffsetCommits:
             return ErrorCode.ILLEGAL_GENERATION if generation >= 0 else ErrorCode.NONE
         if group.is_(S.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            # KIP-848: the member and its epoch (sent as the generation), when given.
+            if generation < 0:
+                return ErrorCode.NONE
+            return self.offsets.coordinator.consumer.commit_error(
+                group.consumer, member_id, generation
+            )
         instance_id = body.group_instance_id if api_version >= 3 else None
         if self.offsets.coordinator._fenced(group, instance_id, member_id):
             return ErrorCode.FENCED_INSTANCE_ID

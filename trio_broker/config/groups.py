@@ -22,7 +22,8 @@ __all__ = ["GROUP_COORDINATOR_CONFIGS"]
 
 
 # Kafka's other GroupCoordinatorConfig and ShareGroupConfig keys: accepted, stored,
-# described, not acted on (this coordinator serves classic groups).
+# described, not acted on (this coordinator serves classic and consumer groups, no share
+# groups).
 _GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
     key("group.coordinator.rebalance.protocols", "LIST", ("classic",),
         _each_of("consumer", "classic", "share", "unknown"),
@@ -41,12 +42,7 @@ _GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
         "Compression codec id of the coordinator's writes to __consumer_offsets."),
     key("offsets.commit.required.acks", "SHORT", -1, None,
         "Deprecated: acks of offset commits (-1 is the only sensible value)."),
-    key("group.consumer.max.size", "INT", 2**31 - 1, _at_least(1),
-        "Largest consumer group (KIP-848)."),
-    key("group.consumer.assignors", "LIST", (
-        "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
-        "org.apache.kafka.coordinator.group.assignor.RangeAssignor"), None,
-        "Server-side assignors of consumer groups, the first the default."),
+    # group.consumer.max.size and group.consumer.assignors: acted on, below.
     key("group.consumer.migration.policy", "STRING", "disabled",
         _one_of_ci("bidirectional", "upgrade", "downgrade", "disabled"),
         "Whether classic groups may become consumer groups and back.", internal=True),
@@ -157,6 +153,26 @@ GROUP_COORDINATOR_CONFIGS: tuple[ConfigKey, ...] = (
         "Largest session timeout accepted.",
     ),
     ConfigKey("group.max.size", "INT", 2**31 - 1, _int, _at_least(1), "Largest group."),
+    # KIP-848 consumer groups (cluster/groups/consumer/).
+    key(
+        "group.consumer.max.size",
+        "INT",
+        2**31 - 1,
+        _at_least(1),
+        "Largest consumer group (KIP-848).",
+        acts=True,
+    ),
+    key(
+        "group.consumer.assignors",
+        "LIST",
+        (
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+        ),
+        None,
+        "Server-side assignors of consumer groups, the first the default.",
+        acts=True,
+    ),
     # The defaults and bounds of the GROUP resource's consumer.* configs (KIP-848, Kafka 4.0).
     *(
         ConfigKey(name, "INT", default, _int, _at_least(1), doc)

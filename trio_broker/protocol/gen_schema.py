@@ -14,6 +14,7 @@ import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 OPEN = 0x7FFF  # upper bound of an open version range ("N+")
 
@@ -173,7 +174,7 @@ def _link(fields: list[FieldSpec], defined: dict[str, StructSpec], where: str) -
 
 
 def load_message(path: Path, rel: str) -> MessageSpec:
-    d = load_json(path)
+    d = _with_additions(load_json(path), rel)
     defined: dict[str, StructSpec] = {}
     order: list[StructSpec] = []
     for cs in d.get("commonStructs", []):
@@ -241,6 +242,47 @@ def select_specs(spec_dir: Path) -> list[MessageSpec]:
     for p in sorted((spec_dir / "coordinator-records").glob("*.json")):
         chosen.append((p, f"coordinator-records/{p.name}"))
     return [load_message(p, rel) for p, rel in chosen]
+
+
+# Versions newer than the shared definition files, written here as what they add (in our
+# words, not Kafka's files): applied only while a shared file still lacks the version, so
+# they fall away once the shared files are Kafka 4.0's.
+#
+# ConsumerGroupHeartbeat v1 (KIP-848, Kafka 4.0), which librdkafka 2.12 and later send and
+# nothing older: the request gains a nullable regular-expression subscription after the
+# topic names; the response is v0's.
+SPEC_ADDITIONS: dict[str, tuple[str, str, list[dict[str, Any]]]] = {
+    # file: (the version range it then has, the field the new ones follow, the new fields)
+    "messages/ConsumerGroupHeartbeatRequest.json": (
+        "0-1",
+        "SubscribedTopicNames",
+        [
+            {
+                "name": "SubscribedTopicRegex",
+                "type": "string",
+                "versions": "1+",
+                "nullableVersions": "1+",
+                "default": "null",
+                "about": "A regular expression (RE2/J syntax) the subscribed topics match, "
+                "instead of names; null when unchanged since the last heartbeat.",
+            }
+        ],
+    ),
+    "messages/ConsumerGroupHeartbeatResponse.json": ("0-1", "", []),
+}
+
+
+def _with_additions(d: dict[str, Any], rel: str) -> dict[str, Any]:
+    addition = SPEC_ADDITIONS.get(rel)
+    if addition is None or d.get("validVersions") == addition[0]:
+        return d
+    versions, after, fields = addition
+    out = dict(d, validVersions=versions)
+    if fields:
+        names = [f["name"] for f in d["fields"]]
+        at = names.index(after) + 1
+        out["fields"] = [*d["fields"][:at], *fields, *d["fields"][at:]]
+    return out
 
 
 # -- fields in Python ------------------------------------------------------------------

@@ -195,3 +195,57 @@ async def test_static_member_rejoining_with_a_shorter_session_expires_on_it(
     assert list(group.members) == [rejoined.member_id]
     await trio.sleep(0.2)
     assert group.members == {} and group.state is GroupState.EMPTY
+
+
+async def test_replaced_static_member_is_fenced_on_every_request(coordinator, autojump_clock):
+    """KIP-345: the static identity is checked before the member id (Kafka's validateMember),
+    so the replaced instance hears FENCED_INSTANCE_ID, not UNKNOWN_MEMBER_ID."""
+    from trio_broker.protocol._generated.leave_group_request import (
+        LeaveGroupRequest,
+        MemberIdentity,
+    )
+    from trio_broker.protocol._generated.offset_commit_request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+
+    old = await stable_group(coordinator, instance="i-1")
+    (rejoined,) = join(coordinator, instance="i-1")
+    assert rejoined.error_code == ErrorCode.NONE and rejoined.member_id != old
+    fenced = ErrorCode.FENCED_INSTANCE_ID
+    hb = HeartbeatRequest(group_id="g", generation_id=1, member_id=old, group_instance_id="i-1")
+    assert coordinator.heartbeat(hb).error_code == fenced
+    synced: list = []
+    coordinator.sync_group(
+        SyncGroupRequest(group_id="g", generation_id=1, member_id=old, group_instance_id="i-1"),
+        api_version=3,
+        reply=synced.append,
+    )
+    assert synced[0].error_code == fenced
+    assert join(coordinator, old, instance="i-1")[0].error_code == fenced
+    commit = OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=1,
+        member_id=old,
+        group_instance_id="i-1",
+        topics=[
+            OffsetCommitRequestTopic(
+                name="t",
+                partitions=[OffsetCommitRequestPartition(partition_index=0, committed_offset=5)],
+            )
+        ],
+    )
+    answer = coordinator.offsets.commit_offsets(commit, api_version=7)
+    assert answer.topics[0].partitions[0].error_code == fenced
+    leave = LeaveGroupRequest(
+        group_id="g", members=[MemberIdentity(member_id=old, group_instance_id="i-1")]
+    )
+    left = coordinator.leave_group(leave, api_version=3)
+    assert left.members[0].error_code == fenced
+    # The new instance is untouched by all of it.
+    hb = HeartbeatRequest(
+        group_id="g", generation_id=1, member_id=rejoined.member_id, group_instance_id="i-1"
+    )
+    assert coordinator.heartbeat(hb).error_code == ErrorCode.NONE
+    assert coordinator.groups["g"].state is GroupState.STABLE

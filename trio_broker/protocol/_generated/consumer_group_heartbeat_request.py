@@ -35,11 +35,11 @@ class TopicPartitions(Struct):
 
 
 class ConsumerGroupHeartbeatRequest(Message):
-    """ConsumerGroupHeartbeatRequest: Kafka request, versions 0-0, flexible from 0."""
+    """ConsumerGroupHeartbeatRequest: Kafka request, versions 0-1, flexible from 0."""
 
     API_KEY = 68
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
@@ -50,13 +50,14 @@ class ConsumerGroupHeartbeatRequest(Message):
         ("rack_id", "string", (0, 32767), (0, 32767)),
         ("rebalance_timeout_ms", "int32", (0, 32767), None),
         ("subscribed_topic_names", "[]string", (0, 32767), (0, 32767)),
+        ("subscribed_topic_regex", "string", (1, 32767), (1, 32767)),
         ("server_assignor", "string", (0, 32767), (0, 32767)),
         ("topic_partitions", "[]TopicPartitions", (0, 32767), (0, 32767)),
     )
 
-    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "server_assignor", "topic_partitions")
+    __slots__ = ("group_id", "member_id", "member_epoch", "instance_id", "rack_id", "rebalance_timeout_ms", "subscribed_topic_names", "subscribed_topic_regex", "server_assignor", "topic_partitions")
 
-    def __init__(self, *, group_id: str = "", member_id: str = "", member_epoch: int = 0, instance_id: str | None = None, rack_id: str | None = None, rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None, server_assignor: str | None = None, topic_partitions: list[TopicPartitions] | None = None) -> None:
+    def __init__(self, *, group_id: str = "", member_id: str = "", member_epoch: int = 0, instance_id: str | None = None, rack_id: str | None = None, rebalance_timeout_ms: int = -1, subscribed_topic_names: list[str] | None = None, subscribed_topic_regex: str | None = None, server_assignor: str | None = None, topic_partitions: list[TopicPartitions] | None = None) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.member_epoch = member_epoch
@@ -64,13 +65,14 @@ class ConsumerGroupHeartbeatRequest(Message):
         self.rack_id = rack_id
         self.rebalance_timeout_ms = rebalance_timeout_ms
         self.subscribed_topic_names = subscribed_topic_names
+        self.subscribed_topic_regex = subscribed_topic_regex
         self.server_assignor = server_assignor
         self.topic_partitions = topic_partitions
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.group_id, self.member_id, self.member_epoch, self.instance_id, self.rack_id, self.rebalance_timeout_ms, self.subscribed_topic_names, self.server_assignor, self.topic_partitions) == (other.group_id, other.member_id, other.member_epoch, other.instance_id, other.rack_id, other.rebalance_timeout_ms, other.subscribed_topic_names, other.server_assignor, other.topic_partitions)  # type: ignore[attr-defined]
+        return (self.group_id, self.member_id, self.member_epoch, self.instance_id, self.rack_id, self.rebalance_timeout_ms, self.subscribed_topic_names, self.subscribed_topic_regex, self.server_assignor, self.topic_partitions) == (other.group_id, other.member_id, other.member_epoch, other.instance_id, other.rack_id, other.rebalance_timeout_ms, other.subscribed_topic_names, other.subscribed_topic_regex, other.server_assignor, other.topic_partitions)  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -152,5 +154,63 @@ def _dec_ConsumerGroupHeartbeatRequest_v0(data, pos, _ConsumerGroupHeartbeatRequ
     return o, pos
 
 
-ConsumerGroupHeartbeatRequest._ENCODERS = {0: _enc_ConsumerGroupHeartbeatRequest_v0}
-ConsumerGroupHeartbeatRequest._DECODERS = {0: _dec_ConsumerGroupHeartbeatRequest_v0}
+def _enc_ConsumerGroupHeartbeatRequest_v1(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):
+    _write_compact_string(buf, o.group_id)
+    _write_compact_string(buf, o.member_id)
+    buf += _pk_i(o.member_epoch)
+    _write_compact_nullable_string(buf, o.instance_id)
+    _write_compact_nullable_string(buf, o.rack_id)
+    buf += _pk_i(o.rebalance_timeout_ms)
+    lst = o.subscribed_topic_names
+    if lst is None:
+        buf.append(0)
+    else:
+        _write_compact_array_len(buf, len(lst))
+        for e in lst:
+            _write_compact_string(buf, e)
+    _write_compact_nullable_string(buf, o.subscribed_topic_regex)
+    _write_compact_nullable_string(buf, o.server_assignor)
+    lst = o.topic_partitions
+    if lst is None:
+        buf.append(0)
+    else:
+        _write_compact_array_len(buf, len(lst))
+        for e in lst:
+            _enc_TopicPartitions_v0(e, buf, regions)
+    buf.append(0)
+
+
+def _dec_ConsumerGroupHeartbeatRequest_v1(data, pos, _ConsumerGroupHeartbeatRequest=ConsumerGroupHeartbeatRequest, _dec_TopicPartitions_v0=_dec_TopicPartitions_v0, _read_compact_array_len=_p.read_compact_array_len, _read_compact_nullable_string=_p.read_compact_nullable_string, _read_compact_string=_p.read_compact_string, _skip_tagged_fields=_p.skip_tagged_fields, _up_i=_S_i.unpack_from):
+    v_group_id, pos = _read_compact_string(data, pos)
+    v_member_id, pos = _read_compact_string(data, pos)
+    (v_member_epoch,) = _up_i(data, pos)
+    pos += 4
+    v_instance_id, pos = _read_compact_nullable_string(data, pos)
+    v_rack_id, pos = _read_compact_nullable_string(data, pos)
+    (v_rebalance_timeout_ms,) = _up_i(data, pos)
+    pos += 4
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        v_subscribed_topic_names = None
+    else:
+        v_subscribed_topic_names = []
+        for _ in range(n):
+            e, pos = _read_compact_string(data, pos)
+            v_subscribed_topic_names.append(e)
+    v_subscribed_topic_regex, pos = _read_compact_nullable_string(data, pos)
+    v_server_assignor, pos = _read_compact_nullable_string(data, pos)
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        v_topic_partitions = None
+    else:
+        v_topic_partitions = []
+        for _ in range(n):
+            e, pos = _dec_TopicPartitions_v0(data, pos)
+            v_topic_partitions.append(e)
+    o = _ConsumerGroupHeartbeatRequest(group_id=v_group_id, member_id=v_member_id, member_epoch=v_member_epoch, instance_id=v_instance_id, rack_id=v_rack_id, rebalance_timeout_ms=v_rebalance_timeout_ms, subscribed_topic_names=v_subscribed_topic_names, subscribed_topic_regex=v_subscribed_topic_regex, server_assignor=v_server_assignor, topic_partitions=v_topic_partitions)
+    pos = _skip_tagged_fields(data, pos)
+    return o, pos
+
+
+ConsumerGroupHeartbeatRequest._ENCODERS = {0: _enc_ConsumerGroupHeartbeatRequest_v0, 1: _enc_ConsumerGroupHeartbeatRequest_v1}
+ConsumerGroupHeartbeatRequest._DECODERS = {0: _dec_ConsumerGroupHeartbeatRequest_v0, 1: _dec_ConsumerGroupHeartbeatRequest_v1}

@@ -54,11 +54,11 @@ class Assignment(Struct):
 
 
 class ConsumerGroupHeartbeatResponse(Message):
-    """ConsumerGroupHeartbeatResponse: Kafka response, versions 0-0, flexible from 0."""
+    """ConsumerGroupHeartbeatResponse: Kafka response, versions 0-1, flexible from 0."""
 
     API_KEY = 68
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
@@ -165,5 +165,5 @@ def _dec_ConsumerGroupHeartbeatResponse_v0(data, pos, _ConsumerGroupHeartbeatRes
     return o, pos
 
 
-ConsumerGroupHeartbeatResponse._ENCODERS = {0: _enc_ConsumerGroupHeartbeatResponse_v0}
-ConsumerGroupHeartbeatResponse._DECODERS = {0: _dec_ConsumerGroupHeartbeatResponse_v0}
+ConsumerGroupHeartbeatResponse._ENCODERS = {0: _enc_ConsumerGroupHeartbeatResponse_v0, 1: _enc_ConsumerGroupHeartbeatResponse_v0}
+ConsumerGroupHeartbeatResponse._DECODERS = {0: _dec_ConsumerGroupHeartbeatResponse_v0, 1: _dec_ConsumerGroupHeartbeatResponse_v0}

@@ -1,0 +1,13 @@
+"""ConsumerGroupDescribe (key 69): KIP-848 consumer groups, their epochs and assignments."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    return broker.group_coordinator.consumer.describe(request.body)

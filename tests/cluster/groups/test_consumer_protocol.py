@@ -1,0 +1,334 @@
+"""KIP-848 consumer groups with real clients: confluent-kafka (librdkafka) consumers with
+`group.protocol=consumer` against a lone broker, checked as a user would check them: who
+owns which partition, which records came back, which offsets were committed."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+from grouptest_helpers import create_topic
+from test_groups_clients import produce_numbered
+
+
+def _consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+class Watch:
+    """Polls consumers and checks, after every poll, that no partition is owned twice."""
+
+    def __init__(self, consumers: list[Consumer]) -> None:
+        self.consumers = list(consumers)
+        self.records: list[tuple[int, bytes]] = []
+        self.by_consumer: dict[int, list[tuple[int, bytes]]] = {}
+
+    def owned(self) -> list[set[int]]:
+        return [{tp.partition for tp in c.assignment()} for c in self.consumers]
+
+    def poll(self, done, limit_s: float = 60.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            for i, c in enumerate(self.consumers):
+                msg = c.poll(0.05)
+                if msg is not None:
+                    assert not msg.error(), msg.error()
+                    rec = (msg.partition(), msg.value())
+                    self.records.append(rec)
+                    self.by_consumer.setdefault(i, []).append(rec)
+                owned = self.owned()
+                together = [p for parts in owned for p in parts]
+                assert len(together) == len(set(together)), f"a partition owned twice: {owned}"
+            if done():
+                return
+        raise AssertionError(f"condition not reached: owned {self.owned()}")
+
+
+def test_three_members_share_six_partitions_and_one_leaves(broker):
+    create_topic(broker.bootstrap, "kip848", 6)
+    produce_numbered(broker.bootstrap, "kip848", 6, 600)
+    consumers = [_consumer(broker.bootstrap, "g848") for _ in range(3)]
+    for c in consumers:
+        c.subscribe(["kip848"])
+    watch = Watch(consumers)
+    watch.poll(lambda: len(watch.records) >= 600 and all(watch.owned()))
+    owned = watch.owned()
+    assert sorted(p for parts in owned for p in parts) == list(range(6))
+    assert [len(parts) for parts in owned] == [2, 2, 2]
+    # Every record exactly once, each from the member owning its partition.
+    assert sorted(watch.records) == sorted((i % 6, b"%d" % i) for i in range(600))
+    for i, recs in watch.by_consumer.items():
+        assert {p for p, _ in recs} <= owned[i]
+
+    # The third member commits and leaves; the other two take its partitions (from its
+    # commits: nothing read twice) and keep their own.
+    leaver = consumers.pop()
+    leaver.commit(asynchronous=False)
+    leaver.close()
+    watch.consumers = consumers
+    before = owned[:2]
+    watch.poll(lambda: sorted(p for parts in watch.owned() for p in parts) == list(range(6)))
+    after = watch.owned()
+    assert not watch.records[600:], "the leaver's committed records came again"
+    assert before[0] <= after[0] and before[1] <= after[1]
+    assert [len(parts) for parts in after] == [3, 3]
+    # And they consume what is produced next on all six partitions.
+    produce_numbered(broker.bootstrap, "kip848", 6, 60)
+    watch.records.clear()
+    watch.poll(lambda: len(watch.records) >= 60)
+    assert sorted(watch.records) == sorted((i % 6, b"%d" % i) for i in range(60))
+    for c in consumers:
+        c.close()
+
+
+def test_committed_offsets_are_resumed_by_a_new_member(broker):
+    create_topic(broker.bootstrap, "resume848", 2)
+    produce_numbered(broker.bootstrap, "resume848", 2, 100)
+    first = _consumer(broker.bootstrap, "resume-g")
+    first.subscribe(["resume848"])
+    watch = Watch([first])
+    watch.poll(lambda: len(watch.records) >= 40)
+    consumed = list(watch.records)
+    # Commit exactly what was consumed, with the member's epoch (OffsetCommit v9).
+    positions: dict[int, int] = {}
+    for p in (0, 1):
+        positions[p] = sum(1 for q, _ in consumed if q == p)
+    first.commit(
+        offsets=[TopicPartition("resume848", p, n) for p, n in positions.items()],
+        asynchronous=False,
+    )
+    first.close()
+    second = _consumer(broker.bootstrap, "resume-g")
+    second.subscribe(["resume848"])
+    watch = Watch([second])
+    watch.poll(lambda: len(watch.records) >= 100 - len(consumed))
+    # Nothing consumed twice, nothing skipped.
+    assert sorted(consumed + watch.records) == sorted((i % 2, b"%d" % i) for i in range(100))
+    committed = second.committed([TopicPartition("resume848", p) for p in (0, 1)], timeout=10)
+    assert {tp.partition: tp.offset for tp in committed} == positions
+    second.close()
+
+
+def test_static_member_restart_keeps_its_partitions(broker):
+    create_topic(broker.bootstrap, "static848", 4)
+    a = _consumer(broker.bootstrap, "static-g", **{"group.instance.id": "a"})
+    b = _consumer(broker.bootstrap, "static-g", **{"group.instance.id": "b"})
+    for c in (a, b):
+        c.subscribe(["static848"])
+    watch = Watch([a, b])
+    watch.poll(lambda: [len(p) for p in watch.owned()] == [2, 2])
+    a_parts = watch.owned()[0]
+    b_parts = watch.owned()[1]
+    a.close()  # a static member leaves with epoch -2: its partitions wait for it
+    a2 = _consumer(broker.bootstrap, "static-g", **{"group.instance.id": "a"})
+    a2.subscribe(["static848"])
+    watch.consumers = [a2, b]
+    watch.poll(lambda: watch.owned()[0] == a_parts)
+    assert watch.owned()[1] == b_parts
+    a2.close()
+    b.close()
+
+
+def test_classic_and_consumer_groups_side_by_side(broker):
+    create_topic(broker.bootstrap, "both848", 3)
+    produce_numbered(broker.bootstrap, "both848", 3, 90)
+    modern = _consumer(broker.bootstrap, "modern-g")
+    classic = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "classic-g",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    for c in (modern, classic):
+        c.subscribe(["both848"])
+    got: dict[str, list] = {"modern": [], "classic": []}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and min(len(v) for v in got.values()) < 90:
+        for name, c in (("modern", modern), ("classic", classic)):
+            msg = c.poll(0.05)
+            if msg is not None and not msg.error():
+                got[name].append((msg.partition(), msg.value()))
+    expected = sorted((i % 3, b"%d" % i) for i in range(90))
+    assert sorted(got["modern"]) == expected and sorted(got["classic"]) == expected
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    types = {g.group_id: g.type for g in listed.valid}
+    assert types["modern-g"] == ConsumerGroupType.CONSUMER
+    assert types["classic-g"] == ConsumerGroupType.CLASSIC
+    modern.close()
+    classic.close()
+
+
+def test_describe_consumer_group_through_the_admin_client(broker):
+    create_topic(broker.bootstrap, "describe848", 4)
+    consumers = [
+        _consumer(broker.bootstrap, "describe-g", **{"client.id": f"c{i}"}) for i in range(2)
+    ]
+    for c in consumers:
+        c.subscribe(["describe848"])
+    watch = Watch(consumers)
+    watch.poll(lambda: [len(p) for p in watch.owned()] == [2, 2])
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_consumer_groups(["describe-g"], request_timeout=10)
+    group = described["describe-g"].result()
+    assert group.type == ConsumerGroupType.CONSUMER
+    assert str(group.state).endswith("STABLE")
+    assert sorted(m.client_id for m in group.members) == ["c0", "c1"]
+    assigned = sorted(tp.partition for m in group.members for tp in m.assignment.topic_partitions)
+    assert assigned == [0, 1, 2, 3]
+    for c in consumers:
+        c.close()
+
+
+def test_classic_member_cannot_join_a_live_consumer_group(broker):
+    create_topic(broker.bootstrap, "mixed848", 2)
+    modern = _consumer(broker.bootstrap, "mixed-g")
+    modern.subscribe(["mixed848"])
+    watch = Watch([modern])
+    watch.poll(lambda: len(watch.owned()[0]) == 2)
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mixed-g"})
+    classic.subscribe(["mixed848"])
+    errors = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not errors:
+        msg = classic.poll(0.1)
+        modern.poll(0.01)
+        if msg is not None and msg.error():
+            errors.append(msg.error())
+    assert errors and errors[0].code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
+    assert len(watch.owned()[0]) == 2  # the consumer group is untouched
+    classic.close()
+    modern.close()
+
+
+@pytest.mark.parametrize("assignor", ["range", "uniform"])
+def test_client_chooses_the_server_assignor(broker, assignor):
+    create_topic(broker.bootstrap, f"assignor-{assignor}", 5)
+    consumers = [
+        _consumer(broker.bootstrap, f"assignor-g-{assignor}", **{"group.remote.assignor": assignor})
+        for _ in range(2)
+    ]
+    for c in consumers:
+        c.subscribe([f"assignor-{assignor}"])
+    watch = Watch(consumers)
+    watch.poll(lambda: sorted(p for parts in watch.owned() for p in parts) == list(range(5)))
+    sizes = sorted(len(p) for p in watch.owned())
+    assert sizes == [2, 3]
+    if assignor == "range":
+        assert sorted(map(sorted, watch.owned())) == [[0, 1, 2], [3, 4]]
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    group = admin.describe_consumer_groups([f"assignor-g-{assignor}"])[
+        f"assignor-g-{assignor}"
+    ].result()
+    assert group.partition_assignor == assignor
+    for c in consumers:
+        c.close()
+
+
+def _describe(bootstrap: str, group_id: str):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return admin.describe_consumer_groups([group_id], request_timeout=10)[group_id].result()
+
+
+def _epochs(broker, group_id: str) -> tuple[int, int, dict[str, int]]:
+    """(group epoch, assignment epoch, member epochs) by ConsumerGroupDescribe v0."""
+    from wire import roundtrip
+
+    from trio_broker.protocol._generated.consumer_group_describe_request import (
+        ConsumerGroupDescribeRequest,
+    )
+
+    with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
+        (group,) = roundtrip(sock, ConsumerGroupDescribeRequest(group_ids=[group_id]), 0).groups
+    assert group.error_code == 0, group
+    return (
+        group.group_epoch,
+        group.assignment_epoch,
+        {m.member_id: m.member_epoch for m in group.members},
+    )
+
+
+def test_group_survives_a_broker_restart(broker):
+    create_topic(broker.bootstrap, "restart848", 4)
+    produce_numbered(broker.bootstrap, "restart848", 4, 80)
+    consumers = [_consumer(broker.bootstrap, "restart-g") for _ in range(2)]
+    for c in consumers:
+        c.subscribe(["restart848"])
+    watch = Watch(consumers)
+    watch.poll(lambda: len(watch.records) >= 80 and [len(p) for p in watch.owned()] == [2, 2])
+    for c in consumers:
+        c.commit(asynchronous=False)
+    before = _describe(broker.bootstrap, "restart-g")
+    epochs = _epochs(broker, "restart-g")
+    owned = watch.owned()
+
+    broker.restart()
+    # The group was loaded back: the members carry on with their assignments (a rejoin
+    # would move the group epoch), and the committed offsets hold: nothing is read again.
+    produce_numbered(broker.bootstrap, "restart848", 4, 40)
+    watch.records.clear()
+    watch.poll(lambda: len(watch.records) >= 40)
+    assert sorted(watch.records) == sorted((i % 4, b"%d" % i) for i in range(40))
+    assert watch.owned() == owned
+    after = _describe(broker.bootstrap, "restart-g")
+    assert _epochs(broker, "restart-g") == epochs  # the same epochs: nobody rejoined
+    assert sorted(m.member_id for m in after.members) == sorted(m.member_id for m in before.members)
+    assert {
+        m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+        for m in after.members
+    } == {
+        m.member_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+        for m in before.members
+    }
+    for c in consumers:
+        c.close()
+
+
+def test_ten_members_on_sixty_partitions_and_one_leaves(kafka_broker_factory):
+    """Issue 35's goal: the group settles with every partition owned exactly once, and when
+    one member leaves no remaining member loses a partition at any point."""
+    from conftest import FAST
+
+    fast = {
+        **FAST,
+        "group.consumer.heartbeat.interval.ms": "500",
+        "group.consumer.min.heartbeat.interval.ms": "500",
+    }
+    broker = kafka_broker_factory(fast)
+    create_topic(broker.bootstrap, "sixty", 60)
+    consumers = [_consumer(broker.bootstrap, "sixty-g") for _ in range(10)]
+    for c in consumers:
+        c.subscribe(["sixty"])
+    watch = Watch(consumers)
+    watch.poll(lambda: sorted(p for parts in watch.owned() for p in parts) == list(range(60)))
+    assert sorted(len(parts) for parts in watch.owned()) == [6] * 10
+
+    leaver = consumers.pop()
+    leaver.close()
+    watch.consumers = consumers
+    held = watch.owned()
+
+    def only_grows() -> bool:
+        now = watch.owned()
+        for before, after in zip(held, now, strict=True):
+            assert before <= after, f"a remaining member lost {sorted(before - after)}"
+        held[:] = now
+        return sorted(p for parts in now for p in parts) == list(range(60))
+
+    watch.poll(only_grows)
+    assert sorted(len(parts) for parts in watch.owned()) == [6] * 3 + [7] * 6
+    for c in consumers:
+        c.close()
