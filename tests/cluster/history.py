@@ -269,8 +269,11 @@ class TransactionalProducer:
                     continue
                 (self.committed if commit and ended else self.aborted).extend(v for _, v in values)
                 self.ended.append(time.monotonic())
+            del producer  # librdkafka's threads end with the object, not with this thread
         except BaseException as exc:  # reported by the checker
-            self.failure = exc
+            # Without its traceback, whose frames would keep a producer (and its threads,
+            # reconnecting to a network that is gone) alive.
+            self.failure = exc.with_traceback(None)
 
 
 class CommittedOffsets:

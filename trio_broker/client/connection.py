@@ -17,10 +17,12 @@ in submit order and a lone request costs no wake of the writer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
+import socket
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -484,3 +486,13 @@ class BrokerConnection:
 
     def close(self) -> None:
         self._fail(KafkaConnectionError(f"connection to {self._where} closed by the client"))
+
+    def abort(self) -> None:
+        """Make the next close a reset (SO_LINGER 0): the kernel drops what it has not sent
+        instead of retransmitting it after the close, so a peer that comes back from a
+        network partition never reads requests meant for it before."""
+        stream = getattr(self._stream, "transport_stream", self._stream)
+        sock = getattr(stream, "socket", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -103,6 +103,7 @@ class NetworkClient:
         address = self.address_of(node)
         connection = self._connections.get(address)
         if connection is not None:
+            connection.abort()
             connection.close()
         self._states.pop(address, None)
 
