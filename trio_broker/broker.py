@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from trio_broker.config import BrokerConfig, Listener
+from trio_broker.server import log_safe
 from trio_broker.server.handler_pool import HandlerPool
 from trio_broker.server.requests import Request
 from trio_broker.server.socket_server import BoundListener, SocketServer
@@ -314,6 +315,8 @@ async def serve(
     task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled. `task_status.started()` gets the bound (host, port)s."""
+    # Client-supplied strings (ids, names) are escaped in every line the broker logs.
+    log_safe.install()
     config = _as_config(config)
     if not config.zookeeper_connect:
         await _serve(config, None, task_status=task_status)

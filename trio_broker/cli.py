@@ -60,11 +60,13 @@ def build_parser(*, admin: bool = True) -> argparse.ArgumentParser:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from trio_broker.server import log_safe
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level), handlers=[handler])
+    # Client strings escaped in every line, and the lines clients cause limited per address.
+    log_safe.install(handler)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -126,9 +128,51 @@ def _serve(args: argparse.Namespace) -> int:
         os_errors = [e for e in leaves if isinstance(e, OSError)]
         if not os_errors:
             raise
-        logger.error("cannot start: %s", os_errors[0])
+        logger.error("cannot start: %s", _os_error_text(os_errors[0], config.log_dirs))
         return 1
     return 0
+
+
+def _os_error_text(exc: OSError, log_dirs: Sequence[object]) -> str:
+    """The error with the file it concerns and its log dir: "[Errno 28] No space left on
+    device" alone does not say which disk to look at."""
+    from pathlib import Path
+
+    text = str(exc)
+    path = _file_of(exc)
+    if path is None:
+        return f"{text} (log dirs: {', '.join(str(d) for d in log_dirs)})"
+    if exc.filename is None:
+        text = f"{text}: {path}"
+    log_dir = next((d for d in map(Path, log_dirs) if Path(path).is_relative_to(d)), None)
+    where = f"log dir {log_dir}" if log_dir is not None else f"directory {Path(path).parent}"
+    return f"{text} ({where})"
+
+
+# Where the file an OSError concerns may be found, innermost frame first: an OSError
+# from a write or an fsync (ENOSPC, EIO) carries no file name, but the object writing it
+# (an index, a segment, a checkpoint) or a local variable of the function knows it.
+_PATH_NAMES = ("path", "file_path", "filename", "file", "log_dir", "directory", "dir")
+
+
+def _file_of(exc: OSError) -> str | None:
+    import os
+
+    if isinstance(exc.filename, str | bytes | os.PathLike):
+        return os.fsdecode(exc.filename)
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames):
+        names = frame.f_locals
+        owner = names.get("self")
+        for name in _PATH_NAMES:
+            for candidate in (names.get(name), getattr(owner, name, None)):
+                if isinstance(candidate, str | os.PathLike):
+                    return os.fsdecode(candidate)
+    return None
 
 
 def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:

@@ -171,6 +171,22 @@ def test_idle_connection_is_closed(kafka_broker_factory):
     busy.close()
 
 
+def test_a_request_sent_slowly_is_not_cut_off_by_the_idle_timeout(kafka_broker_factory):
+    # Issue 34: connections.max.idle.ms counted from the last completed request, so a
+    # client sending a large request slowly was closed in the middle of it. As in Kafka's
+    # selector, any byte read is activity: 2 KB over 1.8 s, with a 500 ms idle timeout.
+    broker = kafka_broker_factory({"connections.max.idle.ms": "500"})
+    slow = connect(broker)
+    frame = encode_request(request_of(18), 3, 21, client_id="slow-" + "x" * 2000)
+    step = len(frame) // 12 + 1
+    for at in range(0, len(frame), step):
+        slow.sendall(frame[at : at + step])
+        time.sleep(0.15)
+    cid, body = read_response(slow, 18, 3)
+    assert (cid, body.error_code) == (21, 0)
+    assert is_closed(slow, timeout=10)  # and once quiet, it is idle as before
+
+
 def test_record_data_leaves_by_sendfile_unless_tiny(kafka_broker, monkeypatch):
     # The broker runs on a thread of this process: count its os.sendfile calls.
     calls = []

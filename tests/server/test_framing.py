@@ -169,3 +169,57 @@ def test_readers_sharing_a_spare_budget_keep_no_more_than_it_allows():
     a.close()
     b.close()
     assert budget.held == 0
+
+
+# -- reading into a buffer the reader does not own (an idle connection holds none) ----------
+
+
+def borrowed(reader: FrameReader, scratch: bytearray, data: bytes) -> list[bytes]:
+    """What a connection with nothing buffered does: read into its processor's buffer,
+    take the frames complete there, settle; then the rest through its own buffers."""
+    scratch[: len(data)] = data
+    reader.borrow(scratch, len(data))
+    try:
+        frame = reader.next_frame()
+    finally:
+        reader.settle()
+    out = [] if frame is NEED_DATA else [bytes(frame)]
+    return out + drain(reader)
+
+
+def test_frames_read_into_a_borrowed_buffer_are_copies():
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    scratch = bytearray(64 * 1024)
+    assert borrowed(reader, scratch, frames(b"one request")) == [b"one request"]
+    assert not reader.has_buffer  # nothing left over: no buffer of its own either
+    # Pipelined requests: those after the first wait in a chunk of the reader's own,
+    # dropped once they are all taken (when the connection would wait for more).
+    assert borrowed(reader, scratch, frames(*BODIES)) == BODIES
+    reader.drop_buffer()
+    assert not reader.has_buffer
+    # A frame exactly the size of the borrowed buffer is copied too, never lent out.
+    body = b"y" * (len(scratch) - 4)
+    scratch[:] = frames(body)
+    reader.borrow(scratch, len(scratch))
+    frame = reader.next_frame()
+    reader.settle()
+    scratch[:] = bytes(len(scratch))  # the next connection's bytes
+    assert bytes(frame) == body
+
+
+def test_the_start_of_the_next_frame_is_kept_in_a_buffer_of_its_own():
+    reader = FrameReader(max_frame_bytes=1 << 20)
+    scratch = bytearray(64 * 1024)
+    data = frames(b"first", b"second-and-longer")
+    assert borrowed(reader, scratch, data[:15]) == [b"first"]
+    assert reader.buffered == 15 - 9 and reader.has_buffer
+    scratch[:] = bytes(len(scratch))  # overwritten by another connection: no harm
+    reader.receive_data(data[15:])
+    assert drain(reader) == [b"second-and-longer"]
+
+
+def test_borrow_only_when_nothing_is_buffered():
+    reader = FrameReader(max_frame_bytes=100)
+    reader.receive_data(b"\x00\x00")
+    with pytest.raises(AssertionError):
+        reader.borrow(bytearray(10), 2)

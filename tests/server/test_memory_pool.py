@@ -256,3 +256,106 @@ async def test_queued_bytes_says_what_the_socket_holds():
         await a.send(b"x" * 1000)
         await trio.lowlevel.wait_readable(b)
         assert queued_bytes(b) == 1000
+
+
+# -- fairness (issue 34): large frames in progress cannot starve small requests ----------------
+
+MiB = 1 << 20
+
+
+def test_the_pool_scales_its_fairness_to_its_size():
+    pool = MemoryPool(100 * MiB)
+    assert pool.large_frame_bytes == MiB
+    assert (pool.small_reserve, pool.large_limit) == (25 * MiB, 75 * MiB)
+    assert pool.share == 75 * MiB // 8
+    small = MemoryPool(MiB)  # a 1 MiB pool still tells large frames from small ones
+    assert small.large_frame_bytes == 128 * 1024
+
+
+def test_small_requests_get_memory_while_large_frames_hold_the_pool():
+    pool = MemoryPool(100)
+    pool.large_frame_bytes = 10
+    pool.share = 100  # (this test is not about shares)
+    assert pool.try_reserve(60, large=True)
+    assert pool.try_reserve(40, large=True)  # the limit (75) overshot by one reservation
+    assert not pool.try_reserve(1, large=True)
+    assert pool.try_reserve(10)  # small: the pool is spent, its reserved quarter is not
+    assert pool.try_reserve(20)  # ... non-strict, as the whole pool is
+    assert not pool.try_reserve(1)
+    assert (pool.used, pool.large_used) == (130, 100)
+
+
+async def test_large_frames_wait_in_their_own_line(nursery):
+    pool = MemoryPool(100)
+    pool.share = 100
+    assert pool.try_reserve(80, large=True)
+    got = []
+
+    async def want(name, size, large):
+        await pool.reserve(size, large=large)
+        got.append(name)
+
+    nursery.start_soon(want, "large", 10, True)
+    await trio.testing.wait_all_tasks_blocked()
+    nursery.start_soon(want, "small", 10, False)  # not behind the large one
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == ["small"]
+    pool.release(30, large=True)
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == ["small", "large"]
+
+
+def test_a_connection_past_its_share_goes_on_only_when_alone():
+    pool = MemoryPool(800)  # large frames may take 600, each connection 75 of it
+    assert pool.share == max(600 // 8, pool.large_frame_bytes)
+    pool.share = 75
+    assert pool.try_reserve(50, large=True, holding=50)
+    # Another connection's frame, growing past 75, while the first holds 50: refused.
+    assert not pool.try_reserve(100, large=True, held=40, holding=100)
+    # Within its share it may grow.
+    assert pool.try_reserve(70, large=True, held=0, holding=70)
+    pool.release(50, large=True)
+    pool.release(70, large=True)
+    # Alone, a frame takes what it needs (one request of socket.request.max.bytes).
+    assert pool.try_reserve(40, large=True)
+    assert pool.try_reserve(700, large=True, held=40, holding=740)
+    assert pool.large_used == 740
+
+
+async def test_large_frames_past_their_share_waiting_on_each_other_go_on(nursery):
+    # Two connections each hold their share and wait to grow past it: nobody else holds
+    # anything, so the one holding most goes on (the standstill rule, per line).
+    pool = MemoryPool(800)
+    pool.share = 75
+    assert pool.try_reserve(70, large=True, holding=70)
+    assert pool.try_reserve(60, large=True, holding=60)
+    got = []
+
+    async def grow(name, held):
+        await pool.reserve(200, large=True, held=held, holding=200)
+        got.append(name)
+
+    nursery.start_soon(grow, "second", 60)
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == []  # the first's 70 may come back
+    nursery.start_soon(grow, "first", 70)
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == ["first"]
+    pool.release(270, large=True)  # read and answered
+    await trio.testing.wait_all_tasks_blocked()
+    assert got == ["first", "second"]
+
+
+def test_reader_charges_large_frames_as_large():
+    pool = MemoryPool(64 * MiB)
+    assert pool.large_frame_bytes == MiB
+    reader = FrameReader(max_frame_bytes=8 * MiB, pool=pool)
+    size = 2 * MiB
+    data = struct.pack(">i", size) + b"z" * size
+    (frame,) = feed(reader, data, 256 * 1024)
+    assert pool.large_used == pool.used == size + 4
+    reader.frame_done()
+    feed(reader, struct.pack(">i", 5) + b"small", 100)
+    assert (pool.used, pool.large_used) == (5, 0)
+    reader.close()
+    assert (pool.used, pool.large_used) == (0, 0)

@@ -1,6 +1,7 @@
 """Clients that announce huge frames cannot make the broker allocate them (issue 11), and a
 connection whose frame finds the request memory pool spent waits, then goes on."""
 
+import logging
 import socket
 import struct
 import time
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from wire import encode_request, read_response, request_of
+from test_connection_io import PRODUCE_V, create_topic, produce_frame
+from wire import encode_request, is_closed, read_response, request_of
 
 from trio_broker.testing import BrokerProcess
 
@@ -82,36 +84,109 @@ def test_announced_100mb_frames_do_not_grow_rss(tmp_path):
         broker.stop()
 
 
-def test_connection_waits_for_request_memory_then_goes_on(kafka_broker_factory):
-    # A 1 MiB pool (and so 1 MiB requests): one client's large frame, half sent, holds it;
-    # another client's small request waits unread until that memory comes back.
+def padded_api_versions(cid: int, size: int) -> bytes:
+    """An ApiVersions request of `size` bytes (the broker reads its fields, not the rest):
+    a large frame that any broker answers."""
+    body = encode_request(request_of(18), API_VERSIONS_V, cid)[4:]
+    body += b"\x00" * (size - len(body))
+    return struct.pack(">i", len(body)) + body
+
+
+def answered_within(sock: socket.socket, timeout: float) -> int | None:
+    """The correlation id of the answer read within `timeout`, else None."""
+    sock.settimeout(timeout)
+    try:
+        return read_response(sock, 18, API_VERSIONS_V)[0]
+    except TimeoutError:
+        return None
+    finally:
+        sock.settimeout(20)
+
+
+def test_large_frame_waits_for_request_memory_then_goes_on(kafka_broker_factory):
+    # A 1 MiB pool (and so 1 MiB requests): one client's large frame, half sent, holds
+    # what large frames may take; another client's large request waits unread until that
+    # memory comes back. A small request is answered meanwhile (issue 34: before, it waited
+    # too, as everything did).
     broker = kafka_broker_factory(
         {"queued.max.request.bytes": str(1 << 20), "socket.request.max.bytes": str(1 << 20)}
     )
     hog = socket.create_connection((broker.host, broker.port), timeout=20)
-    # Its exact buffer (once an eighth is here) is the whole pool: 4 + (1 MiB - 4) bytes.
+    # Alone, it may take past its share: its exact buffer (once an eighth is here) is the
+    # whole pool, 4 + (1 MiB - 4) bytes.
     hog.sendall(struct.pack(">i", (1 << 20) - 4) + b"\x00" * 500_000)
-    other = socket.create_connection((broker.host, broker.port), timeout=20)
+    big = socket.create_connection((broker.host, broker.port), timeout=20)
     deadline = time.monotonic() + 20
-    while api_versions_answered_within(other, 0.2) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        big.sendall(padded_api_versions(7, 300_000))
+        if answered_within(big, 0.5) is None:
+            break
         # The hog's bytes may not all be read yet: until they are, others still get in.
         hog.sendall(b"\x00")
-    other.settimeout(0.5)
-    with pytest.raises(TimeoutError):
-        read_response(other, 18, API_VERSIONS_V)
+    small = socket.create_connection((broker.host, broker.port), timeout=20)
+    assert api_versions(small, 3) == 0
+    assert answered_within(big, 0.5) is None
     hog.close()  # its memory goes back: the waiting request is read and answered
-    other.settimeout(20)
-    cid, body = read_response(other, 18, API_VERSIONS_V)
-    assert (cid, body.error_code) == (7, 0)
-    assert api_versions(other, 8) == 0
+    assert answered_within(big, 20) == 7
+    assert api_versions(big, 8) == 0
 
 
-def api_versions_answered_within(sock: socket.socket, timeout: float) -> bool:
-    """Send ApiVersions (correlation id 7); True if answered within `timeout`."""
-    sock.sendall(encode_request(request_of(18), API_VERSIONS_V, 7))
-    sock.settimeout(timeout)
-    try:
-        read_response(sock, 18, API_VERSIONS_V)
-    except TimeoutError:
-        return False
-    return True
+def hostile(broker, frame_size: int) -> socket.socket:
+    """A connection that announces `frame_size` bytes and sends until its socket blocks."""
+    sock = socket.create_connection((broker.host, broker.port), timeout=20)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+    sock.sendall(struct.pack(">i", frame_size))
+    sock.setblocking(False)
+    chunk, sent, blocked = b"\x00" * 65536, 0, 0
+    while blocked < 3 and sent < frame_size - len(chunk):
+        try:
+            sent += sock.send(chunk)
+            blocked = 0
+        except BlockingIOError:
+            blocked += 1
+            time.sleep(0.1)
+    return sock
+
+
+def test_large_frames_in_progress_never_starve_small_requests(kafka_broker_factory):
+    # Issue 34: fifty connections announcing 100 MB and sending until their socket blocked
+    # held the whole pool, and for 75 s a producer got one acknowledgement. Here, a 16 MiB
+    # pool and ten such connections: the producer's requests and a fresh ApiVersions are
+    # answered at once, and a large request gets through once the hostile ones are gone.
+    size = 16 << 20
+    broker = kafka_broker_factory(
+        {
+            "queued.max.request.bytes": str(size),
+            "socket.request.max.bytes": str(size),
+            "num.partitions": "1",
+        }
+    )
+    producer = socket.create_connection((broker.host, broker.port), timeout=20)
+    create_topic(producer, "beside-the-hostile")
+    held = [hostile(broker, size - 4) for _ in range(10)]
+    producer.settimeout(5)
+    for cid in range(1, 21):
+        producer.sendall(produce_frame("beside-the-hostile", b"v%d" % cid, cid))
+        got, body = read_response(producer, 0, PRODUCE_V)
+        assert got == cid
+        assert body.responses[0].partition_responses[0].error_code == 0
+    fresh = socket.create_connection((broker.host, broker.port), timeout=5)
+    assert api_versions(fresh) == 0
+    big = socket.create_connection((broker.host, broker.port), timeout=20)
+    big.sendall(padded_api_versions(9, 3 << 20))
+    for sock in held:
+        sock.close()
+    assert answered_within(big, 20) == 9
+
+
+def test_a_partly_read_frame_that_stops_coming_is_dropped(kafka_broker_factory, caplog):
+    # Its memory goes back to the pool, and the line says so, once per address.
+    broker = kafka_broker_factory({"connections.max.idle.ms": "1000"})
+    with caplog.at_level(logging.INFO, logger="trio_broker.server"):
+        stalled = socket.create_connection((broker.host, broker.port), timeout=20)
+        stalled.sendall(struct.pack(">i", 4_000_000) + b"\x00" * 600_000)
+        assert is_closed(stalled, timeout=10)
+    lines = [r.getMessage() for r in caplog.records if "middle of a request" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "600004 bytes read" in lines[0]
+    assert "bytes of request memory held" in lines[0]

@@ -14,12 +14,15 @@ Given a `pool` (the broker's `queued.max.request.bytes`), every frame handed out
 every buffer grown for a large frame is charged to it first; when the pool refuses,
 `next_frame()` answers NEED_MEMORY (or `receive_buffer()` None) and the caller waits for
 `memory_wanted` bytes itself (the reader does no I/O and never waits), then calls
-`granted()`.
+`granted()`. A frame of the pool's `large_frame_bytes` or more is charged as large
+(`memory_large`): the pool keeps part of itself for the others, so that small requests are
+never starved by large frames that clients are slow to send (server/memory_pool.py).
 """
 
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 import sys
 from collections.abc import Callable
@@ -51,6 +54,19 @@ NEED_MEMORY = _NeedData.NEED_MEMORY
 # request at once costs one copy of an eighth of it, while one that announces 100 MB and
 # sends a little makes the broker hold at most twice that little (or 8x, past an eighth).
 _EXACT_FRACTION = 8
+
+# A buffer this large is an anonymous mapping rather than a bytearray: a bytearray is
+# zeroed when made (100 MB took 60-220 ms, the processor's whole loop stopped meanwhile),
+# a mapping's pages cost nothing until the socket writes into them, and go back to the
+# system as soon as the frame is done with.
+_MAPPED_BYTES = 8 * 1024 * 1024
+
+
+def _new_buffer(size: int) -> bytearray:
+    if size >= _MAPPED_BYTES:
+        return mmap.mmap(-1, size)  # type: ignore[return-value]  # the same buffer interface
+    return bytearray(size)
+
 
 # Large buffers handed out with frames are kept (up to this many, each up to the reader's
 # `spare_max_bytes`) and filled again once nothing refers to them any more: a 1 MiB
@@ -85,11 +101,18 @@ class InvalidFrame(Exception):
 
 
 class RequestMemory(Protocol):
-    """What the reader needs of a memory pool (`trio_broker.server.memory_pool`)."""
+    """What the reader needs of a memory pool (`trio_broker.server.memory_pool`).
 
-    def try_reserve(self, size: int) -> bool: ...
+    `held` is what the reader holds already, `holding` what its growing frame will hold
+    once this reservation is made (the reader lets go of the buffer it replaces)."""
 
-    def release(self, size: int) -> None: ...
+    large_frame_bytes: int
+
+    def try_reserve(
+        self, size: int, *, large: bool = False, held: int = 0, holding: int = 0
+    ) -> bool: ...
+
+    def release(self, size: int, *, large: bool = False) -> None: ...
 
 
 class FrameTooLarge(InvalidFrame):
@@ -114,22 +137,34 @@ class FrameReader:
 
     With a pool, a handed-out frame stays charged until `frame_done()`, and `close()`
     returns everything the reader holds.
+
+    An idle connection need hold no buffer: when no byte is buffered here, the next bytes
+    can be read into a buffer the reader does not own (one per processor) and lent with
+    `borrow()`; complete frames are copied out of it as out of the chunk, and `settle()`
+    copies what is left, if anything, into a chunk of the reader's own. A frame is never
+    handed out as a view of a borrowed buffer.
     """
 
     __slots__ = (
+        "_borrowed",
         "_buf",
         "_buf_charge",
+        "_buf_large",
         "_chunk",
         "_credit",
         "_end",
         "_frame_charge",
+        "_frame_large",
         "_kept",
+        "_large_bytes",
         "_need",
         "_pool",
         "_spare_max",
         "_spares",
         "_start",
         "max_frame_bytes",
+        "memory_holding",
+        "memory_large",
         "memory_wanted",
     )
 
@@ -152,13 +187,20 @@ class FrameReader:
         self._spare_max = spare_max_bytes
         self._spares = spares
         self._buf = bytearray()  # allocated on first receive: idle connections cost nothing
+        self._borrowed = False  # _buf is not ours (borrow()) until settle()
         self._start = 0  # unread bytes are _buf[_start:_end]
         self._end = 0
         self._need = -1  # the current frame's size once its prefix is read
         self._buf_charge = 0  # what _buf cost the pool (0 for the shared chunk)
+        self._buf_large = False  # ... charged as a large frame's
         self._frame_charge = 0  # what frames handed out and not yet done cost the pool
+        self._frame_large = 0  # ... of it charged as large frames'
         self._credit = 0  # granted by the caller after NEED_MEMORY, not yet spent
+        # Frames this large are charged as large (the pool's threshold; none without one).
+        self._large_bytes = getattr(pool, "large_frame_bytes", max_frame_bytes + 1)
         self.memory_wanted = 0  # after NEED_MEMORY: bytes to reserve, then granted()
+        self.memory_large = False  # ... charged as a large frame's
+        self.memory_holding = 0  # ... and what the frame then holds (its new buffer)
 
     @property
     def buffered(self) -> int:
@@ -167,7 +209,12 @@ class FrameReader:
     @property
     def held(self) -> int:
         """Bytes charged to the pool for this reader's frames (handed out or growing)."""
-        return self._buf_charge + self._frame_charge + self._credit
+        return self._buf_charge + self._frame_charge + self._frame_large + self._credit
+
+    @property
+    def has_buffer(self) -> bool:
+        """Whether the reader holds a read buffer now (kept spares aside)."""
+        return bool(self._buf)
 
     @property
     def bytes_wanted(self) -> int:
@@ -177,24 +224,62 @@ class FrameReader:
         return max(self._need + 4 - self.buffered, 1)
 
     def granted(self, size: int) -> None:
-        """The caller reserved `size` bytes of the pool for this reader (after NEED_MEMORY)."""
+        """The caller reserved `size` bytes of the pool for this reader (after NEED_MEMORY),
+        in the class `memory_large` said; the next step of the same frame spends them."""
         self._credit += size
 
     def frame_done(self) -> None:
         """The frames handed out so far are no longer used: their memory goes back."""
         if self._frame_charge:
             charge, self._frame_charge = self._frame_charge, 0
-            self._release(charge)
+            self._release(charge, False)
+        if self._frame_large:
+            charge, self._frame_large = self._frame_large, 0
+            self._release(charge, True)
+
+    def drop_buffer(self) -> None:
+        """Nothing is buffered: let go of the read chunk (a connection about to wait for its
+        next request holds no buffer). A frame's own growing buffer is kept."""
+        if self._end == self._start and not self._buf_charge and not self._borrowed:
+            self._buf = bytearray()
+            self._start = self._end = 0
+
+    def borrow(self, buf: bytearray, n: int) -> None:
+        """`n` bytes were read into `buf`, a buffer the reader does not own, while nothing
+        was buffered here: take frames from it with `next_frame()`, then `settle()` before
+        anyone else writes into `buf`."""
+        if self._end != self._start or self._buf_charge:
+            raise AssertionError("borrow() with bytes already buffered")
+        self._buf, self._start, self._end = buf, 0, n
+        self._borrowed = True
+
+    def settle(self) -> None:
+        """Stop using the borrowed buffer: the bytes left in it (the start of the next
+        frames) are copied into a chunk of the reader's own; none left, no chunk."""
+        if not self._borrowed:
+            return
+        self._borrowed = False
+        pending = self._end - self._start
+        if pending:
+            self._move_to(bytearray(max(self._chunk, pending)))
+        else:
+            self._buf = bytearray()
+            self._start = self._end = 0
 
     def close(self) -> None:
         """Return all memory; the reader is not used again."""
-        charge = self._frame_charge + self._buf_charge + self._credit
-        self._frame_charge = self._buf_charge = self._credit = 0
+        self.frame_done()
+        if self._buf_charge:
+            charge, self._buf_charge = self._buf_charge, 0
+            self._release(charge, self._buf_large)
+        if self._credit:
+            charge, self._credit = self._credit, 0
+            self._release(charge, self.memory_large)
         self._buf = bytearray()
         self._unkeep(sum(len(b) for b in self._kept))
         self._kept = []
         self._start = self._end = 0
-        self._release(charge)
+        self._borrowed = False
 
     def _keep(self, buf: bytearray) -> None:
         size = len(buf)
@@ -225,19 +310,29 @@ class FrameReader:
         return None
 
     def _take(self, size: int) -> bool:
-        if self._pool is None:
+        """Charge `size` bytes for the current frame: the credit granted for it first, the
+        pool for the rest. False (and `memory_wanted` set) when the pool refused."""
+        pool = self._pool
+        if pool is None:
             return True
-        if self._credit >= size:
-            self._credit -= size
+        large = self._need >= self._large_bytes
+        credit = self._credit
+        if credit >= size:
+            self._credit = 0
+            if credit > size:
+                self._release(credit - size, large)
             return True
-        if self._pool.try_reserve(size):
+        if pool.try_reserve(size - credit, large=large, held=self.held, holding=size):
+            self._credit = 0
             return True
-        self.memory_wanted = size - self._credit
+        self.memory_wanted = size - credit
+        self.memory_large = large
+        self.memory_holding = size
         return False
 
-    def _release(self, size: int) -> None:
+    def _release(self, size: int, large: bool) -> None:
         if self._pool is not None and size:
-            self._pool.release(size)
+            self._pool.release(size, large=large)
 
     def _make_room(self, queued: Callable[[], int] | None) -> bool:
         """Make room for the next read; False when that needs memory the pool refused."""
@@ -274,10 +369,11 @@ class FrameReader:
             if fresh is not None:
                 self._keep(fresh)
             return False
-        old = self._buf_charge
-        self._move_to(fresh if fresh is not None else bytearray(size))
+        old, old_large = self._buf_charge, self._buf_large
+        self._move_to(fresh if fresh is not None else _new_buffer(size))
         self._buf_charge = size
-        self._release(old)
+        self._buf_large = self._need >= self._large_bytes
+        self._release(old, old_large)
         return True
 
     def receive_buffer(self, queued: Callable[[], int] | None = None) -> memoryview | None:
@@ -305,7 +401,7 @@ class FrameReader:
         if len(self._buf) - self._end < len(view):
             self._move_to(bytearray(self.buffered + len(view)))
             charge, self._buf_charge = self._buf_charge, 0
-            self._release(charge)
+            self._release(charge, self._buf_large)
         self._buf[self._end : self._end + len(view)] = view
         self._end += len(view)
 
@@ -333,15 +429,20 @@ class FrameReader:
         if self._end < end:
             return NEED_DATA
         charge = self._buf_charge
-        if start == 0 and (end == len(buf) or (charge and end == self._end)):
+        if start == 0 and (end == len(buf) or (charge and end == self._end)) and not self._borrowed:
             # The frame fills its buffer (always so for a large one): hand it over whole.
             if not charge:
                 if not self._take(self._need):
                     return NEED_MEMORY
                 charge = self._need
+                large = self._need >= self._large_bytes
             else:
                 self._keep(buf)
-            self._frame_charge += charge
+                large = self._buf_large
+            if large:
+                self._frame_large += charge
+            else:
+                self._frame_charge += charge
             self._need = -1
             frame = memoryview(buf)[4:end]
             self._buf = bytearray()
@@ -350,7 +451,10 @@ class FrameReader:
             return frame
         if not self._take(self._need):
             return NEED_MEMORY
-        self._frame_charge += self._need
+        if self._need >= self._large_bytes:
+            self._frame_large += self._need
+        else:
+            self._frame_charge += self._need
         self._need = -1
         frame = memoryview(bytearray(memoryview(buf)[start + 4 : end]))
         if end == self._end:

@@ -7,7 +7,10 @@ mute/unmute, made structural. Closing the connection (peer gone, bad frame, idle
 timeout, shutdown) cancels its scope, and with it everything waiting on its behalf.
 
 Idle connections are closed by the processor's sweep, as Kafka's Selector does, rather
-than by a timeout around every read: a deadline per request costs more than the sweep.
+than by a timeout around every read: a deadline per request costs more than the sweep. As
+in Kafka, any byte read is activity (a large request sent slowly is not cut off), and a
+request in flight is too, until its response is written. A connection with nothing of a
+request buffered holds no read buffer: its next bytes are read into its processor's.
 """
 
 from __future__ import annotations
@@ -18,13 +21,21 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import outcome
 import trio
 
 from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader, InvalidFrame
 from trio_broker.protocol.quirks import InvalidRequest, ParsedRequest, parse_request
 from trio_broker.server.connection_quotas import normalize_host
+from trio_broker.server.log_safe import CLIENT_ADDRESS
 from trio_broker.server.requests import NO_RESPONSE, Request, Response
-from trio_broker.server.sendfile import queued_bytes, receive_into, send_bytes, send_response
+from trio_broker.server.sendfile import (
+    queued_bytes,
+    receive_into,
+    receive_now,
+    send_bytes,
+    send_response,
+)
 
 if TYPE_CHECKING:
     from trio_broker.server.log_limit import LogLimiter
@@ -45,6 +56,10 @@ _ids = itertools.count(1)
 # still handled one at a time, in order; only the writes are gathered.
 _HOLD_BYTES = 64 * 1024
 _HOLD_COUNT = 64  # well under IOV_MAX (1024)
+# A read that finds bytes there returns without a checkpoint (server/sendfile.py), so a
+# client streaming a large request as fast as it is read would hold the processor: yield
+# after this many bytes read in a row, as a large fetch's sendfile does.
+_YIELD_BYTES = 4 * 1024 * 1024
 
 
 class _Held:
@@ -98,7 +113,8 @@ class Connection:
         max_request_bytes: int,
         supported: Mapping[int, tuple[int, int]],
         pool: MemoryPool,
-        bad_frames: LogLimiter,
+        client_lines: LogLimiter,
+        peer_host: str | None = None,
     ) -> None:
         self.id = next(_ids)
         self.stream = stream
@@ -109,24 +125,38 @@ class Connection:
         self.supported = supported
         self.pool = pool
         self.reader = FrameReader(max_frame_bytes=max_request_bytes, pool=pool, spares=pool.spares)
-        self._bad_frames = bad_frames
+        # Lines this connection's client causes: at most one of a kind per address per
+        # interval (server/log_limit.py), shared by all connections.
+        self._client_lines = client_lines
         self.scope = trio.CancelScope()
         # The scopes of this connection's request running outside a handler task
         # (server/handler_pool.py _detached): closing the connection cancels it too.
-        self.side_scopes: set[trio.CancelScope] = set()
+        self.side_scopes: list[trio.CancelScope] = []
         self.client_id: str | None = None
         self.in_flight = False
+        self.waiting_for_memory = False
         self.last_active = trio.current_time()
+        # Activity for the idle sweep: bytes read so far, and when the sweep saw them change.
+        self.bytes_read = 0
+        self._read_seen = 0
+        self._read_at = self.last_active
         self._closing = False
         # The request observer (metrics, request log) when either is on, else None.
         self.metrics = processor.metrics
-        self._response_send, self._response_receive = trio.open_memory_channel[Response](1)
+        # The answer to the request in flight: deliver() hands it to this connection's task
+        # parked in _response(), or leaves it here for it. (A slot, not a memory channel: an
+        # idle connection's channel cost 1.4 KB.)
+        self._answer: Response | None = None
+        self._answer_waiter: Any = None
+        self._open = True
         try:
             host, port = stream.socket.getpeername()[:2]
             self.peer = f"{host}:{port}"
-            self.peer_host = normalize_host(host)
+            # As the acceptor found it (normalized for the per-address quotas and logs).
+            self.peer_host = normalize_host(host) if peer_host is None else peer_host
         except OSError:
-            self.peer_host = self.peer = "?"
+            self.peer = "?"
+            self.peer_host = "?" if peer_host is None else peer_host
 
     def __repr__(self) -> str:
         return f"<Connection {self.id} {self.peer} client={self.client_id!r}>"
@@ -153,67 +183,174 @@ class Connection:
 
     def deliver(self, response: Response) -> None:
         """Called by the processor's response task; never blocks (one request in flight)."""
-        try:
-            self._response_send.send_nowait(response)
-        except (trio.ClosedResourceError, trio.BrokenResourceError, trio.WouldBlock):
+        if not self._open or self._answer is not None:
             logger.debug("[conn %s] response for a closed connection dropped", self.id)
+            return
+        waiter = self._answer_waiter
+        if waiter is None:
+            self._answer = response
+        else:
+            self._answer_waiter = None
+            trio.lowlevel.reschedule(waiter, outcome.Value(response))
+
+    async def _response(self) -> Response:
+        """The answer to the request in flight, once deliver() has it."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        answer = self._answer
+        if answer is not None:
+            self._answer = None
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return answer
+        self._answer_waiter = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._answer_waiter = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
 
     async def _next_frame(self) -> memoryview | None:
         reader = self.reader
+        # A plain socket is readable exactly when bytes are there (a TLS stream may hold
+        # decrypted bytes the socket does not show): only then can the wait for the next
+        # request be made without a buffer.
+        plain = self.io is self.sock
+        unyielded = 0
         while True:
-            frame = reader.next_frame()
+            if plain and not reader.buffered:
+                # Nothing of a frame here: read into the processor's buffer, take what
+                # frames are complete, and keep (copied) only the start of the next one.
+                scratch = self.processor.read_buffer
+                n = receive_now(self.sock, scratch)
+                if n is None:
+                    reader.drop_buffer()  # what the last read left over is used up
+                    await trio.lowlevel.wait_readable(self.sock)
+                    continue
+                if not n:
+                    return None
+                self.bytes_read += n
+                reader.borrow(scratch, n)
+                try:
+                    frame = reader.next_frame()
+                finally:
+                    reader.settle()
+            else:
+                frame = reader.next_frame()
+                if frame is NEED_DATA:
+                    buf = reader.receive_buffer(self._queued)
+                    if buf is None:  # a large frame must grow, and the pool is spent
+                        await self._wait_for_memory()
+                        continue
+                    n = await self._receive_into(self.io, buf)
+                    if not n:
+                        if reader.buffered:
+                            self.log_client(
+                                "mid-frame",
+                                logging.INFO,
+                                "[conn %s] %s closed mid-frame (%d bytes buffered)",
+                                self.id,
+                                self.peer,
+                                reader.buffered,
+                            )
+                        return None
+                    self.bytes_read += n
+                    reader.received(n)
+                    unyielded += n
+                    if unyielded >= _YIELD_BYTES:
+                        unyielded = 0
+                        await trio.lowlevel.checkpoint()
+                    continue
             if frame is NEED_MEMORY:
                 await self._wait_for_memory()
-                continue
-            if frame is not NEED_DATA:
+            elif frame is not NEED_DATA:
                 return frame
-            buf = reader.receive_buffer(self._queued)
-            if buf is None:  # a large frame must grow, and the pool is spent
-                await self._wait_for_memory()
-                continue
-            n = await self._receive_into(self.io, buf)
-            if not n:
-                if reader.buffered:
-                    logger.info(
-                        "[conn %s] %s closed mid-frame (%d bytes buffered)",
-                        self.id,
-                        self.peer,
-                        reader.buffered,
-                    )
-                return None
-            reader.received(n)
 
     async def _wait_for_memory(self) -> None:
         # queued.max.request.bytes is spent: stop reading (Kafka mutes the channel) until
-        # answered requests give memory back; then the reader goes on where it was.
+        # answered requests give memory back; then the reader goes on where it was. The
+        # wait is the broker's doing, so it is not idleness of the client's.
         reader = self.reader
         wanted = reader.memory_wanted
         logger.debug("[conn %s] waiting for %d bytes of request memory", self.id, wanted)
-        await self.pool.reserve(wanted, held=reader.held)
+        self.waiting_for_memory = True
+        try:
+            await self.pool.reserve(
+                wanted,
+                held=reader.held,
+                large=reader.memory_large,
+                holding=reader.memory_holding,
+            )
+        finally:
+            self.waiting_for_memory = False
         reader.granted(wanted)
 
     def _queued(self) -> int:
         return queued_bytes(self.sock)
 
     def idle_for(self, now: float) -> float:
-        """Seconds since this connection last finished a request (0 while one is in flight)."""
-        return 0.0 if self.in_flight else now - self.last_active
+        """Seconds since this connection last read a byte or finished a request (0 while a
+        request is in flight, or while it waits for request memory). For the processor's
+        sweep: new bytes count from the sweep that first sees them, so a connection is
+        closed at most one sweep interval late, never early."""
+        if self.in_flight or self.waiting_for_memory:
+            return 0.0
+        if self.bytes_read != self._read_seen:
+            self._read_seen = self.bytes_read
+            self._read_at = now
+        return now - max(self.last_active, self._read_at)
 
-    async def run(self, requests: trio.MemorySendChannel[Request]) -> None:
+    def close_idle(self, idle_s: float) -> None:
+        """connections.max.idle.ms passed without a byte or a request: close, saying so
+        (a partly read frame that stopped progressing is dropped with its memory)."""
+        reader = self.reader
+        if reader.buffered:
+            self.log_client(
+                "stalled",
+                logging.INFO,
+                "[conn %s] %s sent nothing for %.0f s in the middle of a request (%d bytes"
+                " read, %d bytes of request memory held); dropping it and closing",
+                self.id,
+                self.peer,
+                idle_s,
+                reader.buffered,
+                reader.held,
+            )
+        else:
+            self.log_client(
+                "idle",
+                logging.INFO,
+                "[conn %s] %s idle for %.0f s; closing",
+                self.id,
+                self.peer,
+                idle_s,
+            )
+        self.close()
+
+    async def serve(self, requests: trio.MemorySendChannel[Request]) -> None:
+        """The connection's task, started by its processor: serve until closed (bad bytes
+        close it with a log line), then tell the processor. (One coroutine frame: an idle
+        connection's frames are most of what it costs.)"""
+        # Lines logged on this connection's behalf are rate-limited by its address
+        # (server/log_safe.py), wherever they are logged from.
+        CLIENT_ADDRESS.set(self.peer_host)
         try:
             with self.scope:
-                async with self.stream, self._response_receive:
+                async with self.stream:
                     await self._serve(requests)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             logger.debug("[conn %s] %s went away", self.id, self.peer)
+        except InvalidFrame as exc:
+            self._log_bad("bad frame", exc)
         finally:
             for scope in self.side_scopes:
                 scope.cancel()
-            self._response_send.close()
+            self._open = False
+            self._answer = None
             # The request in flight, if any, has finished with its frame (its handler
             # returned, or the broker is stopping): all of this reader's memory goes back.
             self.reader.close()
             logger.debug("[conn %s] closed", self.id)
+            self.processor.connection_closed(self)
 
     async def _serve(self, requests: trio.MemorySendChannel[Request]) -> None:
         # Responses already made but not yet written: see _may_hold. Written in order,
@@ -251,7 +388,7 @@ class Connection:
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
-                response = await self._response_receive.receive()
+                response = await self._response()
                 if metrics is not None:
                     request.timing.response_dequeue = time.perf_counter()
                 # The handler is done with the request: its frame's memory goes back to the
@@ -279,25 +416,28 @@ class Connection:
             raise
         await held.flush(self.io)
 
-    async def serve(self, requests: trio.MemorySendChannel[Request]) -> None:
-        """Entry point for the processor: run, turning frame errors into a closed connection."""
-        try:
-            await self.run(requests)
-        except InvalidFrame as exc:
-            self._log_bad("bad frame", exc)
-
     def _log_bad(self, what: str, exc: Exception) -> None:
-        # Once per client address per interval: a client looping on a bad frame must not
-        # fill the broker's log.
-        suppressed = self._bad_frames.hit(self.peer_host, trio.current_time())
-        if suppressed is None:
-            return
-        logger.warning(
-            "[conn %s] %s from %s (client %r): %s; closing%s",
+        # A client looping on a bad frame must not fill the broker's log.
+        self.log_client(
+            "bad",
+            logging.WARNING,
+            "[conn %s] %s from %s (client %r): %s; closing",
             self.id,
             what,
             self.peer,
             self.client_id,
             exc,
-            f" ({suppressed} more from {self.peer_host} not logged)" if suppressed else "",
         )
+
+    def log_client(
+        self, kind: str, level: int, msg: str, *args: Any, exc_info: bool = False
+    ) -> None:
+        """Log a line this connection's client caused: at most one of each `kind` per client
+        address per interval, the next one saying how many were not logged."""
+        suppressed = self._client_lines.hit(f"{self.peer_host} {kind}", trio.current_time())
+        if suppressed is None:
+            return
+        if suppressed:
+            msg += " (%d more from %s not logged)"
+            args = (*args, suppressed, self.peer_host)
+        logger.log(level, msg, *args, exc_info=exc_info)

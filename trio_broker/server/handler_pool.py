@@ -131,8 +131,8 @@ class HandlerPool:
         reading on, and closing the connection cancels it."""
         connection = request.connection
         with trio.CancelScope() as scope:
-            connection.side_scopes.add(scope)
+            connection.side_scopes.append(scope)
             try:
                 await handle_one(index, request, self._dispatch)
             finally:
-                connection.side_scopes.discard(scope)
+                connection.side_scopes.remove(scope)

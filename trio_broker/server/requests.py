@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from trio_broker.protocol.quirks import ParsedRequest, encode_response
+from trio_broker.server.log_safe import CLIENT_ADDRESS
 
 if TYPE_CHECKING:
     from trio_broker.server.connection import Connection
@@ -84,11 +85,14 @@ class Request:
             except Exception:
                 # A handler bug (a value the schema cannot carry). The client cannot get
                 # an answer; it can get a closed connection, and the broker goes on.
-                logger.exception(
+                self.connection.log_client(
+                    "encode",
+                    logging.ERROR,
                     "[conn %s] cannot encode response to api %d v%d; closing",
                     self.connection.id,
                     self.api_key,
                     version,
+                    exc_info=True,
                 )
                 self.connection.close()
                 return
@@ -150,23 +154,32 @@ async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
 
 
 async def _handle(index: int, request: Request, dispatch: Dispatch) -> None:
+    # What is logged while answering this request is on its client's behalf (rate-limited
+    # by its address: server/log_safe.py); the other requests answered afterwards are not.
+    token = CLIENT_ADDRESS.set(request.connection.peer_host)
     try:
-        response = await dispatch(request)
-    except Exception:
-        # A bug, not a client error (those are error codes). Kafka answers what it
-        # can; the one safe thing for any API is to close that connection.
-        logger.exception(
-            "[conn %s] handler %d failed on api %d v%d from client %r; closing",
-            request.connection.id,
-            index,
-            request.api_key,
-            request.api_version,
-            request.parsed.client_id,
-        )
-        request.connection.close()
-        return
-    timing = request.timing
-    if timing is not None:
-        timing.local = time.perf_counter()
-    if response is not DELAYED:
-        await request.respond(response)
+        try:
+            response = await dispatch(request)
+        except Exception:
+            # A bug, not a client error (those are error codes). Kafka answers what it
+            # can; the one safe thing for any API is to close that connection.
+            request.connection.log_client(
+                "handler",
+                logging.ERROR,
+                "[conn %s] handler %d failed on api %d v%d from client %r; closing",
+                request.connection.id,
+                index,
+                request.api_key,
+                request.api_version,
+                request.parsed.client_id,
+                exc_info=True,
+            )
+            request.connection.close()
+            return
+        timing = request.timing
+        if timing is not None:
+            timing.local = time.perf_counter()
+        if response is not DELAYED:
+            await request.respond(response)
+    finally:
+        CLIENT_ADDRESS.reset(token)

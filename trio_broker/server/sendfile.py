@@ -27,6 +27,7 @@ __all__ = [
     "FileRegionLike",
     "queued_bytes",
     "receive_into",
+    "receive_now",
     "send_bytes",
     "send_response",
 ]
@@ -100,6 +101,19 @@ def queued_bytes(sock: trio.socket.SocketType) -> int:
         return struct.unpack("i", fcntl.ioctl(sock.fileno(), _FIONREAD, _ZERO_INT))[0]
     except OSError:
         return 0
+
+
+def receive_now(sock: trio.socket.SocketType, buf: bytearray) -> int | None:
+    """Read into `buf` what is there, without waiting: None when nothing is yet, 0 when
+    the peer closed."""
+    try:
+        return os.readv(sock.fileno(), (buf,))
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        if exc.errno in _BROKEN:
+            return 0
+        raise
 
 
 async def receive_into(sock: trio.socket.SocketType, buf: memoryview) -> int:

@@ -22,6 +22,7 @@ from trio_broker.server.connection import Connection
 from trio_broker.server.connection_quotas import ConnectionQuotas, normalize_host
 from trio_broker.server.log_limit import LogLimiter
 from trio_broker.server.memory_pool import MemoryPool
+from trio_broker.server.memory_reclaim import MemoryReclaimer
 from trio_broker.server.requests import Request, Response
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ _ACCEPT_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBU
 _ACCEPT_BACKOFF_S = 0.100
 # Bad frames and refused connections: one log line per client address per this many s.
 _LOG_INTERVAL_S = 60.0
+_READ_BUFFER_BYTES = 64 * 1024  # as a frame reader's chunk
 
 
 class Processor:
@@ -51,8 +53,9 @@ class Processor:
         supported: Mapping[int, tuple[int, int]],
         pool: MemoryPool,
         quotas: ConnectionQuotas,
-        bad_frames: LogLimiter,
+        client_lines: LogLimiter,
         factories: Mapping[str, Any] | None = None,
+        reclaimer: MemoryReclaimer | None = None,
     ) -> None:
         self.index = index
         self.draining = False  # shutting down: connections close once their request is done
@@ -64,7 +67,11 @@ class Processor:
         self._supported = supported
         self._pool = pool
         self._quotas = quotas
-        self._bad_frames = bad_frames
+        self._client_lines = client_lines
+        self._reclaimer = reclaimer
+        # Where a connection with nothing buffered reads its next bytes (Connection
+        # _next_frame): one buffer for all of them, as reads never wait half done.
+        self.read_buffer = bytearray(_READ_BUFFER_BYTES)
         self.connections: set[Connection] = set()
         self.new_connections_send, self._new_connections = trio.open_memory_channel[
             tuple[trio.SocketStream, str, str]
@@ -82,19 +89,17 @@ class Processor:
             await self._responses_send.send((connection, response))
 
     async def _close_idle(self, idle_s: float) -> None:
-        """Kafka's connections.max.idle.ms: close connections that have been quiet that long."""
+        """Kafka's connections.max.idle.ms: close connections that have been quiet that long
+        (no byte read and no request in flight), and with them partly read requests that
+        stopped coming."""
         interval = min(max(idle_s / 10, 0.01), 30.0)
         while True:
             await trio.sleep(interval)
             now = trio.current_time()
             for connection in list(self.connections):
-                if connection.idle_for(now) >= idle_s:
-                    logger.info(
-                        "[conn %s] idle for %.0f s; closing",
-                        connection.id,
-                        connection.idle_for(now),
-                    )
-                    connection.close()
+                idle = connection.idle_for(now)
+                if idle >= idle_s:
+                    connection.close_idle(idle)
 
     async def _response_task(self) -> None:
         async for connection, response in self._responses:
@@ -116,14 +121,30 @@ class Processor:
                             max_request_bytes=self._config.socket_request_max_bytes,
                             supported=self._supported,
                             pool=self._pool,
-                            bad_frames=self._bad_frames,
+                            client_lines=self._client_lines,
+                            peer_host=host,
                         )
                     except BaseException:
                         self._quotas.release(host)
                         raise
-                    nursery.start_soon(self._serve_connection, connection, host)
+                    self.connections.add(connection)
+                    logger.debug(
+                        "[conn %s] accepted from %s on processor %d",
+                        connection.id,
+                        connection.peer,
+                        self.index,
+                    )
+                    # The connection's task is its own serve(), which calls
+                    # connection_closed() as it ends: no coroutine of ours wraps it (an idle
+                    # connection costs what its frames do). It sends requests on this
+                    # processor's channel, which outlives every connection of the processor,
+                    # rather than on a clone of its own. The name is a constant: trio would
+                    # format one for each task.
+                    nursery.start_soon(
+                        connection.serve, self._requests, name="trio_broker connection"
+                    )
             # Shutdown: no new connections; finish those we have, then stop responding.
-            # A connection whose task has not started yet closes as it starts (below).
+            # A connection whose task has not started yet closes as soon as it starts.
             self.draining = True
             for connection in list(self.connections):
                 connection.close_when_idle()
@@ -131,22 +152,16 @@ class Processor:
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
 
-    async def _serve_connection(self, connection: Connection, host: str) -> None:
-        self.connections.add(connection)
-        if self.draining:
-            # Accepted just before the listeners closed, started after the drain began:
-            # without this it would serve (another broker's fetcher, say) until the
-            # shutdown's grace period ran out.
-            connection.close_when_idle()
-        logger.debug(
-            "[conn %s] accepted from %s on processor %d", connection.id, connection.peer, self.index
-        )
-        try:
-            async with self._requests.clone() as requests:
-                await connection.serve(requests)
-        finally:
-            self.connections.discard(connection)
-            self._quotas.release(host)
+    def connection_closed(self, connection: Connection) -> None:
+        """Called by each connection's serve() as it ends."""
+        self.connections.discard(connection)
+        self._quotas.release(connection.peer_host)
+        if self._reclaimer is not None:
+            self._reclaimer.connection_closed()
+
+    def compact(self) -> None:
+        """After many connections closed: a set never shrinks by itself."""
+        self.connections = set(self.connections)
 
 
 class BoundListener:
@@ -204,8 +219,14 @@ class SocketServer:
             overrides=config.max_connections_per_ip_overrides,
             max_connection_creation_rate=config.max_connection_creation_rate,
         )
-        self.bad_frames = LogLimiter(_LOG_INTERVAL_S)
+        # Bad frames, stalled or idle connections, handler failures: lines clients cause.
+        self.client_lines = LogLimiter(_LOG_INTERVAL_S)
         self._refusals = LogLimiter(_LOG_INTERVAL_S)
+        self.reclaimer = MemoryReclaimer(on_reclaim=self._compact)
+
+    def _compact(self) -> None:
+        for processor in self.processors:
+            processor.compact()
 
     async def bind(self) -> list[BoundListener]:
         for listener in self.config.listeners:
@@ -242,8 +263,9 @@ class SocketServer:
             supported=self._supported,
             pool=self.pool,
             quotas=self.quotas,
-            bad_frames=self.bad_frames,
+            client_lines=self.client_lines,
             factories=self._factories,
+            reclaimer=self.reclaimer,
         )
         self._processor_count += 1
         processor.metrics = self.metrics
@@ -270,6 +292,7 @@ class SocketServer:
             task_status.started()
             with self._accept_scope:
                 async with trio.open_nursery() as acceptors:
+                    acceptors.start_soon(self.reclaimer.run)
                     for bound in self.bound:
                         for sock in bound.sockets:
                             acceptors.start_soon(self._accept_loop, sock, bound.listener.name)
