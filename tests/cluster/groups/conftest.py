@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-# No initial rebalance delay, and few offsets partitions: groups form at once.
-FAST = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
+from grouptest_helpers import FAST
 
 
 @pytest.fixture
