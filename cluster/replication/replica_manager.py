@@ -441,16 +441,7 @@ class ReplicaManager:
             if part is None:
                 continue
             if part.is_leader:
-                part.make_follower(
-                    leader=-1,
-                    leader_epoch=part.leader_epoch,
-                    isr=list(part.isr),
-                    replicas=list(part.replicas),
-                    zk_version=part.zk_version,
-                    controller_epoch=part.controller_epoch,
-                )
-                for callback in self.on_resign:
-                    callback(key[0], key[1], part.leader_epoch)
+                self._lead_nothing(key, part)
                 resigned.append(key)
             self._wake(key)
         logger.error(
@@ -522,6 +513,20 @@ class ReplicaManager:
             )
         return resigned
 
+    def _lead_nothing(self, key: TopicPartition, part: Partition) -> None:
+        """The leader `part` becomes a follower of nobody in its own epoch (until the
+        controller says otherwise), and the coordinators hear of the resignation."""
+        part.make_follower(
+            leader=-1,
+            leader_epoch=part.leader_epoch,
+            isr=list(part.isr),
+            replicas=list(part.replicas),
+            zk_version=part.zk_version,
+            controller_epoch=part.controller_epoch,
+        )
+        for callback in self.on_resign:
+            callback(key[0], key[1], part.leader_epoch)
+
     def resign_after_session_expired(self) -> list[TopicPartition]:
         """This broker's ZooKeeper session expired (it learns so as its next session opens,
         before it registers again): the controller has taken it for dead and may have
@@ -536,16 +541,7 @@ class ReplicaManager:
             if not part.is_leader:
                 continue
             self.fetchers.remove_partition(key)
-            part.make_follower(
-                leader=-1,
-                leader_epoch=part.leader_epoch,
-                isr=list(part.isr),
-                replicas=list(part.replicas),
-                zk_version=part.zk_version,
-                controller_epoch=part.controller_epoch,
-            )
-            for callback in self.on_resign:
-                callback(key[0], key[1], part.leader_epoch)
+            self._lead_nothing(key, part)
             self._wake(key)
             resigned.append(key)
         if resigned:

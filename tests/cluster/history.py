@@ -62,7 +62,31 @@ __all__ = [
 ]
 
 
-class DirectProducer:
+class _Worker:
+    """A part of the workload on a thread of its own: `with` starts it, leaving stops it."""
+
+    join_s = 60.0
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Any:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(self.join_s)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class DirectProducer(_Worker):
     """acks=1 (or 0, or -1) Produce requests of one record each to partition `partition`
     of `topic`, on one socket to one broker, every `interval_s`; records
     (time, error code, offset, value) for every answer. A broken or silent socket is
@@ -84,19 +108,7 @@ class DirectProducer:
         self.interval_s = interval_s
         self.prefix = prefix
         self.answers: list[tuple[float, int, int, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> DirectProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
+        super().__init__()
 
     @property
     def acked(self) -> list[tuple[float, int, bytes]]:
@@ -135,26 +147,14 @@ class DirectProducer:
             sock.close()
 
 
-class TailingConsumer:
+class TailingConsumer(_Worker):
     """A read_uncommitted consumer following `partitions` of `topic` from offset 0."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: Iterable[int]) -> None:
         self.bootstrap, self.topic = bootstrap, topic
         self.partitions = list(partitions)
         self.reads: list[tuple[int, int, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> TailingConsumer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(60)
+        super().__init__()
 
     def _run(self) -> None:
         consumer = Consumer(
@@ -176,12 +176,14 @@ class TailingConsumer:
             consumer.close()
 
 
-class TransactionalProducer:
+class TransactionalProducer(_Worker):
     """Transactions on a thread, each writing `per_partition` records to every partition of
     `topic`, committing the even ones and aborting the odd ones. What commit_transaction
     acknowledged goes to `committed`, what abort_transaction acknowledged to `aborted`, a
     transaction whose end the client could not learn to `uncertain` (a list per
     transaction: all of it or none may be visible, never part)."""
+
+    join_s = 180.0  # a transaction's end may take its timeout
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, *, per_partition: int = 2):
         self.bootstrap, self.topic = bootstrap, topic
@@ -191,22 +193,10 @@ class TransactionalProducer:
         self.uncertain: list[list[bytes]] = []
         self.ended: list[float] = []  # time.monotonic() of each end the client learned
         self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
     def ended_after(self, moment: float) -> bool:
         return self.failure is not None or any(x > moment for x in self.ended)
-
-    def __enter__(self) -> TransactionalProducer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(180)
 
     def _producer(self) -> Any:
         from confluent_kafka import Producer
