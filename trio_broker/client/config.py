@@ -238,6 +238,13 @@ def _isolation(value: str | int) -> int:
     return level
 
 
+def _group_protocol(value: str) -> str:
+    name = str(value).strip().lower()
+    if name not in ("classic", "consumer"):
+        raise ValueError(f"group_protocol must be classic or consumer: {value!r}")
+    return name
+
+
 def _assignors(value: str | Sequence[str]) -> tuple[str, ...]:
     names = tuple(
         n.strip().lower() for n in (value.split(",") if isinstance(value, str) else value)
@@ -275,6 +282,10 @@ class ConsumerConfig(ClientConfig):
     )
     check_crcs: bool = True
     allow_auto_create_topics: bool = False
+    # KIP-848: "consumer" lets the coordinator assign (ConsumerGroupHeartbeat); the
+    # session, heartbeat interval and partition_assignment_strategy are then the group's.
+    group_protocol: str = attrs.field(converter=_group_protocol, default="classic")
+    group_remote_assignor: str | None = None  # a server-side assignor (uniform, range)
 
 
 @attrs.frozen(kw_only=True)

@@ -12,7 +12,8 @@ Config keys are Kafka's consumer keys with underscores (`auto_offset_reset`,
 
 Everything that talks to brokers runs in the consumer's nursery: the metadata refresher,
 the fetcher (`client/fetcher.py`: a fetch in flight per broker while records are handed
-out), and with a group the heartbeat and auto-commit tasks (`client/group.py`). Joining
+out), and with a group the heartbeat and auto-commit tasks (`client/group.py`, or
+`client/group_consumer.py` with `group_protocol="consumer"`, KIP-848). Joining
 and rebalancing happen inside `getmany`/`__anext__`, as inside Kafka's poll(). Leaving
 the `async with` (normally, by an exception or by cancellation) commits (with auto
 commit), sends LeaveGroup and closes every connection.
@@ -32,6 +33,7 @@ from trio_broker.client.config import ConsumerConfig
 from trio_broker.client.errors import KafkaError
 from trio_broker.client.fetcher import Fetcher, OffsetOutOfRangeError
 from trio_broker.client.group import CommitFailedError, ConsumerRebalanceListener, GroupMember
+from trio_broker.client.group_consumer import ConsumerGroupMember
 from trio_broker.client.metadata import ClusterMetadata
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.client.subscription import (
@@ -76,7 +78,8 @@ class Consumer:
         self._group_client: NetworkClient | None = None
         if cfg.group_id is not None:
             self._group_client = NetworkClient(cfg)
-            self.group = GroupMember(
+            member = ConsumerGroupMember if cfg.group_protocol == "consumer" else GroupMember
+            self.group = member(
                 self.client,
                 self._group_client,
                 self.metadata,

@@ -475,6 +475,9 @@ class GroupMember:
                     continue
                 tp, code = failed[0]
                 detail = f"OffsetCommit {tp.topic}-{tp.partition} in group {self.group_id!r}"
+                if code in (ErrorCode.STALE_MEMBER_EPOCH, ErrorCode.FENCED_MEMBER_EPOCH):
+                    # KIP-848: the member's epoch moved on (its heartbeat handles that).
+                    raise CommitFailedError(ErrorCode(code), f"{ErrorCode(code).name}: {detail}")
                 if code in _REJOIN_ERRORS:
                     if code == ErrorCode.UNKNOWN_MEMBER_ID:
                         self.member_id = ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import uuid
 from collections.abc import Iterable, Mapping
 
 import attrs
@@ -76,6 +77,7 @@ class TopicMetadata:
     error_code: int = 0
     partitions: tuple[PartitionMetadata, ...] = ()
     is_internal: bool = False
+    topic_id: uuid.UUID | None = None  # from Metadata v10 on
 
     @property
     def partition_count(self) -> int:
@@ -95,6 +97,12 @@ class Cluster:
             return None
         leader = meta.partitions[partition].leader
         return leader if leader >= 0 and leader in self.brokers else None
+
+    def topic_named_by_id(self, topic_id: uuid.UUID) -> str | None:
+        for meta in self.topics.values():
+            if meta.topic_id == topic_id:
+                return meta.name
+        return None
 
 
 class ClusterMetadata:
@@ -189,6 +197,7 @@ class ClusterMetadata:
                 error_code=topic.error_code,
                 partitions=tuple(partitions),
                 is_internal=topic.is_internal,
+                topic_id=topic.topic_id if topic.topic_id.int else None,
             )
         # Topics missing from this answer keep their last known state.
         merged = dict(self.cluster.topics)
