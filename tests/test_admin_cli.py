@@ -221,7 +221,12 @@ def test_groups_describe_lag_and_reset_offsets_honoured(kafka_broker_factory):
         r["current_offset"] for r in as_json(kafka_broker, "groups", "describe", "billing")
     ] == [0, 0]
     listed = as_json(kafka_broker, "groups", "list")
-    assert {"group": "billing", "state": "Empty", "protocol_type": "consumer"} in listed
+    assert {
+        "group": "billing",
+        "type": "classic",
+        "state": "Empty",
+        "protocol_type": "consumer",
+    } in listed
     cli(kafka_broker, "groups", "delete", "billing")
     assert "billing" not in {g["group"] for g in as_json(kafka_broker, "groups", "list")}
 

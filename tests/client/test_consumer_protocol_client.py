@@ -127,6 +127,28 @@ async def test_ours_and_librdkafka_share_a_group_and_one_leaves(tmp_path):
             }
             kept = our_owned()
             await ours.commit()
+            # Our Admin describes the group as Kafka's does (ConsumerGroupDescribe).
+            async with Admin(bootstrap) as admin:
+                described = (await admin.describe_groups(["mixed-g"]))["mixed-g"]
+                listed = {g.group_id: g for g in await admin.list_groups()}
+            assert (described.group_type, described.protocol_type) == ("consumer", "consumer")
+            assert described.protocol == "uniform" and described.state == "Stable"
+            assert described.group_epoch == described.assignment_epoch > 0
+            by_member = {m.member_id: m for m in described.members}
+            ours_described = by_member[ours.group.member_id]
+            assert {tp.partition for tp in ours_described.assignment} == kept
+            assert ours_described.target_assignment == ours_described.assignment
+            assert ours_described.member_epoch == described.group_epoch
+            assert sorted(tp.partition for m in described.members for tp in m.assignment) == [
+                0,
+                1,
+                2,
+                3,
+            ]
+            assert (listed["mixed-g"].group_type, listed["mixed-g"].protocol_type) == (
+                "consumer",
+                "consumer",
+            )
 
             # librdkafka's member commits what it read and leaves.
             await trio.to_thread.run_sync(lambda: theirs.commit(asynchronous=False))

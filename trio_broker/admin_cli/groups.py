@@ -84,12 +84,18 @@ async def list_groups(args: argparse.Namespace) -> int:
     async with admin(args) as client:
         listings = await client.list_groups()
     rows = [
-        {"group": g.group_id, "state": g.state, "protocol_type": g.protocol_type} for g in listings
+        {
+            "group": g.group_id,
+            "type": g.group_type,
+            "state": g.state,
+            "protocol_type": g.protocol_type,
+        }
+        for g in listings
     ]
     if args.json:
         print_json(rows)
     else:
-        print_table(["group", "state", "protocol_type"], rows)
+        print_table(["group", "type", "state", "protocol_type"], rows)
     return 0
 
 
@@ -146,8 +152,11 @@ async def describe_groups(args: argparse.Namespace) -> int:
                 [
                     {
                         "group": d.group_id,
+                        "type": d.group_type,
                         "state": d.state,
                         "protocol": d.protocol,
+                        "group_epoch": d.group_epoch,
+                        "assignment_epoch": d.assignment_epoch,
                         "members": [_member_json(m) for m in d.members],
                     }
                     for d, _ in results
@@ -159,9 +168,17 @@ async def describe_groups(args: argparse.Namespace) -> int:
     for i, (description, rows) in enumerate(results):
         if i:
             print()
+        epochs = ""
+        if description.group_type == "consumer":
+            epochs = (
+                f"  Epoch: {description.group_epoch}"
+                f"  Assignment epoch: {description.assignment_epoch}"
+            )
         print(
-            f"Group: {description.group_id}  State: {description.state}  "
-            f"Protocol: {description.protocol or '-'}  Members: {len(description.members)}"
+            f"Group: {description.group_id}  Type: {description.group_type}  "
+            f"State: {description.state}  "
+            f"{'Assignor' if description.group_type == 'consumer' else 'Protocol'}: "
+            f"{description.protocol or '-'}  Members: {len(description.members)}{epochs}"
         )
         if args.members:
             print_table(
@@ -181,7 +198,7 @@ async def describe_groups(args: argparse.Namespace) -> int:
 
 
 def _member_json(m: Any) -> dict[str, Any]:
-    return {
+    out = {
         "consumer_id": m.member_id,
         "group_instance_id": m.group_instance_id,
         "host": m.client_host,
@@ -190,6 +207,12 @@ def _member_json(m: Any) -> dict[str, Any]:
             {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.assignment)
         ],
     }
+    if m.target_assignment is not None:  # a KIP-848 member: its epoch and its target
+        out["member_epoch"] = m.member_epoch
+        out["target_assignment"] = [
+            {"topic": tp.topic, "partition": tp.partition} for tp in sorted(m.target_assignment)
+        ]
+    return out
 
 
 def _parse_datetime_ms(text: str) -> int:

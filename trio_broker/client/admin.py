@@ -57,9 +57,12 @@ from trio_broker.client.fetcher import EARLIEST, LATEST, list_offsets
 from trio_broker.client.metadata import ClusterMetadata, find_group_coordinator
 from trio_broker.client.network_client import NetworkClient
 from trio_broker.client.subscription import TopicPartition
-from trio_broker.errors import ErrorCode, is_retriable
+from trio_broker.errors import ErrorCode, KafkaError, is_retriable
 from trio_broker.protocol._generated import alter_configs_request as _alter
 from trio_broker.protocol._generated import incremental_alter_configs_request as _incremental
+from trio_broker.protocol._generated.consumer_group_describe_request import (
+    ConsumerGroupDescribeRequest,
+)
 from trio_broker.protocol._generated.create_partitions_request import (
     CreatePartitionsRequest,
     CreatePartitionsTopic,
@@ -445,7 +448,10 @@ class Admin(ReplicaCalls, SecurityCalls):
                 continue
             listings += [
                 GroupListing(
-                    group_id=g.group_id, protocol_type=g.protocol_type, state=g.group_state
+                    group_id=g.group_id,
+                    protocol_type=g.protocol_type,
+                    state=g.group_state,
+                    group_type=g.group_type or "classic",
                 )
                 for g in response.groups
             ]
@@ -457,6 +463,13 @@ class Admin(ReplicaCalls, SecurityCalls):
         results, errors = {}, {}
         for group_id in group_ids:
             coordinator = await self._coordinator(group_id)
+            described = await self._describe_consumer_group(coordinator, group_id)
+            if isinstance(described, GroupDescription):
+                results[group_id] = described
+                continue
+            if described is not None:
+                errors[group_id] = described
+                continue
             response = await self.client.send(coordinator, DescribeGroupsRequest(groups=[group_id]))
             g = response.groups[0]
             if g.error_code:
@@ -489,6 +502,55 @@ class Admin(ReplicaCalls, SecurityCalls):
             )
         _check("DescribeGroups", errors, results)
         return results
+
+    async def _describe_consumer_group(
+        self, coordinator: Any, group_id: str
+    ) -> GroupDescription | KafkaError | None:
+        """ConsumerGroupDescribe, as Kafka's admin asks first; None for a classic group (or
+        a broker without KIP-848), which DescribeGroups describes."""
+        try:
+            await self.client.api_version(coordinator, ConsumerGroupDescribeRequest.API_KEY)
+        except KafkaError:
+            return None
+        response = await self.client.send(
+            coordinator, ConsumerGroupDescribeRequest(group_ids=[group_id])
+        )
+        g = response.groups[0]
+        if g.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+            return None
+        if g.error_code:
+            return error_for(g.error_code, g.error_message or f"group {group_id!r}")
+
+        def partitions(assignment: Any) -> frozenset[TopicPartition]:
+            return frozenset(
+                TopicPartition(t.topic_name, p)
+                for t in assignment.topic_partitions
+                for p in t.partitions
+            )
+
+        members = tuple(
+            MemberDescription(
+                member_id=m.member_id,
+                group_instance_id=m.instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                topics=tuple(m.subscribed_topic_names),
+                assignment=partitions(m.assignment),
+                member_epoch=m.member_epoch,
+                target_assignment=partitions(m.target_assignment),
+            )
+            for m in g.members
+        )
+        return GroupDescription(
+            group_id=group_id,
+            state=g.group_state,
+            protocol_type="consumer",
+            protocol=g.assignor_name,
+            members=members,
+            group_type="consumer",
+            group_epoch=g.group_epoch,
+            assignment_epoch=g.assignment_epoch,
+        )
 
     async def list_group_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None = None

@@ -113,6 +113,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848), from ListGroups v5
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +124,9 @@ class MemberDescription:
     client_host: str
     topics: tuple[str, ...]  # the member's subscription (consumer groups)
     assignment: frozenset[TopicPartition]
+    # KIP-848 groups: the member's epoch and what the coordinator is moving it to.
+    member_epoch: int = -1
+    target_assignment: frozenset[TopicPartition] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -130,8 +134,11 @@ class GroupDescription:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # the assignor (the leader's choice, or the coordinator's for KIP-848)
     members: tuple[MemberDescription, ...]
+    group_type: str = "classic"  # or "consumer" (KIP-848: ConsumerGroupDescribe)
+    group_epoch: int = -1
+    assignment_epoch: int = -1
 
 
 @attrs.frozen(kw_only=True)
