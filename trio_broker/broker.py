@@ -31,6 +31,7 @@ import trio
 from trio_broker.config import BrokerConfig, Listener
 from trio_broker.server import log_safe
 from trio_broker.server.handler_pool import HandlerPool
+from trio_broker.server.readiness import Readiness
 from trio_broker.server.requests import Request
 from trio_broker.server.socket_server import BoundListener, SocketServer
 
@@ -77,6 +78,8 @@ class Broker:
         self.authorizer: Any = None
         # Client quotas: None until one exists (security/client_quotas.py, then loaded).
         self.client_quotas: Any = None
+        # How far start-up has come (/ready, systemd's STATUS=): _serve hands its own in.
+        self.readiness = Readiness()
         self._setup()
         if config.authorizer_class_name:
             from trio_broker.security.authorizer import install
@@ -295,6 +298,21 @@ def _may_wait_on_zookeeper(request: Request) -> bool:
     return False
 
 
+def _loading_status(config: BrokerConfig) -> str:
+    """What the blocking log load is about to do: after an unclean stop, recovery."""
+    from trio_broker.log.manager import CLEAN_SHUTDOWN_FILE
+
+    dirs = [Path(d) for d in config.log_dirs]
+    unclean = [
+        d
+        for d in dirs
+        if d.is_dir() and any(d.iterdir()) and not (d / CLEAN_SHUTDOWN_FILE).exists()
+    ]
+    if unclean:
+        return f"recovering logs after an unclean shutdown in {', '.join(map(str, unclean))}"
+    return f"loading logs from {', '.join(map(str, dirs))}"
+
+
 def _advertisable(host: str) -> str:
     # A wildcard bind address is not an address a client can connect to.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -313,13 +331,16 @@ async def serve(
     config: BrokerConfig | Mapping[str, str] | None = None,
     *,
     task_status: trio.TaskStatus[list[tuple[str, int]]] = trio.TASK_STATUS_IGNORED,
+    readiness: Readiness | None = None,
 ) -> None:
-    """Run a broker until cancelled. `task_status.started()` gets the bound (host, port)s."""
+    """Run a broker until cancelled. `task_status.started()` gets the bound (host, port)s.
+    `readiness`, if given, follows start-up and shutdown (trio_broker/server/readiness.py)."""
     # Client-supplied strings (ids, names) are escaped in every line the broker logs.
     log_safe.install()
     config = _as_config(config)
+    readiness = readiness or Readiness()
     if not config.zookeeper_connect:
-        await _serve(config, None, task_status=task_status)
+        await _serve(config, None, task_status=task_status, readiness=readiness)
         return
     from trio_broker.cluster.zookeeper.session import ZooKeeperSession
 
@@ -328,9 +349,11 @@ async def serve(
         session_timeout_ms=config.zookeeper_session_timeout_ms,
         connection_timeout_ms=config.zookeeper_connection_timeout_ms,
     )
+    readiness.registered = False
+    readiness.set_status(f"connecting to ZooKeeper at {config.zookeeper_connect}")
     await zk.open()
     try:
-        await _serve(config, zk, task_status=task_status)
+        await _serve(config, zk, task_status=task_status, readiness=readiness)
     finally:
         await zk.close()
 
@@ -340,13 +363,18 @@ async def _serve(
     zk: Any,
     *,
     task_status: trio.TaskStatus[list[tuple[str, int]]],
+    readiness: Readiness,
 ) -> None:
     cluster_id = None
     if zk is not None:
         from trio_broker.cluster.zookeeper.membership import join_cluster
 
         cluster_id = await join_cluster(zk, config)
+    readiness.set_status(_loading_status(config))
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
+    broker.readiness = readiness
+    readiness.logs_loaded = True
+    readiness.set_status(f"loaded {len(broker.log_manager.logs)} logs; starting listeners")
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported, secure=broker.secure_listener)
     broker.socket_server = server
@@ -364,6 +392,8 @@ async def _serve(
 
     def begin_shutdown() -> None:
         logger.info("broker %d shutting down", broker.node_id)
+        readiness.stopping = True
+        readiness.set_status("shutting down")
         broker_scope.deadline = trio.current_time() + config.shutdown_grace_period_ms / 1000
         server.stop_accepting()
         # Connections close once their request in flight is answered: parked fetches
@@ -385,13 +415,20 @@ async def _serve(
                     )
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)
-                    await nursery.start(broker.log_manager.run)
-                    for service in broker.services:
-                        await nursery.start(service.run)
+                    readiness.listening = True
+                    # Before the services: /health and /ready answer while they start (in
+                    # a cluster, while the broker waits to register).
                     if broker.metrics is not None:
                         from trio_broker.metrics_http import serve_metrics
 
                         await nursery.start(serve_metrics, broker, server)
+                    await nursery.start(broker.log_manager.run)
+                    for service in broker.services:
+                        if service is getattr(broker, "membership", None):
+                            readiness.set_status(f"registering broker {broker.node_id}")
+                        await nursery.start(service.run)
+                    if zk is not None:
+                        readiness.registered = True
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",
@@ -400,6 +437,8 @@ async def _serve(
                         ", ".join(str(a) for a in broker.advertised),
                     )
                     guard.start_soon(_watch_for_cancel, begin_shutdown, _before_shutdown(broker))
+                    readiness.started = True
+                    readiness.set_status("serving")
                     task_status.started(addresses)
                     # Background tasks run until the socket server has drained.
                     await server.finished.wait()

@@ -86,25 +86,47 @@ def _serve(args: argparse.Namespace) -> int:
         logger.error("%s", exc)
         return 2
 
+    from trio_broker import systemd
+    from trio_broker.server.readiness import Readiness
+
+    # Under systemd (Type=notify): STATUS= as start-up goes, READY=1 once serving,
+    # STOPPING=1 on a stop signal, WATCHDOG=1 if the unit asks (trio_broker/systemd.py).
+    notifier = systemd.Notifier.from_environment()
+    readiness = Readiness()
+    watchdog_s = None
+    if notifier is not None:
+        readiness.observers.append(notifier.status)
+        watchdog_s = systemd.watchdog_interval_s()
+
     async def main() -> None:
+        from functools import partial
+
         from trio_broker.broker import serve
 
         async def serve_then_freeze() -> None:
             async with trio.open_nursery() as inner:
-                await inner.start(serve, config)
+                addresses = await inner.start(partial(serve, config, readiness=readiness))
                 # What start-up made (modules, the codec's tables, configs) lives as long as
                 # the process: out of the collector's sight, a collection of the older
                 # generations no longer walks it (tracked objects 39k -> 6k). Only here,
                 # where the process is ours; an embedding program decides its own.
                 gc.freeze()
+                if notifier is not None:
+                    where = ", ".join(f"{a[0]}:{a[1]}" for a in addresses)
+                    notifier.send(READY=1, STATUS=f"serving on {where}")
 
         async with trio.open_nursery() as nursery:
+            if watchdog_s is not None:
+                nursery.start_soon(notifier.watchdog, watchdog_s)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 # Started, not awaited: a SIGTERM during start-up (ZooKeeper unreachable,
                 # say) must stop the broker too.
                 nursery.start_soon(serve_then_freeze)
                 async for signum in signals:
-                    logger.info("received %s", signal.Signals(signum).name)
+                    name = signal.Signals(signum).name
+                    logger.info("received %s", name)
+                    if notifier is not None:
+                        notifier.send(STOPPING=1, STATUS=f"stopping ({name})")
                     nursery.cancel_scope.cancel()
                     break
 
