@@ -242,7 +242,11 @@ def group_entries(
     for spec in GROUP_CONFIGS:
         if keys is not None and spec.name not in keys:
             continue
-        synonyms = _broker_synonyms(broker_config, spec.broker_key)
+        synonyms = (
+            _broker_synonyms(broker_config, spec.broker_key)
+            if spec.broker_key is not None
+            else [(spec.name, spec.default, ConfigSource.DEFAULT_CONFIG)]
+        )
         if spec.name in overrides:
             synonyms.insert(0, (spec.name, str(values[spec.name]), ConfigSource.GROUP_CONFIG))
         yield ConfigEntry(

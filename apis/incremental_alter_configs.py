@@ -149,7 +149,7 @@ def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) 
         check_group_resource(name)
 
         def group_default(key: str) -> str:  # no group key is a LIST: never called today
-            return str(broker.config.value(group_config.BY_NAME[key].broker_key))
+            return str(group_config.group_config_values({}, broker.config)[key])
 
         current = dict(broker.metadata.group_configs.get(name, {}))
         overrides = apply_ops(current, resource.configs, _group_key_type, group_default)

@@ -57,6 +57,12 @@ API_SPECS: tuple[ApiSpec, ...] = (
     # KIP-848 consumer groups (v1 of 68 from protocol/spec_newer/, newer than the shared files)
     ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, "consumer_group_heartbeat"),
     ApiSpec(69, "ConsumerGroupDescribe", 0, 0, "consumer_group_describe"),
+    # KIP-932 share groups at Kafka 4.1's stable version 1 (SPEC_ADDITIONS in gen_schema),
+    # the only one librdkafka sends; v0 was early access, as Kafka 4.1 dropped it.
+    ApiSpec(76, "ShareGroupHeartbeat", 1, 1, "share_group_heartbeat"),
+    ApiSpec(77, "ShareGroupDescribe", 0, 1, "share_group_describe"),
+    ApiSpec(78, "ShareFetch", 1, 1, "share_fetch"),
+    ApiSpec(79, "ShareAcknowledge", 1, 1, "share_acknowledge"),
     ApiSpec(8, "OffsetCommit", 0, 9, "offset_commit"),
     ApiSpec(9, "OffsetFetch", 0, 9, "offset_fetch"),
     ApiSpec(47, "OffsetDelete", 0, 0, "offset_delete"),

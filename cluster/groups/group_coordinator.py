@@ -79,9 +79,13 @@ class GroupCoordinator:
             ConsumerGroupCoordinator,
         )
         from trio_broker.cluster.groups.offsets import GroupOffsets
+        from trio_broker.cluster.groups.share.share_coordinator import ShareGroupCoordinator
+        from trio_broker.cluster.groups.share.share_fetch import SharePartitionManager
 
         self.offsets = GroupOffsets(self)
         self.consumer = ConsumerGroupCoordinator(self)
+        self.share = ShareGroupCoordinator(self)
+        self.share_partitions = SharePartitionManager(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -91,6 +95,7 @@ class GroupCoordinator:
             task_status.started()
             await self.store.load_all(self.offsets.on_partition_loaded)
             nursery.start_soon(self.offsets.run_expiration)
+            nursery.start_soon(self.share_partitions.run)
             await trio.sleep_forever()
 
     def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
@@ -175,6 +180,8 @@ class GroupCoordinator:
                 group.rebalance_timer.cancel()
             if group.consumer is not None:
                 self.consumer.unload(group.consumer)
+            if group.share is not None:
+                self.share.unload(group.share)
             del self.groups[group.group_id]
         if gone:
             logger.info("unloaded %d group(s) of __consumer_offsets-%d", len(gone), partition)
@@ -214,8 +221,8 @@ class GroupCoordinator:
         if group.has_consumer_members():
             # A KIP-848 group: classic members may not join it (no migration yet).
             return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-        if group.consumer is not None:
-            group.consumer = None  # an empty consumer group becomes a classic one
+        if group.consumer is not None or group.share is not None:
+            group.consumer = group.share = None  # an empty modern group becomes a classic one
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
         if not group.supports_protocols(body.protocol_type, [n for n, _ in protocols]):
             return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)

@@ -98,9 +98,14 @@ class GroupMetadata:
     # A KIP-848 consumer group of this id (`consumer.consumer_group.ConsumerGroup`): this
     # object then keeps only its committed offsets, and stays Empty.
     consumer: Any = None
+    # A KIP-932 share group of this id (`share.share_group.ShareGroup`); it has no offsets.
+    share: Any = None
 
     def has_consumer_members(self) -> bool:
-        return self.consumer is not None and bool(self.consumer.members)
+        """Whether members of a KIP-848 consumer group or a KIP-932 share group are in."""
+        return (self.consumer is not None and bool(self.consumer.members)) or (
+            self.share is not None and bool(self.share.members)
+        )
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

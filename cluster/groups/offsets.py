@@ -428,6 +428,9 @@ class GroupOffsets:
         if group.consumer is not None:
             # An empty consumer group: its ConsumerGroup* records go too.
             records.extend((key, None) for key in group.consumer.persisted)
+        if group.share is not None:
+            # An empty share group: its share-partitions' state goes too.
+            self.coordinator.share_partitions.forget_group(group.group_id)
         if records:
             self.store.append(group.group_id, records)
         group.offsets.clear()
@@ -445,8 +448,8 @@ class GroupOffsets:
             if error:
                 described.append(DescribedGroup(error_code=error, group_id=group_id))
                 continue
-            if group is None or group.consumer is not None:
-                # A KIP-848 group is not a classic group: DescribeGroups v0-5 answers it
+            if group is None or group.consumer is not None or group.share is not None:
+                # A KIP-848 (or KIP-932 share) group is not a classic group: DescribeGroups v0-5 answers it
                 # as it answers an unknown one (Kafka's; ConsumerGroupDescribe shows it).
                 described.append(
                     DescribedGroup(group_id=group_id, group_state=S.DEAD.value, protocol_type="")
@@ -481,8 +484,11 @@ class GroupOffsets:
         for group in self.groups.values():
             if group.is_(S.DEAD) or not self.store.is_loaded(group.group_id):
                 continue
-            kind = "classic" if group.consumer is None else "consumer"
-            state = group.state.value if group.consumer is None else group.consumer.state.value
+            modern = group.consumer or group.share
+            kind = (
+                "share" if group.share is not None else "classic" if modern is None else "consumer"
+            )
+            state = group.state.value if modern is None else modern.state.value
             if states and state.lower() not in states:
                 continue
             if types and kind not in types:

@@ -28,6 +28,15 @@ from trio_broker.protocol._generated.incremental_alter_configs_request import (
 
 SESSION = "consumer.session.timeout.ms"
 HEARTBEAT = "consumer.heartbeat.interval.ms"
+# KIP-932's share group keys, described beside the consumer ones as Kafka 4.1 does.
+SHARE_KEYS = {
+    "share.session.timeout.ms",
+    "share.heartbeat.interval.ms",
+    "share.record.lock.duration.ms",
+    "share.auto.offset.reset",
+    "share.isolation.level",
+    "share.delivery.count.limit",
+}
 
 
 def incremental(client, group: str, *entries: ConfigEntry):
@@ -41,7 +50,7 @@ def test_group_configs_describe_alter_and_survive_restart(kafka_broker_factory):
     client = admin(broker)
     # Any group id has configs: the broker's group.* values until altered.
     configs = describe(client, ResourceType.GROUP, "payments")
-    assert set(configs) == {SESSION, HEARTBEAT}
+    assert set(configs) == {SESSION, HEARTBEAT} | SHARE_KEYS
     assert (configs[SESSION].value, configs[SESSION].source) == (
         "45000",
         ConfigSource.DEFAULT_CONFIG.value,

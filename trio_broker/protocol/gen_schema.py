@@ -272,6 +272,57 @@ SPEC_ADDITIONS: dict[str, tuple[str, str, list[dict[str, Any]]]] = {
 }
 
 
+# KIP-932 share groups: Kafka 4.1 made them stable as version 1 of their four APIs, the
+# only version librdkafka 2.16 sends (its encoder and its mock broker serve 1-1). The shared
+# files hold the early-access version 0. ShareGroupHeartbeat, ShareGroupDescribe and
+# ShareAcknowledge keep v0's fields in v1. ShareFetch v1's request adds a record limit and a
+# preferred batch size after the byte limit and drops the per-partition byte limit; its
+# response adds the acquisition lock's duration after the top-level error message.
+_SHARE_ADDITIONS: dict[str, tuple[str, str, list[dict[str, Any]]]] = {
+    f"messages/{name}{kind}.json": ("0-1", "", [])
+    for name in ("ShareGroupHeartbeat", "ShareGroupDescribe", "ShareAcknowledge")
+    for kind in ("Request", "Response")
+}
+_SHARE_ADDITIONS["messages/ShareFetchRequest.json"] = (
+    "0-1",
+    "MaxBytes",
+    [
+        {
+            "name": "MaxRecords",
+            "type": "int32",
+            "versions": "1+",
+            "about": "At most this many records acquired (whole batches may exceed it).",
+        },
+        {
+            "name": "BatchSize",
+            "type": "int32",
+            "versions": "1+",
+            "about": "The number of records the client prefers per acquired range.",
+        },
+    ],
+)
+_SHARE_ADDITIONS["messages/ShareFetchResponse.json"] = (
+    "0-1",
+    "ErrorMessage",
+    [
+        {
+            "name": "AcquisitionLockTimeoutMs",
+            "type": "int32",
+            "versions": "1+",
+            "about": "How long the records acquired by this fetch stay locked to the member.",
+        }
+    ],
+)
+SPEC_ADDITIONS.update(_SHARE_ADDITIONS)
+
+# Changes to a nested field's keys that a version newer than the shared file makes (a
+# dotted path of field names -> the keys it then has), applied with SPEC_ADDITIONS.
+SPEC_FIELD_CHANGES: dict[str, dict[str, dict[str, Any]]] = {
+    # ShareFetch v1 has no per-partition byte limit.
+    "messages/ShareFetchRequest.json": {"Topics.Partitions.PartitionMaxBytes": {"versions": "0"}},
+}
+
+
 def _with_additions(d: dict[str, Any], rel: str) -> dict[str, Any]:
     addition = SPEC_ADDITIONS.get(rel)
     if addition is None or d.get("validVersions") == addition[0]:
@@ -282,6 +333,23 @@ def _with_additions(d: dict[str, Any], rel: str) -> dict[str, Any]:
         names = [f["name"] for f in d["fields"]]
         at = names.index(after) + 1
         out["fields"] = [*d["fields"][:at], *fields, *d["fields"][at:]]
+    for path, keys in SPEC_FIELD_CHANGES.get(rel, {}).items():
+        out["fields"] = _changed_field(out["fields"], path.split("."), keys)
+    return out
+
+
+def _changed_field(
+    fields: list[dict[str, Any]], path: list[str], keys: dict[str, Any]
+) -> list[dict[str, Any]]:
+    out = []
+    for f in fields:
+        if f["name"] == path[0]:
+            f = (
+                dict(f, **keys)
+                if len(path) == 1
+                else dict(f, fields=_changed_field(f["fields"], path[1:], keys))
+            )
+        out.append(f)
     return out
 
 

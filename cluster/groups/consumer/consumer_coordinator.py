@@ -215,7 +215,11 @@ class ConsumerGroupCoordinator:
         coordinator = self.coordinator
         shell = coordinator.groups.get(group_id)
         if shell is not None and shell.consumer is None:
-            if shell.members or shell.state not in (GroupState.EMPTY,):
+            if (
+                shell.members
+                or shell.state not in (GroupState.EMPTY,)
+                or shell.has_consumer_members()
+            ):
                 raise _Answer(
                     ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group."
                 )
@@ -228,6 +232,7 @@ class ConsumerGroupCoordinator:
                 )
             # An empty classic group (its offsets alone) becomes a consumer group.
             shell.protocol_type = "consumer"
+            shell.share = None  # an empty share group becomes a consumer group
             shell.consumer = ConsumerGroup(group_id=group_id)
         return shell.consumer
 

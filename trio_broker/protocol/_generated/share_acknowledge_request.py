@@ -78,11 +78,11 @@ class AcknowledgeTopic(Struct):
 
 
 class ShareAcknowledgeRequest(Message):
-    """ShareAcknowledgeRequest: Kafka request, versions 0-0, flexible from 0."""
+    """ShareAcknowledgeRequest: Kafka request, versions 0-1, flexible from 0."""
 
     API_KEY = 79
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = True
     _SCHEMA = (
@@ -208,5 +208,5 @@ def _dec_ShareAcknowledgeRequest_v0(data, pos, _ShareAcknowledgeRequest=ShareAck
     return o, pos
 
 
-ShareAcknowledgeRequest._ENCODERS = {0: _enc_ShareAcknowledgeRequest_v0}
-ShareAcknowledgeRequest._DECODERS = {0: _dec_ShareAcknowledgeRequest_v0}
+ShareAcknowledgeRequest._ENCODERS = {0: _enc_ShareAcknowledgeRequest_v0, 1: _enc_ShareAcknowledgeRequest_v0}
+ShareAcknowledgeRequest._DECODERS = {0: _dec_ShareAcknowledgeRequest_v0, 1: _dec_ShareAcknowledgeRequest_v0}

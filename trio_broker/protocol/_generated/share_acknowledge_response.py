@@ -105,11 +105,11 @@ class NodeEndpoint(Struct):
 
 
 class ShareAcknowledgeResponse(Message):
-    """ShareAcknowledgeResponse: Kafka response, versions 0-0, flexible from 0."""
+    """ShareAcknowledgeResponse: Kafka response, versions 0-1, flexible from 0."""
 
     API_KEY = 79
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
@@ -250,5 +250,5 @@ def _dec_ShareAcknowledgeResponse_v0(data, pos, _ShareAcknowledgeResponse=ShareA
     return o, pos
 
 
-ShareAcknowledgeResponse._ENCODERS = {0: _enc_ShareAcknowledgeResponse_v0}
-ShareAcknowledgeResponse._DECODERS = {0: _dec_ShareAcknowledgeResponse_v0}
+ShareAcknowledgeResponse._ENCODERS = {0: _enc_ShareAcknowledgeResponse_v0, 1: _enc_ShareAcknowledgeResponse_v0}
+ShareAcknowledgeResponse._DECODERS = {0: _dec_ShareAcknowledgeResponse_v0, 1: _dec_ShareAcknowledgeResponse_v0}

@@ -11,8 +11,10 @@ from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["AcknowledgementBatch", "FetchPartition", "FetchTopic", "ForgottenTopic", "ShareFetchRequest"]
 
+_S_i = struct.Struct(">i")
 _S_ii = struct.Struct(">ii")
 _S_iiii = struct.Struct(">iiii")
+_S_iiiiii = struct.Struct(">iiiiii")
 _S_qq = struct.Struct(">qq")
 
 
@@ -41,7 +43,7 @@ class AcknowledgementBatch(Struct):
 class FetchPartition(Struct):
     _SCHEMA = (
         ("partition_index", "int32", (0, 32767), None),
-        ("partition_max_bytes", "int32", (0, 32767), None),
+        ("partition_max_bytes", "int32", (0, 0), None),
         ("acknowledgement_batches", "[]AcknowledgementBatch", (0, 32767), None),
     )
 
@@ -101,11 +103,11 @@ class ForgottenTopic(Struct):
 
 
 class ShareFetchRequest(Message):
-    """ShareFetchRequest: Kafka request, versions 0-0, flexible from 0."""
+    """ShareFetchRequest: Kafka request, versions 0-1, flexible from 0."""
 
     API_KEY = 78
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = True
     _SCHEMA = (
@@ -115,26 +117,30 @@ class ShareFetchRequest(Message):
         ("max_wait_ms", "int32", (0, 32767), None),
         ("min_bytes", "int32", (0, 32767), None),
         ("max_bytes", "int32", (0, 32767), None),
+        ("max_records", "int32", (1, 32767), None),
+        ("batch_size", "int32", (1, 32767), None),
         ("topics", "[]FetchTopic", (0, 32767), None),
         ("forgotten_topics_data", "[]ForgottenTopic", (0, 32767), None),
     )
 
-    __slots__ = ("group_id", "member_id", "share_session_epoch", "max_wait_ms", "min_bytes", "max_bytes", "topics", "forgotten_topics_data")
+    __slots__ = ("group_id", "member_id", "share_session_epoch", "max_wait_ms", "min_bytes", "max_bytes", "max_records", "batch_size", "topics", "forgotten_topics_data")
 
-    def __init__(self, *, group_id: str | None = None, member_id: str | None = "", share_session_epoch: int = 0, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, topics: list[FetchTopic] = DEFAULT, forgotten_topics_data: list[ForgottenTopic] = DEFAULT) -> None:
+    def __init__(self, *, group_id: str | None = None, member_id: str | None = "", share_session_epoch: int = 0, max_wait_ms: int = 0, min_bytes: int = 0, max_bytes: int = 2147483647, max_records: int = 0, batch_size: int = 0, topics: list[FetchTopic] = DEFAULT, forgotten_topics_data: list[ForgottenTopic] = DEFAULT) -> None:
         self.group_id = group_id
         self.member_id = member_id
         self.share_session_epoch = share_session_epoch
         self.max_wait_ms = max_wait_ms
         self.min_bytes = min_bytes
         self.max_bytes = max_bytes
+        self.max_records = max_records
+        self.batch_size = batch_size
         self.topics = [] if topics is DEFAULT else topics
         self.forgotten_topics_data = [] if forgotten_topics_data is DEFAULT else forgotten_topics_data
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.group_id, self.member_id, self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes, self.topics, self.forgotten_topics_data) == (other.group_id, other.member_id, other.share_session_epoch, other.max_wait_ms, other.min_bytes, other.max_bytes, other.topics, other.forgotten_topics_data)  # type: ignore[attr-defined]
+        return (self.group_id, self.member_id, self.share_session_epoch, self.max_wait_ms, self.min_bytes, self.max_bytes, self.max_records, self.batch_size, self.topics, self.forgotten_topics_data) == (other.group_id, other.member_id, other.share_session_epoch, other.max_wait_ms, other.min_bytes, other.max_bytes, other.max_records, other.batch_size, other.topics, other.forgotten_topics_data)  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -272,5 +278,95 @@ def _dec_ShareFetchRequest_v0(data, pos, _ShareFetchRequest=ShareFetchRequest, _
     return o, pos
 
 
-ShareFetchRequest._ENCODERS = {0: _enc_ShareFetchRequest_v0}
-ShareFetchRequest._DECODERS = {0: _dec_ShareFetchRequest_v0}
+def _enc_FetchPartition_v1(o, buf, regions, _enc_AcknowledgementBatch_v0=_enc_AcknowledgementBatch_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
+    buf += _pk_i(o.partition_index)
+    lst = o.acknowledgement_batches
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_AcknowledgementBatch_v0(e, buf, regions)
+    buf.append(0)
+
+
+def _dec_FetchPartition_v1(data, pos, _FetchPartition=FetchPartition, _dec_AcknowledgementBatch_v0=_dec_AcknowledgementBatch_v0, _read_compact_array_len=_p.read_compact_array_len, _skip_tagged_fields=_p.skip_tagged_fields, _up_i=_S_i.unpack_from):
+    (v_partition_index,) = _up_i(data, pos)
+    pos += 4
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array acknowledgement_batches")
+    else:
+        v_acknowledgement_batches = []
+        for _ in range(n):
+            e, pos = _dec_AcknowledgementBatch_v0(data, pos)
+            v_acknowledgement_batches.append(e)
+    o = _FetchPartition(partition_index=v_partition_index, acknowledgement_batches=v_acknowledgement_batches)
+    pos = _skip_tagged_fields(data, pos)
+    return o, pos
+
+
+def _enc_FetchTopic_v1(o, buf, regions, _enc_FetchPartition_v1=_enc_FetchPartition_v1, _write_compact_array_len=_p.write_compact_array_len):
+    buf += o.topic_id.bytes
+    lst = o.partitions
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_FetchPartition_v1(e, buf, regions)
+    buf.append(0)
+
+
+def _dec_FetchTopic_v1(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v1=_dec_FetchPartition_v1, _read_compact_array_len=_p.read_compact_array_len, _read_uuid=_p.read_uuid, _skip_tagged_fields=_p.skip_tagged_fields):
+    v_topic_id, pos = _read_uuid(data, pos)
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array partitions")
+    else:
+        v_partitions = []
+        for _ in range(n):
+            e, pos = _dec_FetchPartition_v1(data, pos)
+            v_partitions.append(e)
+    o = _FetchTopic(topic_id=v_topic_id, partitions=v_partitions)
+    pos = _skip_tagged_fields(data, pos)
+    return o, pos
+
+
+def _enc_ShareFetchRequest_v1(o, buf, regions, _enc_FetchTopic_v1=_enc_FetchTopic_v1, _enc_ForgottenTopic_v0=_enc_ForgottenTopic_v0, _pk_iiiiii=_S_iiiiii.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
+    _write_compact_nullable_string(buf, o.group_id)
+    _write_compact_nullable_string(buf, o.member_id)
+    buf += _pk_iiiiii(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
+    lst = o.topics
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_FetchTopic_v1(e, buf, regions)
+    lst = o.forgotten_topics_data
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_ForgottenTopic_v0(e, buf, regions)
+    buf.append(0)
+
+
+def _dec_ShareFetchRequest_v1(data, pos, _ShareFetchRequest=ShareFetchRequest, _dec_FetchTopic_v1=_dec_FetchTopic_v1, _dec_ForgottenTopic_v0=_dec_ForgottenTopic_v0, _read_compact_array_len=_p.read_compact_array_len, _read_compact_nullable_string=_p.read_compact_nullable_string, _skip_tagged_fields=_p.skip_tagged_fields, _up_iiiiii=_S_iiiiii.unpack_from):
+    v_group_id, pos = _read_compact_nullable_string(data, pos)
+    v_member_id, pos = _read_compact_nullable_string(data, pos)
+    (v_share_session_epoch, v_max_wait_ms, v_min_bytes, v_max_bytes, v_max_records, v_batch_size) = _up_iiiiii(data, pos)
+    pos += 24
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array topics")
+    else:
+        v_topics = []
+        for _ in range(n):
+            e, pos = _dec_FetchTopic_v1(data, pos)
+            v_topics.append(e)
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array forgotten_topics_data")
+    else:
+        v_forgotten_topics_data = []
+        for _ in range(n):
+            e, pos = _dec_ForgottenTopic_v0(data, pos)
+            v_forgotten_topics_data.append(e)
+    o = _ShareFetchRequest(group_id=v_group_id, member_id=v_member_id, share_session_epoch=v_share_session_epoch, max_wait_ms=v_max_wait_ms, min_bytes=v_min_bytes, max_bytes=v_max_bytes, max_records=v_max_records, batch_size=v_batch_size, topics=v_topics, forgotten_topics_data=v_forgotten_topics_data)
+    pos = _skip_tagged_fields(data, pos)
+    return o, pos
+
+
+ShareFetchRequest._ENCODERS = {0: _enc_ShareFetchRequest_v0, 1: _enc_ShareFetchRequest_v1}
+ShareFetchRequest._DECODERS = {0: _dec_ShareFetchRequest_v0, 1: _dec_ShareFetchRequest_v1}

@@ -138,34 +138,36 @@ class NodeEndpoint(Struct):
 
 
 class ShareFetchResponse(Message):
-    """ShareFetchResponse: Kafka response, versions 0-0, flexible from 0."""
+    """ShareFetchResponse: Kafka response, versions 0-1, flexible from 0."""
 
     API_KEY = 78
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
         ("throttle_time_ms", "int32", (0, 32767), None),
         ("error_code", "int16", (0, 32767), None),
         ("error_message", "string", (0, 32767), (0, 32767)),
+        ("acquisition_lock_timeout_ms", "int32", (1, 32767), None),
         ("responses", "[]ShareFetchableTopicResponse", (0, 32767), None),
         ("node_endpoints", "[]NodeEndpoint", (0, 32767), None),
     )
 
-    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses", "node_endpoints")
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "acquisition_lock_timeout_ms", "responses", "node_endpoints")
 
-    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, responses: list[ShareFetchableTopicResponse] = DEFAULT, node_endpoints: list[NodeEndpoint] = DEFAULT) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, acquisition_lock_timeout_ms: int = 0, responses: list[ShareFetchableTopicResponse] = DEFAULT, node_endpoints: list[NodeEndpoint] = DEFAULT) -> None:
         self.throttle_time_ms = throttle_time_ms
         self.error_code = error_code
         self.error_message = error_message
+        self.acquisition_lock_timeout_ms = acquisition_lock_timeout_ms
         self.responses = [] if responses is DEFAULT else responses
         self.node_endpoints = [] if node_endpoints is DEFAULT else node_endpoints
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.throttle_time_ms, self.error_code, self.error_message, self.responses, self.node_endpoints) == (other.throttle_time_ms, other.error_code, other.error_message, other.responses, other.node_endpoints)  # type: ignore[attr-defined]
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.acquisition_lock_timeout_ms, self.responses, self.node_endpoints) == (other.throttle_time_ms, other.error_code, other.error_message, other.acquisition_lock_timeout_ms, other.responses, other.node_endpoints)  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -315,5 +317,47 @@ def _dec_ShareFetchResponse_v0(data, pos, _ShareFetchResponse=ShareFetchResponse
     return o, pos
 
 
-ShareFetchResponse._ENCODERS = {0: _enc_ShareFetchResponse_v0}
-ShareFetchResponse._DECODERS = {0: _dec_ShareFetchResponse_v0}
+def _enc_ShareFetchResponse_v1(o, buf, regions, _enc_NodeEndpoint_v0=_enc_NodeEndpoint_v0, _enc_ShareFetchableTopicResponse_v0=_enc_ShareFetchableTopicResponse_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
+    buf += _pk_ih(o.throttle_time_ms, o.error_code)
+    _write_compact_nullable_string(buf, o.error_message)
+    buf += _pk_i(o.acquisition_lock_timeout_ms)
+    lst = o.responses
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_ShareFetchableTopicResponse_v0(e, buf, regions)
+    lst = o.node_endpoints
+    _write_compact_array_len(buf, len(lst))
+    for e in lst:
+        _enc_NodeEndpoint_v0(e, buf, regions)
+    buf.append(0)
+
+
+def _dec_ShareFetchResponse_v1(data, pos, _ShareFetchResponse=ShareFetchResponse, _dec_NodeEndpoint_v0=_dec_NodeEndpoint_v0, _dec_ShareFetchableTopicResponse_v0=_dec_ShareFetchableTopicResponse_v0, _read_compact_array_len=_p.read_compact_array_len, _read_compact_nullable_string=_p.read_compact_nullable_string, _skip_tagged_fields=_p.skip_tagged_fields, _up_i=_S_i.unpack_from, _up_ih=_S_ih.unpack_from):
+    (v_throttle_time_ms, v_error_code) = _up_ih(data, pos)
+    pos += 6
+    v_error_message, pos = _read_compact_nullable_string(data, pos)
+    (v_acquisition_lock_timeout_ms,) = _up_i(data, pos)
+    pos += 4
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array responses")
+    else:
+        v_responses = []
+        for _ in range(n):
+            e, pos = _dec_ShareFetchableTopicResponse_v0(data, pos)
+            v_responses.append(e)
+    n, pos = _read_compact_array_len(data, pos)
+    if n < 0:
+        raise _p.DecodeError("null for non-nullable array node_endpoints")
+    else:
+        v_node_endpoints = []
+        for _ in range(n):
+            e, pos = _dec_NodeEndpoint_v0(data, pos)
+            v_node_endpoints.append(e)
+    o = _ShareFetchResponse(throttle_time_ms=v_throttle_time_ms, error_code=v_error_code, error_message=v_error_message, acquisition_lock_timeout_ms=v_acquisition_lock_timeout_ms, responses=v_responses, node_endpoints=v_node_endpoints)
+    pos = _skip_tagged_fields(data, pos)
+    return o, pos
+
+
+ShareFetchResponse._ENCODERS = {0: _enc_ShareFetchResponse_v0, 1: _enc_ShareFetchResponse_v1}
+ShareFetchResponse._DECODERS = {0: _dec_ShareFetchResponse_v0, 1: _dec_ShareFetchResponse_v1}

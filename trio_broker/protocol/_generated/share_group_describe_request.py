@@ -14,11 +14,11 @@ _S_o = struct.Struct(">?")
 
 
 class ShareGroupDescribeRequest(Message):
-    """ShareGroupDescribeRequest: Kafka request, versions 0-0, flexible from 0."""
+    """ShareGroupDescribeRequest: Kafka request, versions 0-1, flexible from 0."""
 
     API_KEY = 77
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = True
     _SCHEMA = (
@@ -65,5 +65,5 @@ def _dec_ShareGroupDescribeRequest_v0(data, pos, _ShareGroupDescribeRequest=Shar
     return o, pos
 
 
-ShareGroupDescribeRequest._ENCODERS = {0: _enc_ShareGroupDescribeRequest_v0}
-ShareGroupDescribeRequest._DECODERS = {0: _dec_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeRequest._ENCODERS = {0: _enc_ShareGroupDescribeRequest_v0, 1: _enc_ShareGroupDescribeRequest_v0}
+ShareGroupDescribeRequest._DECODERS = {0: _dec_ShareGroupDescribeRequest_v0, 1: _dec_ShareGroupDescribeRequest_v0}

@@ -121,11 +121,11 @@ class DescribedGroup(Struct):
 
 
 class ShareGroupDescribeResponse(Message):
-    """ShareGroupDescribeResponse: Kafka response, versions 0-0, flexible from 0."""
+    """ShareGroupDescribeResponse: Kafka response, versions 0-1, flexible from 0."""
 
     API_KEY = 77
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
@@ -291,5 +291,5 @@ def _dec_ShareGroupDescribeResponse_v0(data, pos, _ShareGroupDescribeResponse=Sh
     return o, pos
 
 
-ShareGroupDescribeResponse._ENCODERS = {0: _enc_ShareGroupDescribeResponse_v0}
-ShareGroupDescribeResponse._DECODERS = {0: _dec_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeResponse._ENCODERS = {0: _enc_ShareGroupDescribeResponse_v0, 1: _enc_ShareGroupDescribeResponse_v0}
+ShareGroupDescribeResponse._DECODERS = {0: _dec_ShareGroupDescribeResponse_v0, 1: _dec_ShareGroupDescribeResponse_v0}

@@ -14,11 +14,11 @@ _S_i = struct.Struct(">i")
 
 
 class ShareGroupHeartbeatRequest(Message):
-    """ShareGroupHeartbeatRequest: Kafka request, versions 0-0, flexible from 0."""
+    """ShareGroupHeartbeatRequest: Kafka request, versions 0-1, flexible from 0."""
 
     API_KEY = 76
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = True
     _SCHEMA = (
@@ -80,5 +80,5 @@ def _dec_ShareGroupHeartbeatRequest_v0(data, pos, _ShareGroupHeartbeatRequest=Sh
     return o, pos
 
 
-ShareGroupHeartbeatRequest._ENCODERS = {0: _enc_ShareGroupHeartbeatRequest_v0}
-ShareGroupHeartbeatRequest._DECODERS = {0: _dec_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatRequest._ENCODERS = {0: _enc_ShareGroupHeartbeatRequest_v0, 1: _enc_ShareGroupHeartbeatRequest_v0}
+ShareGroupHeartbeatRequest._DECODERS = {0: _dec_ShareGroupHeartbeatRequest_v0, 1: _dec_ShareGroupHeartbeatRequest_v0}

@@ -54,11 +54,11 @@ class Assignment(Struct):
 
 
 class ShareGroupHeartbeatResponse(Message):
-    """ShareGroupHeartbeatResponse: Kafka response, versions 0-0, flexible from 0."""
+    """ShareGroupHeartbeatResponse: Kafka response, versions 0-1, flexible from 0."""
 
     API_KEY = 76
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
@@ -165,5 +165,5 @@ def _dec_ShareGroupHeartbeatResponse_v0(data, pos, _ShareGroupHeartbeatResponse=
     return o, pos
 
 
-ShareGroupHeartbeatResponse._ENCODERS = {0: _enc_ShareGroupHeartbeatResponse_v0}
-ShareGroupHeartbeatResponse._DECODERS = {0: _dec_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatResponse._ENCODERS = {0: _enc_ShareGroupHeartbeatResponse_v0, 1: _enc_ShareGroupHeartbeatResponse_v0}
+ShareGroupHeartbeatResponse._DECODERS = {0: _dec_ShareGroupHeartbeatResponse_v0, 1: _dec_ShareGroupHeartbeatResponse_v0}

@@ -1,0 +1,14 @@
+"""ShareFetch (key 78): acknowledge, then acquire records for a share group member; the
+answer may wait in the fetch purgatory (cluster/groups/share/share_fetch.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    return broker.group_coordinator.share_partitions.fetch(request)
