@@ -54,7 +54,8 @@ def iter_log_batches(log: PartitionLog) -> Iterator[memoryview]:
     for segment in list(log.segments):
         if segment.size == 0:
             continue
-        data = os.pread(segment.fd, segment.size, 0)
+        file = segment.file()
+        data = os.pread(file.fd, segment.size, 0)
         mv = memoryview(data)
         for pos, header in iter_batches(mv):
             yield mv[pos : pos + header.size]

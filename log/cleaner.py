@@ -155,7 +155,7 @@ class _Pass:
         segments = log.segments
         active = segments[-1]
         for segment, size in zip(self.targets, self.sizes, strict=True):
-            if segment is active or segment.size != size or segment.fd < 0:
+            if segment is active or segment.size != size or segment.closed:
                 return False
             if not any(s is segment for s in segments):
                 return False
@@ -203,7 +203,8 @@ def _plan(log: PartitionLog, *, first_dirty_offset: int, now_ms: int, force: boo
     fds: list[int] = []
     try:
         for segment in segments:
-            fds.append(os.dup(segment.fd))
+            file = segment.file()
+            fds.append(os.dup(file.fd))
     except OSError:
         for fd in fds:
             os.close(fd)
@@ -361,7 +362,7 @@ def _write_cleaned(
     # Kafka keeps the old modification time: an empty cleaned segment's largest timestamp
     # is its mtime, which must not restart its retention.
     stat = os.fstat(plan.fds[slot])
-    os.utime(new.fd, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.utime(new.log_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     return True
 
 

@@ -49,6 +49,7 @@ from trio_broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, PARTITION_METAD
 from trio_broker.log.loader import load_log
 from trio_broker.log.partition_log import PartitionLog
 from trio_broker.log.producer_state import SNAPSHOT_SUFFIX
+from trio_broker.log.reader import FileRegion
 
 if TYPE_CHECKING:
     from trio_broker.log.manager import LogManager
@@ -232,7 +233,7 @@ class LogDirMove:
             regions = self._regions(CATCH_UP_CHUNK_BYTES)
             if regions is None:
                 break  # caught up
-            if sum(size for _, _, size in regions) < SWAP_BELOW_BYTES:
+            if sum(region.size for region in regions) < SWAP_BELOW_BYTES:
                 data = _read_regions(regions)
                 future.append_as_follower(data)
                 if quota is not None:
@@ -263,8 +264,9 @@ class LogDirMove:
         ):
             raise _Restart("the current log was truncated")
 
-    def _regions(self, max_bytes: int) -> list[tuple[int, int, int]] | None:
-        """(fd, position, size) of the batches the future lacks; None when it has them all."""
+    def _regions(self, max_bytes: int) -> list[FileRegion] | None:
+        """File regions of the batches the future lacks; None when it has them all (each
+        holds its segment's file open until read)."""
         future = self.future
         assert future is not None
         log = self.log
@@ -277,7 +279,7 @@ class LogDirMove:
             result = log.read(future.log_end_offset, max_bytes, max_offset=log.log_end_offset)
         except KafkaError as exc:
             raise _Restart(f"cannot read the current log: {exc}") from exc
-        return [(r.fd, r.position, r.size) for r in result.regions]
+        return result.regions
 
     def _swap(self, manager: LogManager) -> None:
         log, future = self.log, self.future
@@ -392,10 +394,11 @@ def _copy_chunks(
     return copied
 
 
-def _read_regions(regions: list[tuple[int, int, int]]) -> bytes:
+def _read_regions(regions: list[FileRegion]) -> bytes:
     parts = []
-    for fd, position, size in regions:
-        data = os.pread(fd, size, position)
+    for region in regions:
+        position, size = region.position, region.size
+        data = os.pread(region.fd, size, position)
         if len(data) != size:
             raise _Restart(f"short read of {size} bytes at {position}")
         parts.append(data)

@@ -1,9 +1,19 @@
 """The sparse indexes beside each segment: `.index` (offset -> position) and `.timeindex`.
 
-Both are files of fixed-size big-endian entries, preallocated to `segment.index.bytes`
-while the segment is active and trimmed to the written entries when it is rolled or
-closed, as Kafka's AbstractIndex does. The entries also live in memory (two arrays), so
-lookups are a bisect and never touch the disk; writes are `os.pwrite` into the page cache.
+Both are files of fixed-size big-endian entries (Kafka's AbstractIndex format). The entries
+live in memory (two arrays), so lookups are a bisect and never touch the disk, and no file
+descriptor is held: a broker with tens of thousands of partitions would otherwise spend two
+descriptors per segment on files it reads once (Kafka memory-maps them and closes the
+files; reading them into memory is the same, without the mapping).
+
+Appends go to memory only; the file is brought up to date (the new entries written, and
+the file cut to the entries) by `sync_to_file` on roll, flush and close: a file open,
+a pwrite and a close. An index the file lags behind is only ever that of a segment at or
+above the recovery point, which recovery after a crash rebuilds from the log anyway;
+below the recovery point every index was written and fsynced by the flush that moved it.
+Kafka preallocates the active segment's index to `segment.index.bytes` for its mapping;
+here that size only bounds the entries (`is_full` rolls the segment), and files hold
+exactly their entries.
 
 - OffsetIndex entry (8 bytes): relative offset int32, file position int32.
 - TimeIndex entry (12 bytes): timestamp int64, relative offset int32 of the batch holding
@@ -17,6 +27,7 @@ import bisect
 import logging
 import os
 import struct
+import threading
 from pathlib import Path
 
 __all__ = ["CorruptIndexError", "OffsetIndex", "TimeIndex"]
@@ -39,30 +50,40 @@ class _Index:
         self.base_offset = base_offset
         self.keys = array.array("q")  # relative offsets (OffsetIndex) or timestamps (TimeIndex)
         self.values = array.array("q")  # positions (OffsetIndex) or relative offsets (TimeIndex)
-        newly_created = not self.path.exists()
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         self.max_entries = max_index_size // self.entry.size
-        if newly_created:
-            os.ftruncate(self.fd, self.max_entries * self.entry.size)
-        else:
-            self._load()
+        # Entries [0, on_disk) are in the file as they are in memory. The lock orders the
+        # flusher thread's sync_to_file against truncations on the event loop's thread.
+        self.on_disk = 0
+        self._lock = threading.Lock()
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            # Created now, empty, so that the segment's three files exist together.
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+            return
+        try:
+            self._load(fd)
+        finally:
+            os.close(fd)
 
     # -- loading ---------------------------------------------------------------------------
 
-    def _load(self) -> None:
-        length = os.fstat(self.fd).st_size
+    def _load(self, fd: int) -> None:
+        length = os.fstat(fd).st_size
         if length % self.entry.size:
             raise CorruptIndexError(
                 f"index file {self.path} has size {length}, not a multiple of {self.entry.size}"
             )
-        data = os.pread(self.fd, length, 0)
+        data = os.pread(fd, length, 0)
         for key, value in self.entry.iter_unpack(data):
-            # A file that was never trimmed (unclean stop) ends in zeroed slots; entries
-            # are strictly increasing, so the first one that is not ends the valid part.
+            # A file that was never trimmed (unclean stop, or a preallocated file of an
+            # older version or of Kafka) ends in zeroed slots; entries are strictly
+            # increasing, so the first one that is not ends the valid part.
             if self.keys and not self._follows(key, value):
                 break
             self.keys.append(key)
             self.values.append(value)
+        self.on_disk = len(self.keys) if len(self.keys) * self.entry.size == length else 0
         # An index loaded from disk can grow again only if it is the active segment's,
         # which calls resize(); until then it holds what it has.
         self.max_entries = max(self.max_entries, len(self.keys))
@@ -85,19 +106,17 @@ class _Index:
         return len(self.keys) * self.entry.size
 
     def _write(self, key: int, value: int) -> None:
-        os.pwrite(self.fd, self.entry.pack(key, value), len(self.keys) * self.entry.size)
         self.keys.append(key)
         self.values.append(value)
 
     def _truncate_entries(self, n: int) -> None:
-        del self.keys[n:]
-        del self.values[n:]
-        # Zero the dropped slots so a later load does not mistake them for entries.
-        length = os.fstat(self.fd).st_size
-        start = n * self.entry.size
-        if start < length:
-            os.ftruncate(self.fd, start)
-            os.ftruncate(self.fd, length)
+        with self._lock:
+            del self.keys[n:]
+            del self.values[n:]
+            if self.on_disk > n:
+                # Cut the file at once, so that a later load never finds the dropped entries.
+                os.truncate(self.path, n * self.entry.size)
+                self.on_disk = n
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first `n` entries (undoing appends that a failed write followed)."""
@@ -105,36 +124,60 @@ class _Index:
             self._truncate_entries(n)
 
     def reset(self) -> None:
-        """Forget every entry (before a rebuild) and preallocate again."""
-        self.keys = array.array("q")
-        self.values = array.array("q")
-        os.ftruncate(self.fd, 0)
-        os.ftruncate(self.fd, self.max_entries * self.entry.size)
+        """Forget every entry (before a rebuild)."""
+        with self._lock:
+            self.keys = array.array("q")
+            self.values = array.array("q")
+            os.truncate(self.path, 0)
+            self.on_disk = 0
 
     def resize(self, max_index_size: int) -> None:
-        """Preallocate to `max_index_size` (rounded down to whole entries), keeping entries."""
+        """Allow up to `max_index_size` bytes of entries (whole entries), keeping entries."""
         self.max_entries = max(max_index_size // self.entry.size, len(self.keys))
-        os.ftruncate(self.fd, self.max_entries * self.entry.size)
 
     def trim_to_valid_size(self) -> None:
-        """Shrink the file to the written entries (on roll and close)."""
+        """No more entries (on roll and close): write what the file lacks."""
         self.max_entries = len(self.keys)
-        os.ftruncate(self.fd, self.size_in_bytes)
+        self.sync_to_file()
+
+    def sync_to_file(self, *, fsync: bool = False) -> None:
+        """Write the entries the file lacks and cut it to the entries; `fsync`: make it
+        durable. Safe in a worker thread (the flusher) while the event loop appends."""
+        with self._lock:
+            # The event loop may be between the two appends of _write: whole entries only.
+            n = min(len(self.keys), len(self.values))
+            start = self.on_disk
+            if start == n and not fsync:
+                return
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                if start < n:
+                    pack = self.entry.pack
+                    data = b"".join(
+                        pack(k, v)
+                        for k, v in zip(self.keys[start:n], self.values[start:n], strict=True)
+                    )
+                    os.pwrite(fd, data, start * self.entry.size)
+                if os.fstat(fd).st_size != n * self.entry.size:
+                    os.ftruncate(fd, n * self.entry.size)
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.on_disk = n
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        self.sync_to_file(fsync=True)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Nothing to close: no descriptor is held (kept for the segment's close path)."""
 
     def rename(self, new_path: Path) -> None:
-        os.rename(self.path, new_path)
-        self.path = new_path
+        with self._lock:
+            os.rename(self.path, new_path)
+            self.path = new_path
 
     def delete(self) -> None:
-        self.close()
         self.path.unlink(missing_ok=True)
 
 

@@ -229,7 +229,8 @@ def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
         ):
             epochs.append((header.partition_leader_epoch, header.base_offset))
 
-    size_before = os.fstat(segment.fd).st_size
+    file = segment.file()
+    size_before = os.fstat(file.fd).st_size
     segment.txn_index.reset(rebuild=True)  # rebuilt by rebuild_producer_state's replay
     truncated = segment.recover(on_batch)
     for epoch, offset in epochs:

@@ -37,6 +37,7 @@ from trio_broker.log.checkpoints import (
     write_offset_checkpoint,
 )
 from trio_broker.log.config import LogConfig
+from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS
 from trio_broker.log.loader import load_log
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
 
@@ -331,9 +332,11 @@ class LogManager:
         return log
 
     def _creation_failed(self, log_dir: Path, exc: OSError) -> None:
-        # A full disk leaves the dir online (creation is retried once there is space); any
-        # other error leaves its files in doubt.
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+        # A full disk leaves the dir online (creation is retried once there is space), and
+        # so does a lack of descriptors (EMFILE, ENFILE: a process or system limit, not the
+        # disk): the new partition fails, the others go on. Any other error leaves the
+        # dir's files in doubt.
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, *DESCRIPTOR_ERRNOS):
             self.mark_dir_offline(log_dir, exc)
 
     def new_logs_not_durable(self, exc: OSError) -> Path | None:

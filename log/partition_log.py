@@ -28,6 +28,7 @@ from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log import reader
 from trio_broker.log.checkpoints import fsync_dir, write_partition_metadata
 from trio_broker.log.config import LogConfig, TimestampType
+from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS
 from trio_broker.log.leader_epoch import LeaderEpochCache
 from trio_broker.log.producer_state import (
     CompletedTxn,
@@ -55,6 +56,9 @@ from trio_broker.protocol.records import (
 __all__ = ["AppendResult", "PartitionLog", "wall_clock_ms"]
 
 logger = logging.getLogger(__name__)
+
+# Errors after which the log is exactly as it was: the request fails, the log dir stays up.
+_RECOVERABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT}) | DESCRIPTOR_ERRNOS
 
 
 def wall_clock_ms() -> int:
@@ -160,11 +164,11 @@ class PartitionLog:
         single log dir that turns a full-disk blip into an outage that needs an operator,
         while the undo has made the error harmless. Anything else (EIO, an undo that
         failed: SegmentStateUnknown) means the files can no longer be trusted, and the
-        log dir goes offline, as in Kafka.
+        log dir goes offline, as in Kafka. Running out of descriptors (EMFILE, ENFILE:
+        a segment file that could not be opened) is no disk failure either: nothing was
+        written, this request fails and the log stays online.
         """
-        recoverable = exc.errno in (errno.ENOSPC, errno.EDQUOT) and not isinstance(
-            exc, SegmentStateUnknown
-        )
+        recoverable = exc.errno in _RECOVERABLE_ERRNOS and not isinstance(exc, SegmentStateUnknown)
         if recoverable:
             logger.warning("log %s: %s failed, nothing written: %s", self.name, what, exc)
         else:
@@ -782,9 +786,15 @@ class PartitionLog:
         self.closed = True
 
     def rename_dir(self, new_dir: Path) -> None:
-        """Move the partition directory (delete-pending); open fds stay valid."""
+        """Move the partition directory (delete-pending); open fds stay valid, and files
+        opened again (segment files leave the file cache when idle) are found there."""
         os.rename(self.dir, new_dir)
         self.dir = new_dir
+        for segment in list(self.segments) + [s for _, s in self.pending_deletes]:
+            segment.dir = new_dir
+            segment.log_path = new_dir / segment.log_path.name
+            for index in (segment.offset_index, segment.time_index, segment.txn_index):
+                index.path = new_dir / index.path.name
         self.closed = True
 
     def delete(self) -> None:

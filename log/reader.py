@@ -10,12 +10,15 @@ methods; the log's state is only ever changed by its own methods.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import attrs
 
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS, SegmentFile
 
 if TYPE_CHECKING:
     from trio_broker.log.partition_log import PartitionLog
@@ -31,13 +34,42 @@ __all__ = [
 ]
 
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _descriptors_as_storage_error(read: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A segment file that cannot be opened for lack of descriptors (EMFILE, ENFILE) fails
+    this read with KAFKA_STORAGE_ERROR (retriable); the log and its dir stay online."""
+
+    @functools.wraps(read)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return read(*args, **kwargs)
+        except OSError as exc:
+            if exc.errno not in DESCRIPTOR_ERRNOS:
+                raise
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open a segment: {exc}"
+            ) from exc
+
+    return wrapper
+
+
 @attrs.frozen(kw_only=True)
 class FileRegion:
-    """Bytes of a segment file to send as they are: os.sendfile(sock, fd, position, size)."""
+    """Bytes of a segment file to send as they are: os.sendfile(sock, fd, position, size).
 
-    fd: int
+    It holds the segment's open file, so the descriptor stays open (even if the file cache
+    lets the segment go meanwhile) until the response that carries it has been sent."""
+
+    file: SegmentFile
     position: int
     size: int
+
+    @property
+    def fd(self) -> int:
+        return self.file.fd
 
 
 @attrs.frozen(kw_only=True)
@@ -53,6 +85,7 @@ class ReadResult:
     log_end_offset: int
 
 
+@_descriptors_as_storage_error
 def read_batches(
     log: PartitionLog,
     fetch_offset: int,
@@ -109,7 +142,7 @@ def read_batches(
             total += header.size
             next_offset = header.next_offset
         if region_size:
-            regions.append(FileRegion(fd=segment.fd, position=region_start, size=region_size))
+            regions.append(FileRegion(file=segment.file(), position=region_start, size=region_size))
         if stop:
             break
         slot += 1
@@ -137,6 +170,7 @@ def collect_aborted_transactions(
     return out
 
 
+@_descriptors_as_storage_error
 def offset_for_timestamp(log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the first record with timestamp >= `timestamp`, if any."""
     log._check_open()
@@ -148,6 +182,7 @@ def offset_for_timestamp(log: PartitionLog, timestamp: int) -> tuple[int, int] |
     return None
 
 
+@_descriptors_as_storage_error
 def max_timestamp_offset(log: PartitionLog) -> tuple[int, int] | None:
     """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
     log._check_open()

@@ -3,6 +3,11 @@
 Batches are written exactly as given with `os.write` (page cache, no fsync) and found
 again by reading 61-byte headers with `os.pread`; batch bodies are never read into Python
 except by recovery (CRC checks) and by ListOffsets-by-timestamp (record timestamps).
+
+The `.log` file is open only while it is in use: every access goes through `file()`, which
+takes it from the process's bounded cache of open segment files (log/file_cache.py),
+opening it again if it was closed while idle. Code that uses the descriptor holds the
+`SegmentFile` for as long as it does, so it cannot be closed under it.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from trio_broker.log.file_cache import SegmentFile, segment_files
 from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from trio_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from trio_broker.protocol.record_codec import iter_records
@@ -67,16 +73,18 @@ class LogSegment:
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX + file_suffix)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.closed = False
+        # The open descriptor while the file cache holds it (see `file`).
+        self._file: SegmentFile | None = None
+        self._create = True  # the first open creates the file; later ones find it
+        file = segment_files.get(self)
+        self._create = False
         try:
-            self._open_indexes(partition_dir, base_offset, max_index_size, file_suffix)
+            self._open_indexes(partition_dir, base_offset, max_index_size, file_suffix, file)
         except BaseException:
             # A roll on a full disk fails here (ENOSPC creating an index): no fd may leak.
-            os.close(self.fd)
-            for name in ("offset_index", "time_index"):
-                index = getattr(self, name, None)
-                if index is not None:
-                    index.close()
+            self.closed = True
+            segment_files.forget(self)
             raise
         self.created_ms = created_ms
         self.rolling_based_timestamp: int | None = None
@@ -87,10 +95,34 @@ class LogSegment:
         # the log end; None until an append, and after anything that rewrites the tail.
         self._tail: tuple[int, BatchHeader] | None = None
 
+    def _open_file(self) -> int:
+        flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if self._create else 0)
+        return os.open(self.log_path, flags, 0o644)
+
+    def file(self) -> SegmentFile:
+        """The open `.log` file; hold it while using its descriptor. OSError when the
+        segment is closed (deleted meanwhile), or when it cannot be opened (EMFILE)."""
+        if self.closed:
+            raise OSError(9, f"segment {self.log_path} is closed")  # EBADF
+        return segment_files.get(self)
+
+    @property
+    def fd(self) -> int:
+        """The descriptor, for a use right away on the event loop (-1 once closed); code
+        that may run beside other threads holds `file()` instead."""
+        if self.closed:
+            return -1
+        return segment_files.get(self).fd
+
     def _open_indexes(
-        self, partition_dir: Path, base_offset: int, max_index_size: int, file_suffix: str
+        self,
+        partition_dir: Path,
+        base_offset: int,
+        max_index_size: int,
+        file_suffix: str,
+        file: SegmentFile,
     ) -> None:
-        self.size = os.fstat(self.fd).st_size
+        self.size = os.fstat(file.fd).st_size
         self.bytes_since_last_index_entry = 0
         self.index_needs_rebuild = False
         index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX + file_suffix)
@@ -126,7 +158,8 @@ class LogSegment:
     # -- reading headers -------------------------------------------------------------------
 
     def read_header_at(self, position: int) -> BatchHeader:
-        return read_header(os.pread(self.fd, HEADER_SIZE, position))
+        file = self.file()  # held across the read: another thread may evict it
+        return read_header(os.pread(file.fd, HEADER_SIZE, position))
 
     def batches_from(
         self, position: int = 0, end: int | None = None
@@ -139,12 +172,15 @@ class LogSegment:
         fetch from a tailing consumer.
         """
         end = self.size if end is None else end
+        if end - position < HEADER_SIZE:
+            return
+        file = self.file()
         buf = b""
         buf_start = position
         while end - position >= HEADER_SIZE:
             at = position - buf_start
             if at + HEADER_SIZE > len(buf):
-                buf = os.pread(self.fd, min(_SCAN_BYTES, end - position), position)
+                buf = os.pread(file.fd, min(_SCAN_BYTES, end - position), position)
                 buf_start, at = position, 0
                 if len(buf) < HEADER_SIZE:
                     return
@@ -240,9 +276,10 @@ class LogSegment:
         physical = self.size
         if physical == 0:
             self.rolling_based_timestamp = batches[0][1]
+        file = self.file()
         view = data
         while view:
-            view = view[os.write(self.fd, view) :]
+            view = view[os.write(file.fd, view) :]
         for last_offset, max_timestamp, size in batches:
             if max_timestamp > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = max_timestamp
@@ -276,11 +313,12 @@ class LogSegment:
         try:
             # Shrinking needs no space, so this works on a full disk; what a failed write
             # left (part of a batch) must go before anyone appends after it.
-            os.ftruncate(self.fd, start)
+            file = self.file()
+            os.ftruncate(file.fd, start)
             self.offset_index.truncate_entries(offset_entries)
             self.time_index.truncate_entries(time_entries)
             self.txn_index.undo_to(aborted_entries)
-            actual = os.fstat(self.fd).st_size
+            actual = os.fstat(file.fd).st_size
         except OSError as undo_exc:
             raise SegmentStateUnknown(
                 undo_exc.errno,
@@ -339,12 +377,13 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far = -1, self.base_offset
-        file_size = os.fstat(self.fd).st_size
+        file = self.file()
+        file_size = os.fstat(file.fd).st_size
         valid = 0
         last_index_entry = 0
         next_offset = self.base_offset
         while valid < file_size:
-            chunk = os.pread(self.fd, min(_RECOVERY_CHUNK, file_size - valid), valid)
+            chunk = os.pread(file.fd, min(_RECOVERY_CHUNK, file_size - valid), valid)
             consumed, headers = scan_valid_prefix(chunk)
             if consumed == 0:
                 # Either one batch is larger than the chunk, or the data is bad here.
@@ -355,7 +394,7 @@ class LogSegment:
                     break
                 if header.size <= len(chunk):
                     break
-                chunk = os.pread(self.fd, header.size, valid)
+                chunk = os.pread(file.fd, header.size, valid)
                 consumed, headers = scan_valid_prefix(chunk)
                 if consumed == 0:
                     break
@@ -383,7 +422,7 @@ class LogSegment:
                 break
         truncated = file_size - valid
         if truncated:
-            os.ftruncate(self.fd, valid)
+            os.ftruncate(file.fd, valid)
         self.size = valid
         self._next_offset = next_offset
         self._tail = None
@@ -405,7 +444,8 @@ class LogSegment:
             return 0
         position = found[0]
         removed = self.size - position
-        os.ftruncate(self.fd, position)
+        file = self.file()
+        os.ftruncate(file.fd, position)
         self.size = position
         self._next_offset = None if position else self.base_offset
         self._tail = None
@@ -432,7 +472,10 @@ class LogSegment:
         return self.last_modified_ms()
 
     def last_modified_ms(self) -> int:
-        return int(os.fstat(self.fd).st_mtime * 1000)
+        if self.closed:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        file = self.file()
+        return int(os.fstat(file.fd).st_mtime * 1000)
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int
@@ -443,7 +486,8 @@ class LogSegment:
         for pos, header in self.batches_from(position):
             if header.max_timestamp < timestamp or header.last_offset < starting_offset:
                 continue
-            for record in iter_records(os.pread(self.fd, header.size, pos)):
+            file = self.file()
+            for record in iter_records(os.pread(file.fd, header.size, pos)):
                 if record.timestamp >= timestamp and record.offset >= starting_offset:
                     return record.offset, record.timestamp
         return None
@@ -458,7 +502,8 @@ class LogSegment:
                 continue
             if header.is_log_append_time:
                 return header.base_offset, header.max_timestamp
-            for record in iter_records(os.pread(self.fd, header.size, pos)):
+            file = self.file()
+            for record in iter_records(os.pread(file.fd, header.size, pos)):
                 if record.timestamp == header.max_timestamp:
                     return record.offset, record.timestamp
         return None
@@ -466,27 +511,26 @@ class LogSegment:
     # -- files -----------------------------------------------------------------------------
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        file = self.file()
+        os.fsync(file.fd)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
 
     def close(self) -> None:
         """Close cleanly: the indexes are trimmed so a restart can trust them."""
-        if self.fd < 0:
+        if self.closed:
             return
         self.on_become_inactive()
         self.close_handlers()
 
     def close_handlers(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        self.offset_index.close()
-        self.time_index.close()
+        """Close the file (its descriptor closes once no fetch holds it any more)."""
+        self.closed = True
+        segment_files.forget(self)
 
     def rename_to_deleted(self) -> None:
-        """Mark for asynchronous deletion; the fds stay open for in-flight file regions."""
+        """Mark for asynchronous deletion (in-flight file regions hold their descriptors)."""
         new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, new_log)
         self.log_path = new_log

@@ -126,7 +126,8 @@ def replay_batch(
     state = log.producer_state
     info = state.prepare_update(header.producer_id)
     if header.is_control:
-        batch = os.pread(segment.fd, header.size, position)
+        file = segment.file()  # held across the read (recovery runs in threads)
+        batch = os.pread(file.fd, header.size, position)
         done = end_txn_marker(info, batch, header.base_offset, validate=False)
         state.update(info)
         if done is not None and index:

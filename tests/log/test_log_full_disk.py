@@ -89,26 +89,27 @@ def test_failed_data_write_is_undone_and_appends_resume(disk):
         log.close()
 
 
-def test_failed_index_write_is_undone(disk):
-    # The first batch gets no index entry; the second does, and the index file's first page
-    # is allocated only then: with no page left, the index write fails after the data
-    # write succeeded (the data fits in the segment's already allocated page).
+def test_index_entries_wait_in_memory_for_a_disk_with_room(disk):
+    # Index entries are kept in memory and written on flush, roll and close (no descriptor
+    # is held for an index): a full disk fails the flush, not the append, and the entries
+    # reach the file once there is room again.
     config = LogConfig(index_interval_bytes=1)
     log = open_on(disk, config)
     first = make_batch(1, tag=b"first")
     append(log, first)
-    assert log.active_segment.offset_index.entries == 0
     filler = fill_disk(disk, 0)
-    with pytest.raises(KafkaError) as failed:
-        append(log, make_batch(1, tag=b"second"))
-    assert failed.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    segment = log.active_segment
-    assert os.path.getsize(segment.log_path) == segment.size == len(first)
-    assert segment.offset_index.entries == 0
-    assert log.log_end_offset == 1
-    filler.unlink()
     assert append(log, make_batch(1, tag=b"second")).first_offset == 1
+    segment = log.active_segment
     assert segment.offset_index.entries == 1
+    check_index_points_at_batches(log)
+    with pytest.raises(OSError):
+        segment.offset_index.flush()
+    filler.unlink()
+    log.flush()
+    assert os.path.getsize(segment.offset_index.path) == 8
+    log.close()
+    log = open_on(disk, config)
+    assert log.active_segment.offset_index.entries == 1
     check_index_points_at_batches(log)
     assert offsets_in(region_bytes(log.read(0, 1 << 20))) == [0, 1]
     log.close()
