@@ -1,4 +1,5 @@
-"""DescribeConfigs (key 32): topic, broker and group configs with their sources and synonyms.
+"""DescribeConfigs (key 32): topic, broker and group configs with their sources and synonyms,
+and the broker's log levels (BROKER_LOGGER, apis/broker_logger.py).
 
 Each resource is answered on its own: a type this broker does not serve gets
 INVALID_REQUEST for that resource, and the others are still described."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trio_broker.apis.broker_logger import broker_logger_entries
 from trio_broker.apis.config_entries import (
     CONFIG_TYPES,
     ConfigEntry,
@@ -73,6 +75,8 @@ def _entries(
         check_group_resource(name)
         overrides = broker.metadata.group_configs.get(name, {})
         return list(group_entries(broker.config, overrides, keys))
+    if resource_type == ResourceType.BROKER_LOGGER:
+        return list(broker_logger_entries(broker, name, keys))
     raise unsupported_resource(resource_type)
 
 

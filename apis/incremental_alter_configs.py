@@ -1,5 +1,6 @@
 """IncrementalAlterConfigs (key 44): SET, DELETE, APPEND and SUBTRACT single topic,
-group and dynamic broker keys.
+group and dynamic broker keys, and SET and DELETE log levels (BROKER_LOGGER,
+apis/broker_logger.py).
 
 Unlike AlterConfigs, keys the request does not name keep their overrides. APPEND and
 SUBTRACT work on every LIST key only (INVALID_CONFIG on any other), starting from the
@@ -19,6 +20,7 @@ from trio_broker.apis.alter_configs import (
     apply_topic_configs,
     existing_topic,
 )
+from trio_broker.apis.broker_logger import alter_broker_loggers
 from trio_broker.apis.config_entries import (
     ResourceType,
     check_broker_resource,
@@ -154,6 +156,8 @@ def _alter(broker: Broker, resource: AlterConfigsResource, validate_only: bool) 
         current = dict(broker.metadata.group_configs.get(name, {}))
         overrides = apply_ops(current, resource.configs, _group_key_type, group_default)
         apply_group_configs(broker, name, overrides, validate_only)
+    elif kind == ResourceType.BROKER_LOGGER:
+        alter_broker_loggers(broker, name, resource.configs, validate_only)
     else:
         raise unsupported_resource(kind)
 

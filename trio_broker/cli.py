@@ -1,6 +1,7 @@
 """The `trio-broker` command (also `python -m trio_broker`).
 
     trio-broker serve [--config server.properties] [--override key=value ...]
+                      [--log-config FILE | --log-format json --log-file PATH ...]
     trio-broker topics|groups|configs|cluster|produce|consume ...   (admin_cli/)
 
 Subcommands import what they need when they run, so `serve` starts fast.
@@ -45,7 +46,10 @@ def build_parser(*, admin: bool = True) -> argparse.ArgumentParser:
         type=_parse_override,
         help="set one configuration key (repeatable; wins over --config)",
     )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # --log-level, --logger, --log-format, --log-file*, --log-config.
+    from trio_broker import serve_logging
+
+    serve_logging.add_arguments(serve)
     # Their modules import nothing heavy at the top; pyspark and confluent-kafka are
     # imported only when those subcommands run.
     from trio_broker import perf, report_cli
@@ -207,9 +211,17 @@ def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(admin=argv[:1] != ["serve"]).parse_args(argv)
-    _configure_logging(getattr(args, "log_level", "INFO"))
     if args.command == "serve":
+        from trio_broker import serve_logging
+
+        try:
+            serve_logging.configure(args)
+        except serve_logging.LoggingError as exc:
+            _configure_logging("INFO")
+            logger.error("%s", exc)
+            return 2
         return _serve(args)
+    _configure_logging(getattr(args, "log_level", None) or "INFO")
     if args.command == "report":
         from trio_broker import report_cli
 

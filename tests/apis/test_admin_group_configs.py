@@ -146,9 +146,9 @@ def test_legacy_alter_configs_replaces_a_groups_overrides(kafka_broker):
 
 
 def test_unserved_resource_types_are_refused_one_by_one(kafka_broker):
-    # BROKER_LOGGER (8) and CLIENT_METRICS (16) are not served here, 64 is no type at all,
-    # and a GROUP needs a name: each gets its own error, and the topic between them its
-    # configs.
+    # CLIENT_METRICS (16) is not served here, 64 is no type at all, and a GROUP needs a
+    # name: each gets its own error, and the topic and the log levels (BROKER_LOGGER, 8)
+    # between them their configs.
     client = admin(kafka_broker)
     create(client, "beside")
     resources = [
@@ -171,7 +171,7 @@ def test_unserved_resource_types_are_refused_one_by_one(kafka_broker):
     assert got == [
         (16, ErrorCode.INVALID_REQUEST, "Unsupported resource type: CLIENT_METRICS"),
         (2, ErrorCode.NONE, None),
-        (8, ErrorCode.INVALID_REQUEST, "Unsupported resource type: BROKER_LOGGER"),
+        (8, ErrorCode.NONE, None),
         (64, ErrorCode.INVALID_REQUEST, "Unsupported resource type: UNKNOWN"),
         (32, ErrorCode.INVALID_REQUEST, "Group name must not be empty"),
         (32, ErrorCode.NONE, None),
