@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "LOG_START_OFFSET_CHECKPOINT",
@@ -71,6 +72,33 @@ def _fsync_path(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> None:
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make a rename or create inside `path` durable."""
     _fsync_path(path, os.O_RDONLY | os.O_DIRECTORY)
+
+
+_syncfs: Any = None
+
+
+def sync_filesystem(path: str | os.PathLike[str]) -> None:
+    """Make everything written to the file system holding `path` durable, in one call
+    (Linux syncfs(2); os.sync() elsewhere): a clean stop of thousands of partitions, each
+    with files written since their last flush, would otherwise fsync them one by one."""
+    global _syncfs
+    if _syncfs is None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _syncfs = getattr(libc, "syncfs", False)
+    if not _syncfs:
+        os.sync()
+        return
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
 
 
 class PendingSyncs:

@@ -413,5 +413,5 @@ def _repoint(log: PartitionLog, new_dir: Path) -> None:
         segment.log_path = new_dir / segment.log_path.name
         for index in (segment.offset_index, segment.time_index, segment.txn_index):
             index.path = new_dir / index.path.name
-    log.leader_epoch_cache.path = new_dir / log.leader_epoch_cache.path.name
+    log.leader_epoch_cache.moved_to(new_dir / log.leader_epoch_cache.path.name)
     log.producer_state.partition_dir = new_dir

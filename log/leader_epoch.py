@@ -38,6 +38,10 @@ class LeaderEpochCache:
             entries = []
         self.epochs: list[int] = [e for e, _ in entries]
         self.start_offsets: list[int] = [o for _, o in entries]
+        # What the file holds, and whether it was fsynced since: a flush with nothing new
+        # writes nothing (a broker flushes thousands of partitions that did not change).
+        self._on_disk: list[tuple[int, int]] | None = entries
+        self._synced = True
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self.epochs, self.start_offsets, strict=True))
@@ -115,6 +119,15 @@ class LeaderEpochCache:
         self.start_offsets.clear()
         self.write(sync=False)
 
+    def moved_to(self, path: Path) -> None:
+        """The partition dir was renamed (a log dir move): the file there is written anew."""
+        self.path = path
+        self._on_disk = None
+
     def write(self, *, sync: bool = True) -> None:
+        entries = self.entries()
+        if entries == self._on_disk and (self._synced or not sync):
+            return
         if self.path.parent.exists():
-            write_epoch_checkpoint(self.path, self.entries(), sync=sync)
+            write_epoch_checkpoint(self.path, entries, sync=sync)
+            self._on_disk, self._synced = entries, sync

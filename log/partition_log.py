@@ -700,10 +700,14 @@ class PartitionLog:
             return active_base
         return None
 
-    def flush(self, up_to: int | None = None) -> None:
+    def flush(self, up_to: int | None = None, *, sync: bool = True) -> None:
         """fsync segments holding offsets in [recovery point, up_to) and advance the recovery
         point. Blocking: call it through trio.to_thread.run_sync. It does not read the clock
-        (the caller sets `last_flush_ms`), so it is safe in a worker thread."""
+        (the caller sets `last_flush_ms`), so it is safe in a worker thread.
+
+        `sync=False` writes what the files lack (indexes, the leader epoch checkpoint)
+        without an fsync: for a caller that syncs the whole file system next (a clean stop,
+        LogManager.close), before it writes the recovery points."""
         if self.closed:
             return
         end = self.log_end_offset
@@ -716,11 +720,16 @@ class PartitionLog:
             seg_end = segments[i + 1].base_offset if i + 1 < len(segments) else end + 1
             if segment.base_offset < up_to and seg_end > start:
                 try:
-                    segment.flush()
+                    if sync:
+                        segment.flush()
+                    else:
+                        segment.offset_index.sync_to_file()
+                        segment.time_index.sync_to_file()
                 except OSError as exc:  # closed by a concurrent deletion: nothing to keep
                     logger.debug("flush of %s skipped: %s", segment.log_path, exc)
-        fsync_dir(self.dir)
-        self.leader_epoch_cache.write(sync=True)
+        if sync:
+            fsync_dir(self.dir)
+        self.leader_epoch_cache.write(sync=sync)
         if self.segments is not owner:
             return  # the files were swapped meanwhile (a log dir move): they wait their turn
         self.recovery_point = max(self.recovery_point, up_to)
@@ -745,8 +754,9 @@ class PartitionLog:
             return None
         return write_partition_metadata(self.dir, self.topic_id, sync=sync)
 
-    def close(self) -> None:
-        """Clean close: trim indexes, snapshot producer state at the log end, fsync."""
+    def close(self, *, sync: bool = True) -> None:
+        """Clean close: trim indexes, snapshot producer state at the log end, fsync (or,
+        with `sync=False`, leave the fsync to a caller that syncs the file system)."""
         if self.closed:
             return
         # Every step is tried even when one fails (ENOSPC on a full disk), so the files
@@ -755,11 +765,11 @@ class PartitionLog:
         errors: list[OSError] = []
         try:
             self.producer_state.update_map_end_offset(self.log_end_offset)
-            self.producer_state.take_snapshot(sync=True)
+            self.producer_state.take_snapshot(sync=sync)
         except OSError as exc:
             errors.append(exc)
         try:
-            self.flush()
+            self.flush(sync=sync)
         except OSError as exc:
             errors.append(exc)
         for segment in self.segments:
