@@ -416,6 +416,7 @@ async def _serve(
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)
                     readiness.listening = True
+                    readiness.set_status("listening; starting services")
                     # Before the services: /health and /ready answer while they start (in
                     # a cluster, while the broker waits to register).
                     if broker.metrics is not None:

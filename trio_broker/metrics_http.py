@@ -1,4 +1,14 @@
-"""The Prometheus endpoint: `metrics.listener=http://host:port`, serving GET /metrics.
+"""The Prometheus endpoint: `metrics.listener=http://host:port`, serving GET /metrics,
+and the health checks of a load balancer or an orchestrator beside it:
+
+    GET /health   200 while the broker process serves (its event loop answers)
+    GET /ready    200 once logs are loaded, the listeners are up and, in a cluster, the
+                  broker is registered in ZooKeeper and no partition it leads is offline
+                  here; 503 otherwise, with the reasons in a short JSON body
+
+Both answer JSON (`{"ready": false, "status": "...", "reasons": ["..."]}`); the reasons
+come from the broker's readiness (trio_broker/server/readiness.py). The listener starts
+before the broker's services, so /ready says 503 while a cluster broker waits to register.
 
 A small HTTP/1.1 server on the broker's own Trio loop (one request per connection, then
 close), so the scrape reads the broker's state on the thread that owns it. The text comes
@@ -7,6 +17,7 @@ from prometheus_client (trio_broker/metrics.py).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import TYPE_CHECKING, Any
@@ -20,7 +31,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["parse_metrics_listener", "serve_metrics"]
+__all__ = ["health", "parse_metrics_listener", "serve_metrics"]
 
 _MAX_HEAD = 16 * 1024
 _READ_TIMEOUT_S = 10.0
@@ -78,8 +89,13 @@ async def _serve_one(stream: trio.SocketStream, broker: Broker, server: Any) -> 
             path = rest.split(" ", 1)[0].split("?", 1)[0]
             if method not in ("GET", "HEAD"):
                 await _answer(stream, 405, b"method not allowed\n", "text/plain")
+            elif path in ("/health", "/ready"):
+                status, body = health(broker, path)
+                await _answer(stream, status, body, _JSON, head_only=method == "HEAD")
             elif path != "/metrics":
-                await _answer(stream, 404, b"not found; try /metrics\n", "text/plain")
+                await _answer(
+                    stream, 404, b"not found; try /metrics, /health or /ready\n", "text/plain"
+                )
             else:
                 try:
                     body, content_type = render(broker, server)
@@ -92,6 +108,26 @@ async def _serve_one(stream: trio.SocketStream, broker: Broker, server: Any) -> 
                 await _answer(stream, 200, body, content_type, head_only=method == "HEAD")
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
             pass
+
+
+_JSON = "application/json"
+
+
+def health(broker: Broker, path: str) -> tuple[int, bytes]:
+    """(status, JSON body) of /health or /ready."""
+    readiness = broker.readiness
+    if path == "/health":
+        body: dict[str, object] = {"status": readiness.status}
+        return 200, json.dumps(body).encode() + b"\n"
+    try:
+        reasons = readiness.reasons(broker)
+    except Exception:  # a bug here must not read as "ready", nor stop the listener
+        logger.exception("readiness check failed")
+        reasons = ["readiness check failed; see the broker's log"]
+    body = {"ready": not reasons, "status": readiness.status}
+    if reasons:
+        body["reasons"] = reasons
+    return (503 if reasons else 200), json.dumps(body).encode() + b"\n"
 
 
 async def _read_head(stream: trio.SocketStream) -> str | None:
@@ -113,6 +149,7 @@ _REASONS = {
     404: "Not Found",
     405: "Method Not Allowed",
     431: "Too Large",
+    503: "Service Unavailable",
 }
 
 
