@@ -11,10 +11,12 @@ from __future__ import annotations
 import email.parser
 import json
 import subprocess
+import time
 import zipfile
 
 import pytest
 from service_helpers import (
+    NotifySocket,
     ServiceProcess,
     api_versions_answers,
     build_wheel,
@@ -80,6 +82,7 @@ def test_installed_wheel_serves_and_runs_the_cli(wheel, tmp_path):
     assert all(line.startswith(venv) for line in where.stdout.split()), where.stdout
 
     port = free_port()
+    notify = NotifySocket(abstract=True)  # started as systemd starts it (Type=notify)
     broker = ServiceProcess(
         [
             str(script),
@@ -91,12 +94,16 @@ def test_installed_wheel_serves_and_runs_the_cli(wheel, tmp_path):
             "--override",
             "num.partitions=2",
         ],
-        env=env,
+        env=clean_env(NOTIFY_SOCKET=notify.address),
         cwd=home,
     )
     try:
-        broker.wait_line("started", 60)
-        wait_for(lambda: api_versions_answers("127.0.0.1", port), 60, "ApiVersions")
+        wait_for(lambda: api_versions_answers("127.0.0.1", port, 1), 60, "ApiVersions")
+        answered = time.monotonic()
+        ready_at, _ = wait_for(lambda: notify.first("READY", "1"), 60, "READY=1")
+        # Issue 39's goal: READY=1 within 1 s of the first ApiVersions answer. Printed, not
+        # asserted (a loaded machine stretches any interval).
+        print(f"\nwheel: READY=1 {1000 * (ready_at - answered):+.0f} ms after the first answer")
 
         def cli(*args: str, bootstrap: bool = True) -> subprocess.CompletedProcess:
             where = ["--bootstrap", f"127.0.0.1:{port}"] if bootstrap else []
@@ -119,5 +126,7 @@ def test_installed_wheel_serves_and_runs_the_cli(wheel, tmp_path):
         assert "--master" in cli("report", "--help", bootstrap=False).stdout
 
         assert broker.terminate() == 0
+        assert notify.first("STOPPING", "1") is not None
     finally:
         broker.close()
+        notify.close()
