@@ -41,6 +41,7 @@ from trio_broker.cluster.groups.group_config import (
     duration_ms,
 )
 from trio_broker.cluster.groups.share.share_partition import AckType, SharePartition
+from trio_broker.cluster.groups.share.share_state import ShareStateStore
 from trio_broker.cluster.replication.purgatory import DelayedOperation
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.share_acknowledge_response import (
@@ -150,7 +151,7 @@ class SharePartitionManager:
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._rearm = trio.Event()
         self._sleeping_until = math.inf
-        self.state: Any = None  # share_state.ShareStateStore, once durable state is on
+        self.state: ShareStateStore | None = ShareStateStore(self.broker)
 
     # -- the lock timer ------------------------------------------------------------------
 
@@ -203,6 +204,7 @@ class SharePartitionManager:
             if sp is None:
                 sp = SharePartition(topic, partition, self._reset_offset(group_id, log))
                 sp.dirty = True
+                self._changed(group_id, sp)  # where it starts (Kafka's InitializeShareGroupState)
             self.partitions[key] = sp
         if sp.start_offset < log.log_start_offset:
             sp.reset_to(log.log_start_offset)

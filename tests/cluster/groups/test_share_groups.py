@@ -252,3 +252,31 @@ def test_records_of_a_silent_consumer_come_back_after_the_lock(kafka_broker_fact
     assert all(redelivered[m.offset()] == 2 for m in held)
     other.close()
     stuck.close()
+
+
+def test_broker_restart_keeps_acknowledged_and_gives_back_acquired(kafka_broker_factory):
+    broker = kafka_broker_factory(BROKER)
+    records = _topic(broker, "durable", 2, 400)
+    error = _group_configs(
+        broker, "keepers", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000"
+    )
+    assert error == 0
+    first = _consumer(broker, "keepers", "durable", explicit=True)
+    batch = _poll_until(first, lambda got: len(got) > 0)
+    # Half of the first batch accepted, the rest held unacknowledged.
+    accepted = {(m.partition(), m.offset()) for m in batch[: len(batch) // 2]}
+    for m in batch[: len(batch) // 2]:
+        first.acknowledge(m, AcknowledgeType.ACCEPT)
+    first.commit_sync(TIMEOUT)
+    held_offsets = {(m.partition(), m.offset()) for m in batch[len(batch) // 2 :]}
+    assert accepted and held_offsets
+    # The broker stops while `first` holds records it has not acknowledged.
+    broker.restart()
+    first.close()  # its session died with the broker: nothing of it is acknowledged
+    second = _consumer(broker, "keepers", "durable")
+    remaining = records - accepted
+    got = _poll_until(second, lambda got: {(m.partition(), m.offset()) for m in got} >= remaining)
+    second.close()
+    seen = {(m.partition(), m.offset()): m.delivery_count() for m in got}
+    assert set(seen) == remaining  # nothing accepted before the restart comes back
+    assert all(seen[tp] >= 2 for tp in held_offsets)  # the held ones, delivered again
