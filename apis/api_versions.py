@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trio_broker.apis.registry import API_SPECS
 from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.api_versions_response import (
     ApiVersion,
@@ -15,10 +14,16 @@ if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.server.requests import Request
 
-_API_KEYS = [
-    ApiVersion(api_key=s.api_key, min_version=s.min_version, max_version=s.max_version)
-    for s in sorted(API_SPECS, key=lambda s: s.api_key)
-]
+
+def _api_keys(broker: Broker) -> list[ApiVersion]:
+    # The broker's own table (min.api.versions decides it), made once per broker.
+    listed = getattr(broker, "_api_versions_answer", None)
+    if listed is None:
+        listed = broker._api_versions_answer = [
+            ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in sorted(broker.api_versions_listed.items())
+        ]
+    return listed
 
 
 async def handle(broker: Broker, request: Request) -> ApiVersionsResponse:
@@ -26,6 +31,6 @@ async def handle(broker: Broker, request: Request) -> ApiVersionsResponse:
         # KIP-511: answered as v0 (Request.respond encodes it so), with the ranges, so the
         # client can retry with a version both sides know.
         return ApiVersionsResponse(
-            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=list(_API_KEYS)
+            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=list(_api_keys(broker))
         )
-    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=list(_API_KEYS))
+    return ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=list(_api_keys(broker)))

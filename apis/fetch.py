@@ -1,9 +1,10 @@
-"""Fetch (key 1), versions 4+: file regions out of the segments, with sessions and waits.
+"""Fetch (key 1): file regions out of the segments, with sessions and waits.
 
 The response's record data is never read into Python: each partition's `records` is a
 file region that the connection sends with os.sendfile. A fetch that finds fewer than
 min_bytes waits in the fetch purgatory (up to max_wait_ms) without holding a handler
-task, and is answered when a produce to one of its partitions wakes it.
+task, and is answered when a produce to one of its partitions wakes it. Fetch v0-v3
+cannot read format 2: their records are converted (apis/old_formats.py), and only theirs.
 """
 
 from __future__ import annotations
@@ -216,6 +217,11 @@ class _Fetch:
                     quota.record(_records_size(data.records))
         self._news = []
         assert self.response is not None
+        if self.request.api_version < 4:
+            # Fetch v0-v3 reads message formats 0 and 1: converted, never zero-copy.
+            from trio_broker.apis.old_formats import down_convert_fetch
+
+            down_convert_fetch(self.response, self.request.api_version)
         return self.response
 
     async def answer(self) -> None:

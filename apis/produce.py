@@ -1,4 +1,4 @@
-"""Produce (key 0), versions 3+: magic 2 batches only, as in Kafka 4.
+"""Produce (key 0): magic 2 batches (v3+), and v0-v2's message sets converted to one.
 
 The hot path treats a batch as opaque bytes: validate the header and CRC (in C), assign
 offsets by rewriting the header in place, append. Records are looked at one by one only
@@ -145,6 +145,11 @@ def append_partition(
         return answer
     try:
         config = log.config
+        if version < 3:
+            # A message set of format 0 or 1: one format 2 batch from here on.
+            from trio_broker.apis.old_formats import up_convert_produce
+
+            records = memoryview(bytearray(up_convert_produce(records)))
         headers = validate_batches(
             records, max_batch_size=config.max_message_bytes, single_batch=True
         )

@@ -2,6 +2,12 @@
 
 ApiVersions answers from this table, so a client is never offered a version without a
 handler. Handler modules are imported on first use: start-up needs only the table.
+
+The table is Kafka 3.9's: every version it serves, down to Produce v0 and Fetch v0 with
+message formats 0 and 1 (converted by apis/old_formats/, never on the v3+/v4+ paths).
+`min.api.versions=4.0` serves Kafka 4.0's baseline instead (KIP-896): the lowest versions
+below are raised to `KAFKA_40_MIN_VERSIONS`. A request of a version the broker knows the
+layout of but does not serve is answered UNSUPPORTED_VERSION (apis/unsupported.py).
 """
 
 from __future__ import annotations
@@ -15,7 +21,14 @@ if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.server.requests import Request
 
-__all__ = ["API_SPECS", "ApiSpec", "dispatch", "supported_versions"]
+__all__ = [
+    "API_SPECS",
+    "KAFKA_40_MIN_VERSIONS",
+    "ApiSpec",
+    "advertised_versions",
+    "dispatch",
+    "supported_versions",
+]
 
 
 @attrs.frozen
@@ -31,20 +44,20 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(18, "ApiVersions", 0, 4, "api_versions"),
     ApiSpec(3, "Metadata", 0, 12, "metadata"),
     ApiSpec(2, "ListOffsets", 0, 9, "list_offsets"),
-    ApiSpec(19, "CreateTopics", 2, 7, "create_topics"),
-    ApiSpec(20, "DeleteTopics", 1, 6, "delete_topics"),
+    ApiSpec(19, "CreateTopics", 0, 7, "create_topics"),
+    ApiSpec(20, "DeleteTopics", 0, 6, "delete_topics"),
     ApiSpec(21, "DeleteRecords", 0, 2, "delete_records"),
-    ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, "offset_for_leader_epoch"),
-    ApiSpec(32, "DescribeConfigs", 1, 4, "describe_configs"),
+    ApiSpec(23, "OffsetForLeaderEpoch", 0, 4, "offset_for_leader_epoch"),
+    ApiSpec(32, "DescribeConfigs", 0, 4, "describe_configs"),
     ApiSpec(33, "AlterConfigs", 0, 2, "alter_configs"),
-    ApiSpec(35, "DescribeLogDirs", 1, 4, "describe_log_dirs"),
-    ApiSpec(34, "AlterReplicaLogDirs", 1, 2, "alter_replica_log_dirs"),
+    ApiSpec(35, "DescribeLogDirs", 0, 4, "describe_log_dirs"),
+    ApiSpec(34, "AlterReplicaLogDirs", 0, 2, "alter_replica_log_dirs"),
     ApiSpec(37, "CreatePartitions", 0, 3, "create_partitions"),
     ApiSpec(44, "IncrementalAlterConfigs", 0, 1, "incremental_alter_configs"),
     ApiSpec(60, "DescribeCluster", 0, 1, "describe_cluster"),
     ApiSpec(75, "DescribeTopicPartitions", 0, 0, "describe_topic_partitions"),
-    ApiSpec(0, "Produce", 3, 11, "produce"),
-    ApiSpec(1, "Fetch", 4, 17, "fetch"),
+    ApiSpec(0, "Produce", 0, 11, "produce"),
+    ApiSpec(1, "Fetch", 0, 17, "fetch"),
     ApiSpec(22, "InitProducerId", 0, 5, "init_producer_id"),
     ApiSpec(10, "FindCoordinator", 0, 5, "find_coordinator"),
     ApiSpec(11, "JoinGroup", 0, 9, "join_group"),
@@ -96,15 +109,61 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(46, "ListPartitionReassignments", 0, 0, "list_partition_reassignments"),
 )
 
+# Kafka 4.0's lowest versions where they are above Kafka 3.9's (KIP-896; each one is the
+# "Version N is the new baseline" comment of that API's 4.0 message file). The ZooKeeper-era
+# inter-broker APIs (LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown) are gone
+# from Kafka 4.0 altogether; this broker keeps them, it is their cluster's only protocol.
+KAFKA_40_MIN_VERSIONS: dict[int, int] = {
+    0: 3,  # Produce: message format 2 only
+    1: 4,  # Fetch
+    2: 1,  # ListOffsets
+    8: 2,  # OffsetCommit
+    9: 1,  # OffsetFetch
+    19: 2,  # CreateTopics
+    20: 1,  # DeleteTopics
+    23: 2,  # OffsetForLeaderEpoch
+    27: 1,  # WriteTxnMarkers
+    29: 1,  # DescribeAcls
+    30: 1,  # CreateAcls
+    31: 1,  # DeleteAcls
+    32: 1,  # DescribeConfigs
+    34: 1,  # AlterReplicaLogDirs
+    35: 1,  # DescribeLogDirs
+}
+# Kafka 4.0 still lists Produce from v0 in its ApiVersions answer, serving it from v3
+# (KAFKA-18659: librdkafka before 2.10 turned compression off against a broker whose
+# Produce range starts above 0).
+_KAFKA_40_ADVERTISED_MIN = {0: 0}
+
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}
 _handlers: dict[int, Any] = {}
 
 
-def supported_versions() -> dict[int, tuple[int, int]]:
-    return {spec.api_key: (spec.min_version, spec.max_version) for spec in API_SPECS}
+def supported_versions(baseline: str = "3.9") -> dict[int, tuple[int, int]]:
+    """api key -> (min, max) version served; `baseline` is min.api.versions ("3.9", "4.0")."""
+    raised = KAFKA_40_MIN_VERSIONS if baseline == "4.0" else {}
+    return {
+        spec.api_key: (max(spec.min_version, raised.get(spec.api_key, 0)), spec.max_version)
+        for spec in API_SPECS
+    }
+
+
+def advertised_versions(baseline: str = "3.9") -> dict[int, tuple[int, int]]:
+    """What ApiVersions lists: the served ranges, but for Kafka 4.0's Produce quirk."""
+    served = supported_versions(baseline)
+    if baseline == "4.0":
+        for key, low in _KAFKA_40_ADVERTISED_MIN.items():
+            served[key] = (low, served[key][1])
+    return served
 
 
 async def dispatch(broker: Broker, request: Request) -> Any:
+    if request.parsed.unsupported_version and request.api_key != 18:
+        # A version whose layout is known but which is not served (min.api.versions=4.0,
+        # or newer than this broker): an UNSUPPORTED_VERSION answer, or a closed connection.
+        from trio_broker.apis.unsupported import answer_unsupported
+
+        return answer_unsupported(broker, request)
     handle = _handlers.get(request.api_key)
     if handle is None:
         module = importlib.import_module(f"trio_broker.apis.{_BY_KEY[request.api_key].module}")

@@ -54,7 +54,7 @@ class Broker:
     def __init__(
         self, config: BrokerConfig, *, zk: Any = None, cluster_id: str | None = None
     ) -> None:
-        from trio_broker.apis.registry import dispatch, supported_versions
+        from trio_broker.apis.registry import advertised_versions, dispatch, supported_versions
 
         self.config = config
         self.zk = zk  # the ZooKeeperSession of a cluster, or None for a lone broker
@@ -64,7 +64,10 @@ class Broker:
         self._cluster_id = cluster_id
         self.node_id = config.node_id
         self.started_at_ms = int(time.time() * 1000)
-        self.supported = supported_versions()
+        # What the broker serves (min.api.versions: Kafka 3.9's table or 4.0's baseline),
+        # and what its ApiVersions answer lists.
+        self.supported = supported_versions(config.min_api_versions)
+        self.api_versions_listed = advertised_versions(config.min_api_versions)
         self._dispatch = dispatch
         self.listeners: list[BoundListener] = []
         # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
@@ -253,7 +256,11 @@ class Broker:
         from trio_broker.security.listener import ListenerSecurity
 
         security = ListenerSecurity.build(
-            self.config, name, protocol, self.security_state(), api_versions=handle
+            self.config,
+            name,
+            protocol,
+            self.security_state(),
+            api_versions=lambda _broker, request: handle(self, request),
         )
         return security.connection_factory()
 

@@ -18,6 +18,7 @@ from trio_broker.config.keys import (
     _at_least,
     _int,
     _listeners,
+    _one_of,
     _str,
     key,
 )
@@ -220,6 +221,18 @@ SERVER_CONFIGS: tuple[ConfigKey, ...] = (
         _int,
         _at_least(0),
         "How long in-flight requests may finish at shutdown.",
+    ),
+    # clients of every Kafka generation (issue 40)
+    ConfigKey(
+        "min.api.versions",
+        "STRING",
+        "3.9",
+        _str,
+        _one_of("3.9", "4.0"),
+        "Which protocol versions the broker serves: 3.9 serves every version Kafka 3.9 does "
+        "(Produce v0-v2 and Fetch v0-v3 with message formats 0 and 1, converted to and from "
+        "the log's format 2); 4.0 serves Kafka 4.0's baseline (KIP-896), answering the "
+        "removed versions UNSUPPORTED_VERSION.",
     ),
     *_SERVER_STORED_ONLY,
 )

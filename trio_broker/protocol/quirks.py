@@ -16,6 +16,10 @@ ApiVersionsResponse), each citing the spec file it departs from.
 4. The client id in the request header is never a compact string, even in header v2
    (RequestHeader.json, `"flexibleVersions": "none"` on ClientId); the generator honours
    that field attribute, so nothing is needed here beyond reading the header through it.
+5. Any other request of a version the broker does not serve is decoded when its message
+   file defines that version, so that the handler can answer UNSUPPORTED_VERSION in the
+   shape the client reads (apis/unsupported.py); a version no file defines cannot be read,
+   and the connection is closed, as Kafka closes it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from trio_broker.protocol._generated.response_header import ResponseHeader
 __all__ = [
     "API_VERSIONS_KEY",
     "InvalidRequest",
+    "api_name",
     "ParsedRequest",
     "encode_response",
     "parse_request",
@@ -67,7 +72,7 @@ def parse_request(frame: memoryview, supported: Mapping[int, tuple[int, int]]) -
     """Decode one frame (without its size prefix) into header and body.
 
     `supported` maps api key -> (min, max) version this broker serves. Anything else
-    raises InvalidRequest, except quirk 3.
+    raises InvalidRequest, except quirks 3 and 5 (`unsupported_version` set).
     """
     if len(frame) < 8:
         raise InvalidRequest(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -92,8 +97,26 @@ def parse_request(frame: memoryview, supported: Mapping[int, tuple[int, int]]) -
                 body=None,
                 unsupported_version=True,
             )
-        raise InvalidRequest(f"unsupported version {api_version} of api key {api_key}")
-    cls = request_class(api_key)
+        cls = request_class(api_key)
+        if not cls.MIN_VERSION <= api_version <= cls.MAX_VERSION:
+            # Quirk 5: no layout to read it by, so no answer the client could match.
+            raise InvalidRequest(
+                f"unsupported version {api_version} of {api_name(api_key)} (api key "
+                f"{api_key}): this broker serves v{lo}-v{hi} and knows no layout of "
+                f"v{api_version}"
+            )
+        return _decode(cls, frame, api_key, api_version, unsupported=True)
+    return _decode(request_class(api_key), frame, api_key, api_version, unsupported=False)
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API ("Produce"), for log lines."""
+    return request_class(api_key).__name__.removesuffix("Request")
+
+
+def _decode(
+    cls: type, frame: memoryview, api_key: int, api_version: int, *, unsupported: bool
+) -> ParsedRequest:
     header_version = 2 if _is_flexible(cls, api_version) else 1  # quirk 1
     try:
         header, pos = RequestHeader.decode(frame, header_version)
@@ -107,6 +130,7 @@ def parse_request(frame: memoryview, supported: Mapping[int, tuple[int, int]]) -
         client_id=header.client_id,
         header=header,
         body=body,
+        unsupported_version=unsupported,
     )
 
 

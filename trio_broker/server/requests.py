@@ -77,7 +77,12 @@ class Request:
         if response is None:
             frame = NO_RESPONSE
         else:
-            version = 0 if self.parsed.unsupported_version else self.api_version
+            # KIP-511: an unsupported ApiVersions is answered as v0; any other unsupported
+            # version in its own layout (protocol/quirks.py, quirks 3 and 5).
+            parsed = self.parsed
+            version = (
+                0 if parsed.unsupported_version and parsed.api_key == 18 else parsed.api_version
+            )
             try:
                 buf, regions = encode_response(
                     self.api_key, version, self.parsed.correlation_id, response
