@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from cli_run import cli_json, run_cli
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from service_helpers import ServiceProcess, api_versions_answers, clean_env, wait_for
 from wire import request_of, roundtrip
@@ -211,6 +212,16 @@ def test_log_levels_changed_at_runtime_through_broker_logger(tmp_path):
         # A parent's level reaches the loggers below it.
         assert _alter(admin, **{"trio_broker": ("SET", "WARN")}) == "OK"
         assert _levels(admin, "trio_broker.broker")["trio_broker.broker"] == "WARN"
+
+        # The same through trio-broker's own CLI (kafka-configs --entity-type broker-loggers).
+        bootstrap = f"127.0.0.1:{port}"
+        run_cli(bootstrap, "configs", "set", "broker-logger", "1", "trio_broker.log.cleaner=DEBUG")
+        rows = cli_json(bootstrap, "configs", "describe", "broker-logger", "1")
+        assert {"name": "trio_broker.log.cleaner", "value": "DEBUG"}.items() <= next(
+            r for r in rows if r["name"] == "trio_broker.log.cleaner"
+        ).items()
+        run_cli(bootstrap, "configs", "delete", "broker-logger", "1", "trio_broker.log.cleaner")
+        assert _levels(admin, "trio_broker.log.cleaner") == {"trio_broker.log.cleaner": "WARN"}
 
         # Kafka's refusals, each with its error code.
         assert "InvalidConfigurationError" in _alter(admin, **{"no.such": ("SET", "INFO")})

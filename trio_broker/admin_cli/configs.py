@@ -1,8 +1,12 @@
-"""`trio-broker configs describe|set|delete {topic,broker} [NAME]` (kafka-configs).
+"""`trio-broker configs describe|set|delete {topic,broker,broker-logger} [NAME]`
+(kafka-configs).
 
 A broker is named by its id; without a name, `broker` is the cluster-wide default
 (Kafka's `--entity-default`, the resource name ""). `describe` shows what is not a default
 (Kafka's kafka-configs shows overrides); `--all` shows every key with its source.
+`broker-logger ID` is that broker's loggers and their levels (kafka-configs
+`--entity-type broker-loggers`): `set broker-logger 1 kafka.request.logger=DEBUG`, and
+`delete` gives a logger back its parent's level.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         ("delete", "remove overrides: KEY ..."),
     ):
         p = ops.add_parser(op, parents=[common], help=help_text)
-        p.add_argument("type", choices=["topic", "broker"])
+        p.add_argument("type", choices=["topic", "broker", "broker-logger"])
         p.add_argument("name", nargs="?", default="", metavar="NAME")
         if op == "describe":
             p.add_argument("--all", action="store_true", help="defaults too")
@@ -55,6 +59,10 @@ def _resource(args: argparse.Namespace) -> Any:
         if not args.name:
             raise CommandError("configs ... topic needs a topic name", EXIT_USAGE)
         return ConfigResource(ConfigResourceType.TOPIC, args.name)
+    if args.type == "broker-logger":
+        if not args.name.isdigit():
+            raise CommandError("configs ... broker-logger needs a broker id", EXIT_USAGE)
+        return ConfigResource(ConfigResourceType.BROKER_LOGGER, args.name)
     if args.name and not args.name.isdigit():
         raise CommandError(f"a broker is named by its id, not {args.name!r}", EXIT_USAGE)
     return ConfigResource(ConfigResourceType.BROKER, args.name)

@@ -333,8 +333,11 @@ class Admin(ReplicaCalls, SecurityCalls):
     # -- configs ------------------------------------------------------------------------
 
     async def _config_node(self, resource: ConfigResource) -> int | str:
-        # Broker configs go to that broker; topic configs to any.
-        if resource.type == ConfigResourceType.BROKER and resource.name:
+        # Broker configs and log levels go to that broker; topic configs to any.
+        if (
+            resource.type in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER)
+            and resource.name
+        ):
             await self.metadata.refresh([])
             return int(resource.name)
         return self.client.least_loaded_node()

@@ -57,6 +57,7 @@ class AdminError(KafkaError):
 class ConfigResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
+    BROKER_LOGGER = 8  # a broker's log levels, named by its id
 
 
 @attrs.frozen
