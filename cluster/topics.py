@@ -82,16 +82,25 @@ class TopicManager:
         for the controller's LeaderAndIsr to make each a leader or a follower."""
         if self.metadata.zk_mode:
             return
+        # Logs found on disk may not be loaded yet (log/log_loading.py): they load with
+        # their topic's config, and catch their high watermark up when they do.
+        self.logs.on_log_loaded = self._lead_loaded
+        known = set(self.logs.partitions())
         for topic in self.metadata.topics.values():
             cfg = resolve_log_config(topic.configs, self.config)
             for p in topic.partitions.values():
-                log = self.logs.get_log(topic.name, p.partition)
-                if log is None:
+                if (topic.name, p.partition) not in known:
                     self.logs.create_log(topic.name, p.partition, topic.topic_id, cfg)
-                else:
+                elif (log := self.logs.loaded_log(topic.name, p.partition)) is not None:
                     log.update_config(cfg)
         adopted = False
-        for log in self.logs.all_logs():
+        for topic_name, partition in known:
+            topic = self.metadata.topics.get(topic_name)
+            if topic is not None and partition in topic.partitions:
+                continue
+            log = self.logs.get_log(topic_name, partition)  # rare: loaded now
+            if log is None:
+                continue
             topic = self.metadata.topics.get(log.topic)
             if topic is None:
                 topic = TopicState(
@@ -112,12 +121,16 @@ class TopicManager:
         """Kafka's leader HW rule: the high watermark is the smallest log end offset in the
         ISR. While this broker is the ISR alone, that is its own log end offset; after an
         unclean stop the checkpointed HW lags, and this catches it up."""
+        for log in self.logs.all_logs():
+            self._lead_loaded(log)
+
+    def _lead_loaded(self, log: PartitionLog) -> None:
+        """`_become_leader` for one log, as it is loaded (a worker thread may call it)."""
         node = self.config.node_id
-        for topic in self.metadata.topics.values():
-            for p in topic.partitions.values():
-                log = self.logs.get_log(topic.name, p.partition)
-                if log is not None and p.leader == node and p.isr == [node]:
-                    log.high_watermark = log.log_end_offset
+        topic = self.metadata.topics.get(log.topic)
+        p = topic.partitions.get(log.partition) if topic is not None else None
+        if p is not None and p.leader == node and p.isr == [node]:
+            log.high_watermark = log.log_end_offset
 
     def _new_partition(self, topic: str, partition: int) -> PartitionState:
         node = self.config.node_id

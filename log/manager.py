@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,6 +41,7 @@ from trio_broker.log.checkpoints import (
 from trio_broker.log.config import LogConfig
 from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS
 from trio_broker.log.loader import load_log
+from trio_broker.log.log_loading import PendingLog, PendingLogs
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_partition_dir_name"]
@@ -80,6 +82,7 @@ class LogManager:
         flush_offset_checkpoint_interval_ms: int = 60_000,  # log.flush.offset.checkpoint.interval.ms
         flush_start_offset_checkpoint_interval_ms: int = 60_000,  # log.flush.start.offset.checkpoint.interval.ms
         producer_id_expiration_check_interval_ms: int = 600_000,
+        recovery_threads_per_data_dir: int = 1,  # num.recovery.threads.per.data.dir
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -117,13 +120,29 @@ class LogManager:
         # nursery of `run` their tasks go in.
         self.moves: dict[TopicPartition, Any] = {}
         self._nursery: trio.Nursery | None = None
+        # Logs found at start and not loaded yet (open(lazy=True)): loaded by `run`'s
+        # worker threads, or by the first get_log that asks for one.
+        self.pending = PendingLogs(self._load_pending)
+        self.recovery_threads_per_data_dir = max(recovery_threads_per_data_dir, 1)
+        # Called with each log loaded after start (from a worker thread, or the event
+        # loop's): a lone broker's leader catches its high watermark up (cluster/topics.py).
+        self.on_log_loaded: Callable[[PartitionLog], None] | None = None
+        self._loaded = trio.Event()  # set once no log waits to be loaded
 
     # -- start -----------------------------------------------------------------------------
 
-    def open(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
-        """Load every log in every log dir (blocking: recovery may read whole segments)."""
+    def open(
+        self, topic_configs: Mapping[str, LogConfig] | None = None, *, lazy: bool = False
+    ) -> None:
+        """Load every log in every log dir (blocking: recovery may read whole segments).
+
+        `lazy`: only list them (log/log_loading.py); `run` loads them in worker threads,
+        and `get_log` loads one at once when it is asked for first. A log dir move that a
+        crash interrupted (a `-future` dir) makes the load eager: rare, and it needs both
+        logs to decide."""
         topic_configs = topic_configs or {}
         futures: list[Path] = []
+        found: list[tuple[TopicPartition, PendingLog]] = []
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._check_meta_properties(log_dir)
@@ -134,6 +153,7 @@ class LogManager:
                 parse_partition_dir_name(p.name) for p in log_dir.iterdir() if p.is_dir()
             ):
                 logger.warning("log dir %s was not shut down cleanly: recovering logs", log_dir)
+            seen: set[TopicPartition] = {tp for tp, _ in found}
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
@@ -150,23 +170,29 @@ class LogManager:
                 tp = parse_partition_dir_name(entry.name)
                 if tp is None:
                     continue
-                if tp in self.logs:
+                if tp in seen:
                     raise RuntimeError(f"duplicate log directories for {tp}: {entry}")
-                self.logs[tp] = self._watch(
-                    load_log(
-                        entry,
-                        tp[0],
-                        tp[1],
-                        topic_configs.get(tp[0], self.default_config),
-                        now_ms=self.now_ms,
-                        recovery_point=recovery_points.get(tp, 0),
-                        log_start_offset=start_offsets.get(tp, 0),
-                        high_watermark=high_watermarks.get(tp, 0),
-                        clean_shutdown=clean,
+                seen.add(tp)
+                found.append(
+                    (
+                        tp,
+                        PendingLog(
+                            path=entry,
+                            config=topic_configs.get(tp[0], self.default_config),
+                            recovery_point=recovery_points.get(tp, 0),
+                            log_start_offset=start_offsets.get(tp),
+                            high_watermark=high_watermarks.get(tp),
+                            clean_shutdown=clean,
+                        ),
                     )
                 )
             # From now on a crash must be detected as unclean.
             marker.unlink(missing_ok=True)
+        for tp, pending in found:
+            self.pending.add(tp, pending)
+        if not lazy or futures:
+            for tp, _ in found:
+                self.pending.load_now(tp)
         if futures:
             from trio_broker.log.dir_mover import resolve_future_dirs
 
@@ -183,7 +209,79 @@ class LogManager:
                 )
 
             resolve_future_dirs(self, futures, load_moved)
-        logger.info("loaded %d logs from %s", len(self.logs), [str(d) for d in self.log_dirs])
+        if self.pending:
+            logger.info(
+                "found %d logs in %s; loading them in the background",
+                len(self.pending),
+                [str(d) for d in self.log_dirs],
+            )
+        else:
+            logger.info("loaded %d logs from %s", len(self.logs), [str(d) for d in self.log_dirs])
+
+    def _load_pending(self, tp: TopicPartition, pending: PendingLog) -> PartitionLog | None:
+        """Load a log found at start (a worker thread's, or the event loop's on first use)."""
+        log_dir = pending.path.parent
+        if log_dir in self.offline_dirs:
+            return None
+        try:
+            log = load_log(
+                pending.path,
+                tp[0],
+                tp[1],
+                pending.config,
+                now_ms=self.now_ms,
+                recovery_point=pending.recovery_point,
+                log_start_offset=pending.log_start_offset or 0,
+                high_watermark=pending.high_watermark or 0,
+                clean_shutdown=pending.clean_shutdown,
+            )
+        except OSError as exc:
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                raise  # not the disk: the dir stays online, the next get_log tries again
+            logger.error("cannot load the log of %s-%s in %s: %s", tp[0], tp[1], log_dir, exc)
+            self._offline_from_any_thread(log_dir, exc)
+            raise
+        self.logs[tp] = self._watch(log)
+        if self.on_log_loaded is not None:
+            self.on_log_loaded(log)
+        return log
+
+    def _offline_from_any_thread(self, log_dir: Path, exc: OSError) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self.mark_dir_offline(log_dir, exc)
+            return
+        try:
+            trio.from_thread.run_sync(self.mark_dir_offline, log_dir, exc)
+        except RuntimeError:  # a thread trio did not start (tests): no event loop to ask
+            self.mark_dir_offline(log_dir, exc)
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every partition with a log here, loaded or not (nothing is loaded to say so)."""
+        return list(self.logs) + self.pending.partitions()
+
+    async def _load_in_background(self) -> None:
+        """`num.recovery.threads.per.data.dir` threads per log dir load the pending logs."""
+        try:
+            await self._load_pending_logs()
+        finally:
+            self._loaded.set()
+
+    async def wait_loaded(self) -> None:
+        """Until every log found at start is loaded (`run` loads them)."""
+        await self._loaded.wait()
+
+    async def _load_pending_logs(self) -> None:
+        if not self.pending:
+            return
+
+        async def worker() -> None:
+            # Short slices: a stop waits for at most one of them, not for the whole load.
+            while await trio.to_thread.run_sync(self.pending.load_batch):
+                pass
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.recovery_threads_per_data_dir * len(self.log_dirs)):
+                nursery.start_soon(worker)
 
     def _check_meta_properties(self, log_dir: Path) -> None:
         props = read_meta_properties(log_dir)
@@ -264,6 +362,14 @@ class LogManager:
     # -- logs ------------------------------------------------------------------------------
 
     def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log, loaded now if it was found at start and not loaded yet."""
+        log = self.logs.get((topic, partition))
+        if log is None and self.pending and self.pending.load_now((topic, partition)):
+            log = self.logs.get((topic, partition))
+        return log
+
+    def loaded_log(self, topic: str, partition: int) -> PartitionLog | None:
+        """The log if it is loaded; None otherwise (nothing is loaded to answer)."""
         return self.logs.get((topic, partition))
 
     def all_logs(self) -> list[PartitionLog]:
@@ -280,7 +386,7 @@ class LogManager:
     ) -> PartitionLog:
         """The log of (topic, partition), created in the least loaded log dir if missing.
         `pending`: see `load_log` (the caller then fsyncs before relying on the log)."""
-        existing = self.logs.get((topic, partition))
+        existing = self.get_log(topic, partition)
         if existing is not None:
             if topic_id is not None and existing.topic_id not in (None, topic_id):
                 raise KafkaError(
@@ -353,6 +459,7 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         """Rename the partition dir to `<topic>-<partition>.<uuid>-delete`; the files go
         after file.delete.delay.ms, so in-flight fetches keep valid file regions."""
+        self.get_log(topic, partition)  # one found at start and not loaded yet: now
         log = self.logs.pop((topic, partition), None)
         if log is None:
             raise KafkaError(
@@ -384,7 +491,7 @@ class LogManager:
             return ErrorCode.LOG_DIR_NOT_FOUND
         if target in self.offline_dirs:
             return ErrorCode.KAFKA_STORAGE_ERROR
-        log = self.logs.get((topic, partition))
+        log = self.get_log(topic, partition)
         if log is None:
             # Not here yet (a reassignment is about to add it): remembered, so that the
             # replica is created in `target` instead of copied there (Kafka's
@@ -437,7 +544,10 @@ class LogManager:
         return by_dir
 
     def _write_checkpoints(
-        self, name: str, offsets: Callable[[list[PartitionLog]], dict[TopicPartition, int]]
+        self,
+        name: str,
+        offsets: Callable[[list[PartitionLog]], dict[TopicPartition, int]],
+        stored: str,
     ) -> list[Path]:
         """Write `name` in every online log dir; returns the dirs where that failed.
 
@@ -446,8 +556,12 @@ class LogManager:
         """
         failed = []
         for log_dir, logs in self._logs_by_dir().items():
+            values = offsets(logs)
+            if self.pending:
+                # Logs not loaded yet keep what the last checkpoint said of them.
+                values = {**self.pending.stored_offsets(log_dir, stored), **values}
             try:
-                write_offset_checkpoint(log_dir / name, offsets(logs))
+                write_offset_checkpoint(log_dir / name, values)
             except OSError as exc:
                 logger.error("cannot write %s in %s (the old one stays): %s", name, log_dir, exc)
                 failed.append(log_dir)
@@ -457,6 +571,7 @@ class LogManager:
         return self._write_checkpoints(
             RECOVERY_POINT_CHECKPOINT,
             lambda logs: {(log.topic, log.partition): log.recovery_point for log in logs},
+            "recovery_point",
         )
 
     def checkpoint_log_start_offsets(self) -> list[Path]:
@@ -468,12 +583,14 @@ class LogManager:
                 for log in logs
                 if log.log_start_offset > log.segments[0].base_offset
             },
+            "log_start_offset",
         )
 
     def checkpoint_high_watermarks(self) -> list[Path]:
         return self._write_checkpoints(
             REPLICATION_OFFSET_CHECKPOINT,
             lambda logs: {(log.topic, log.partition): log.high_watermark for log in logs},
+            "high_watermark",
         )
 
     def checkpoint(self) -> list[Path]:
@@ -514,6 +631,8 @@ class LogManager:
                 logger.error("log dir %s: cannot sync its file system: %s", log_dir, exc)
                 unclean.add(log_dir)
         unclean.update(self.checkpoint())
+        # Logs never loaded (a stop during the load) still need the recovery they were due.
+        unclean.update(self.pending.unclean_dirs())
         try:
             self.delete_pending(force=True)
         except OSError:
@@ -575,6 +694,7 @@ class LogManager:
         due = {name: start + ms / 1000 for name, ms in intervals.items() if 0 < ms < _NEVER}
         async with trio.open_nursery() as nursery:
             self._nursery = nursery  # log dir moves (AlterReplicaLogDirs) run here
+            nursery.start_soon(self._load_in_background)
             task_status.started()
             while True:
                 next_due = min(due.values(), default=math.inf)

@@ -128,6 +128,7 @@ class Broker:
             zk_mode=self.zk is not None,
         )
         self._broker_node = BrokerNode
+        _budget_descriptors()
         self.log_manager = LogManager(
             list(config.log_dirs),
             node_id=self.node_id,
@@ -135,11 +136,13 @@ class Broker:
             default_config=resolve_log_config({}, config),
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             flush_offset_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
+            recovery_threads_per_data_dir=config.value("num.recovery.threads.per.data.dir"),
         )
         topic_configs = {
             name: resolve_log_config(t.configs, config) for name, t in self.metadata.topics.items()
         }
-        self.log_manager.open(topic_configs)
+        # Listed only: the logs load in the background once serving (or on first use).
+        self.log_manager.open(topic_configs, lazy=True)
         # Replication quotas (cluster/replication/replication_quota.py), made on first use: a lone
         # broker uses only the log dir moves' (AlterReplicaLogDirs).
         self._replication_quotas: Any = None
@@ -320,6 +323,20 @@ def _loading_status(config: BrokerConfig) -> str:
     return f"loading logs from {', '.join(map(str, dirs))}"
 
 
+def _budget_descriptors() -> None:
+    """Raise the soft descriptor limit to the hard one and size the cache of open segment
+    files from it (log/file_cache.py): a quarter at most, the rest for connections."""
+    from trio_broker.log.file_cache import budget_from_limit, raise_descriptor_limit, segment_files
+
+    soft, _ = raise_descriptor_limit()
+    segment_files.configure(budget_from_limit(soft))
+    logger.info(
+        "at most %d segment files open at once; %d descriptors left for connections and others",
+        segment_files.capacity,
+        soft - segment_files.capacity,
+    )
+
+
 def _advertisable(host: str) -> str:
     # A wildcard bind address is not an address a client can connect to.
     return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
@@ -406,6 +423,9 @@ async def _serve(
         # Connections close once their request in flight is answered: parked fetches
         # answer now instead of at their max_wait_ms.
         broker.fetch_purgatory.expire_all()
+        loading.cancel()
+
+    loading = trio.CancelScope()  # the wait for the logs found at start to load
 
     try:
         async with trio.open_nursery() as guard:
@@ -437,6 +457,11 @@ async def _serve(
                         await nursery.start(service.run)
                     if zk is not None:
                         readiness.registered = True
+                    guard.start_soon(_watch_for_cancel, begin_shutdown, _before_shutdown(broker))
+                    # Requests are answered meanwhile (a log asked for is loaded first); a
+                    # stop does not wait for the rest.
+                    with loading:
+                        await broker.log_manager.wait_loaded()
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",
@@ -444,7 +469,6 @@ async def _serve(
                         broker.metadata.cluster_id,
                         ", ".join(str(a) for a in broker.advertised),
                     )
-                    guard.start_soon(_watch_for_cancel, begin_shutdown, _before_shutdown(broker))
                     readiness.started = True
                     readiness.set_status("serving")
                     task_status.started(addresses)

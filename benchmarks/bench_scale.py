@@ -1,0 +1,359 @@
+"""A lone broker grown through thousands of partitions (issue 37): what each level costs.
+
+    .venv/bin/python benchmarks/bench_scale.py [--levels 1000,5000,20000] [--connections 2000]
+    .venv/bin/python benchmarks/bench_scale.py --quick       # levels 200,1000; 200 connections
+
+One broker process on a fresh log dir. At each level, topics of --per-topic partitions are
+created until the broker holds that many partitions, and one record is produced to every
+new partition (acks=1). Then it prints, per level:
+
+create         seconds for the CreateTopics requests of this level's new partitions
+metadata       a Metadata request for all topics (median of 5, ms)
+rss, fds       the broker's VmRSS and its open descriptors (/proc/PID/fd); at the top
+               level also with --connections client connections open (each has sent an
+               ApiVersions), so that descriptors for partitions and connections add up
+SIGTERM        stop: from the signal to the exit; first: from the new process's launch to
+               its first ApiVersions answer; all: to a ListOffsets (latest) answered
+               without error for every partition
+kill -9        the same restart after SIGKILL (one more record produced to every partition
+               first, so that recovery has something to read after the recovery point)
+
+Raw Kafka wire from this process (no client library in the figures). It raises its own
+RLIMIT_NOFILE soft limit to the hard one; the broker raises its own at start. No
+assertion on figures: the machine is shared, so they are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from trio_broker.protocol._generated import request_class, response_class
+from trio_broker.protocol._generated.create_topics_request import CreatableTopic
+from trio_broker.protocol._generated.list_offsets_request import (
+    ListOffsetsPartition,
+    ListOffsetsTopic,
+)
+from trio_broker.protocol._generated.produce_request import PartitionProduceData, TopicProduceData
+from trio_broker.protocol._generated.request_header import RequestHeader
+from trio_broker.protocol._generated.response_header import ResponseHeader
+from trio_broker.protocol.record_codec import build_batch
+from trio_broker.testing import free_port
+
+
+def progress(text: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# ---------------------------------------------------------------- the wire
+
+
+def encode(api_key: int, version: int, cid: int, **fields: Any) -> bytes:
+    cls = request_class(api_key)
+    flexible = cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
+    body = bytearray()
+    RequestHeader(
+        request_api_key=api_key, request_api_version=version, correlation_id=cid, client_id="bench"
+    ).encode(2 if flexible else 1, body)
+    cls(**fields).encode(version, body)
+    return struct.pack(">i", len(body)) + bytes(body)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 20))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return bytes(out)
+
+
+def call(sock: socket.socket, api_key: int, version: int, **fields: Any) -> Any:
+    sock.sendall(encode(api_key, version, 1, **fields))
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    frame = recv_exact(sock, size)
+    cls = response_class(api_key)
+    flexible = cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
+    _, pos = ResponseHeader.decode(frame, 1 if flexible and api_key != 18 else 0)
+    body, _ = cls.decode(frame, version, pos)
+    return body
+
+
+def connect(port: int, timeout: float = 120) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+# ---------------------------------------------------------------- the broker
+
+
+class Broker:
+    def __init__(self, log_dir: Path, port: int) -> None:
+        self.log_dir = log_dir
+        self.port = port
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+
+    def launch(self) -> float:
+        """Start the process; returns the launch time (perf_counter)."""
+        args = [sys.executable, "-m", "trio_broker", "serve"]
+        for key, value in {
+            "log.dirs": str(self.log_dir),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "num.partitions": "1",
+            "offsets.topic.num.partitions": "1",
+            "auto.create.topics.enable": "false",
+        }.items():
+            args += ["--override", f"{key}={value}"]
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._drain, args=(self.proc,), daemon=True).start()
+        return started
+
+    def _drain(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            self.lines.append(line)
+            del self.lines[:-200]
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def first_answer(self, launched: float, timeout: float = 600) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError("broker exited:\n" + "".join(self.lines[-30:]))
+            try:
+                with connect(self.port, timeout=5) as sock:
+                    body = call(sock, 18, 3)
+                    if body.error_code == 0:
+                        return time.perf_counter() - launched
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError("no answer:\n" + "".join(self.lines[-30:]))
+
+    def stop(self, sig: int) -> float:
+        assert self.proc is not None
+        started = time.perf_counter()
+        self.proc.send_signal(sig)
+        self.proc.wait(300)
+        return time.perf_counter() - started
+
+
+def create(port: int, topics: list[str], per_topic: int) -> None:
+    with connect(port, timeout=600) as sock:
+        for i in range(0, len(topics), 20):
+            body = call(
+                sock,
+                19,
+                5,
+                topics=[
+                    CreatableTopic(name=t, num_partitions=per_topic, replication_factor=1)
+                    for t in topics[i : i + 20]
+                ],
+                timeout_ms=600_000,
+            )
+            bad = [(t.name, t.error_code) for t in body.topics if t.error_code]
+            if bad:
+                raise RuntimeError(f"create failed: {bad[:5]}")
+
+
+def produce(port: int, topics: list[str], per_topic: int, tag: bytes) -> None:
+    batch = build_batch([(b"k", b"v" * 100 + tag, (), int(time.time() * 1000))])
+    with connect(port, timeout=600) as sock:
+        for topic in topics:
+            body = call(
+                sock,
+                0,
+                9,
+                acks=1,
+                timeout_ms=60_000,
+                topic_data=[
+                    TopicProduceData(
+                        name=topic,
+                        partition_data=[
+                            PartitionProduceData(index=p, records=batch) for p in range(per_topic)
+                        ],
+                    )
+                ],
+            )
+            for t in body.responses:
+                for p in t.partition_responses:
+                    if p.error_code:
+                        raise RuntimeError(f"produce to {t.name}-{p.index}: {p.error_code}")
+
+
+def metadata_ms(port: int) -> tuple[float, int]:
+    with connect(port) as sock:
+        times, partitions = [], 0
+        for _ in range(5):
+            started = time.perf_counter()
+            body = call(sock, 3, 12, topics=None, allow_auto_topic_creation=False)
+            times.append((time.perf_counter() - started) * 1000)
+            partitions = sum(len(t.partitions) for t in body.topics)
+    return statistics.median(times), partitions
+
+
+def serving(port: int, topics: list[str], per_topic: int) -> bool:
+    """Whether every partition answers ListOffsets (latest) without an error."""
+    request = [
+        ListOffsetsTopic(
+            name=t,
+            partitions=[
+                ListOffsetsPartition(partition_index=p, current_leader_epoch=-1, timestamp=-1)
+                for p in range(per_topic)
+            ],
+        )
+        for t in topics
+    ]
+    with connect(port) as sock:
+        body = call(sock, 2, 7, replica_id=-1, isolation_level=0, topics=request)
+    return all(p.error_code == 0 for t in body.topics for p in t.partitions)
+
+
+def all_serving(port: int, topics: list[str], per_topic: int, launched: float) -> float:
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if serving(port, topics, per_topic):
+                return time.perf_counter() - launched
+        time.sleep(0.05)
+    raise RuntimeError("not all partitions serving")
+
+
+def open_connections(port: int, n: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(n):
+        sock = connect(port)
+        sock.sendall(encode(18, 3, 1))
+        socks.append(sock)
+    for sock in socks:
+        (size,) = struct.unpack(">i", recv_exact(sock, 4))
+        recv_exact(sock, size)
+    return socks
+
+
+# ---------------------------------------------------------------- the run
+
+
+def restart(broker: Broker, sig: int, topics: list[str], per_topic: int) -> dict[str, float]:
+    stop = broker.stop(sig)
+    launched = broker.launch()
+    first = broker.first_answer(launched)
+    every = all_serving(broker.port, topics, per_topic, launched)
+    return {"stop": stop, "first": first, "all": every}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--levels", default="1000,5000,20000")
+    parser.add_argument("--per-topic", type=int, default=100)
+    parser.add_argument("--connections", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="levels 200,1000; 200 connections")
+    parser.add_argument("--log-dir", help="default: a fresh temporary directory")
+    args = parser.parse_args()
+    if args.quick:
+        args.levels, args.connections = "200,1000", 200
+    levels = [int(x) for x in args.levels.split(",")]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    progress(f"RLIMIT_NOFILE soft {soft} -> {hard}, hard {hard}")
+
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        log_dir = Path(args.log_dir or tmp) / "logs"
+        broker = Broker(log_dir, free_port())
+        broker.first_answer(broker.launch())
+        topics: list[str] = []
+        rows = []
+        try:
+            for level in levels:
+                new = [f"scale-{i:05d}" for i in range(len(topics), level // args.per_topic)]
+                progress(f"level {level}: creating {len(new)} topics")
+                started = time.perf_counter()
+                create(broker.port, new, args.per_topic)
+                create_s = time.perf_counter() - started
+                produce(broker.port, new, args.per_topic, b"first")
+                topics += new
+                meta, count = metadata_ms(broker.port)
+                row: dict[str, Any] = {
+                    "partitions": count,
+                    "create_s": create_s,
+                    "metadata_ms": meta,
+                    "rss_mb": rss_mb(broker.pid),
+                    "fds": open_fds(broker.pid),
+                }
+                if level == levels[-1] and args.connections:
+                    progress(f"opening {args.connections} connections")
+                    socks = open_connections(broker.port, args.connections)
+                    row["fds_conn"] = open_fds(broker.pid)
+                    row["rss_conn_mb"] = rss_mb(broker.pid)
+                    for sock in socks:
+                        sock.close()
+                progress(f"level {level}: SIGTERM restart")
+                row["term"] = restart(broker, signal.SIGTERM, topics, args.per_topic)
+                progress(f"level {level}: kill -9 restart")
+                produce(broker.port, topics, args.per_topic, b"second")
+                row["kill"] = restart(broker, signal.SIGKILL, topics, args.per_topic)
+                row["fds_after"] = open_fds(broker.pid)
+                rows.append(row)
+                progress(f"level {level}: {row}")
+        except BaseException:
+            progress("failed; the broker's last lines:\n" + "".join(broker.lines[-40:]))
+            raise
+        finally:
+            if broker.proc is not None and broker.proc.poll() is None:
+                broker.stop(signal.SIGTERM)
+
+    print(
+        "| partitions | create | Metadata, all | RSS | open fds | with connections "
+        "| SIGTERM stop / first / all | kill -9 first / all |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        conn = (
+            f"{row['fds_conn']:,} fds, {row['rss_conn_mb']:.0f} MB ({args.connections:,})"
+            if "fds_conn" in row
+            else "-"
+        )
+        term, kill = row["term"], row["kill"]
+        print(
+            f"| {row['partitions']:,} | {row['create_s']:.1f} s | {row['metadata_ms']:.0f} ms "
+            f"| {row['rss_mb']:.0f} MB | {row['fds']:,} | {conn} "
+            f"| {term['stop']:.2f} s / {term['first']:.1f} s / {term['all']:.1f} s "
+            f"| {kill['first']:.1f} s / {kill['all']:.1f} s |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Loading a broker's logs after it starts serving: in worker threads, or at first use.
+
+A broker with tens of thousands of partitions cannot make its clients wait until every log
+is loaded (Kafka's LogManager.loadLogs, and recovery after a crash) before it answers.
+So the LogManager only lists the partition directories at start (`PendingLogs.add`), and:
+
+- `num.recovery.threads.per.data.dir` worker threads per log dir load them in the
+  background (`load_batch`, called through trio.to_thread.run_sync in short slices, so
+  that a stop does not wait for the whole load);
+- a request for a partition not loaded yet loads it at once on the event loop's thread
+  (`load_now`), or waits for the worker loading it: to a client the partition answers as
+  if it had been loaded all along, only later.
+
+Until a log is loaded, checkpoints keep what the files said of it (`stored_offsets`), so
+that writing them while loading never forgets a recovery point.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from trio_broker.log.config import LogConfig
+
+if TYPE_CHECKING:
+    from trio_broker.log.partition_log import PartitionLog
+
+__all__ = ["PendingLog", "PendingLogs"]
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@attrs.define(kw_only=True)
+class PendingLog:
+    """A partition directory found at start, and what the log dir's checkpoints say of it."""
+
+    path: Path
+    config: LogConfig
+    recovery_point: int
+    log_start_offset: int | None  # None: not in log-start-offset-checkpoint
+    high_watermark: int | None
+    clean_shutdown: bool
+    loading: threading.Event | None = None  # set when the load (by anyone) is over
+
+
+class PendingLogs:
+    """The logs not loaded yet; thread-safe. `load` turns a PendingLog into a log and
+    publishes it (the LogManager's), raising on failure."""
+
+    def __init__(self, load: Callable[[TopicPartition, PendingLog], PartitionLog | None]) -> None:
+        self._load = load
+        self._pending: dict[TopicPartition, PendingLog] = {}
+        self._queue: collections.deque[TopicPartition] = collections.deque()
+        self._lock = threading.Lock()
+        self.started = time.perf_counter()
+        self.total = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, tp: object) -> bool:
+        return tp in self._pending
+
+    def add(self, tp: TopicPartition, pending: PendingLog) -> None:
+        self._pending[tp] = pending
+        self._queue.append(tp)
+        self.total += 1
+
+    def partitions(self) -> list[TopicPartition]:
+        with self._lock:
+            return list(self._pending)
+
+    def stored_offsets(self, log_dir: Path, field: str) -> dict[TopicPartition, int]:
+        """`field` of every pending log of `log_dir` that has one (for the checkpoints)."""
+        with self._lock:
+            out = {}
+            for tp, pending in self._pending.items():
+                value = getattr(pending, field)
+                if value is not None and pending.path.parent == log_dir:
+                    out[tp] = value
+            return out
+
+    def unclean_dirs(self) -> set[Path]:
+        """Log dirs with a log still to recover from an unclean shutdown."""
+        with self._lock:
+            return {p.path.parent for p in self._pending.values() if not p.clean_shutdown}
+
+    def _claim(self, tp: TopicPartition) -> tuple[PendingLog | None, bool]:
+        """(pending, mine): mine when this caller is to load it."""
+        with self._lock:
+            pending = self._pending.get(tp)
+            if pending is None:
+                return None, False
+            if pending.loading is not None:
+                return pending, False
+            pending.loading = threading.Event()
+            return pending, True
+
+    def _run(self, tp: TopicPartition, pending: PendingLog) -> PartitionLog | None:
+        try:
+            return self._load(tp, pending)
+        finally:
+            with self._lock:
+                self._pending.pop(tp, None)
+            assert pending.loading is not None
+            pending.loading.set()
+            if not self._pending:
+                logger.info(
+                    "loaded %d logs in %.1f s", self.total, time.perf_counter() - self.started
+                )
+
+    def load_now(self, tp: TopicPartition) -> bool:
+        """Make sure `tp` is loaded (if it was pending): load it here, or wait for the thread
+        loading it. Returns whether it was pending."""
+        pending, mine = self._claim(tp)
+        if pending is None:
+            return False
+        if mine:
+            self._run(tp, pending)
+        else:
+            assert pending.loading is not None
+            pending.loading.wait()
+        return True
+
+    def load_batch(self, budget_s: float = 0.05) -> bool:
+        """Load pending logs for about `budget_s` (a worker thread); False when none is left."""
+        deadline = time.perf_counter() + budget_s
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return False
+                tp = self._queue.popleft()
+            pending, mine = self._claim(tp)
+            if mine:
+                assert pending is not None
+                try:
+                    self._run(tp, pending)
+                except Exception:  # the loader reported it (the log dir went offline)
+                    logger.debug("background load of %s failed", tp, exc_info=True)
+            if time.perf_counter() >= deadline:
+                return True
