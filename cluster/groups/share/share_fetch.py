@@ -466,6 +466,7 @@ class SharePartitionManager:
                     deadline,
                     selection,
                     ranges,
+                    read_committed,
                 )
         except KafkaError as exc:
             return b"", ranges, exc.code
@@ -522,6 +523,7 @@ class SharePartitionManager:
         deadline: float,
         selection: _Selection,
         ranges: list[tuple[int, int, int]],
+        read_committed: bool,
     ) -> None:
         remaining_bytes = max(max_bytes - selection.size, 0)
         result = log.read(
@@ -529,16 +531,30 @@ class SharePartitionManager:
         )
         first = last = -1
         taken = 0
+        headers = []
         for region, position, header in _walk(result.regions):
             if first < 0:
                 first = header.base_offset
             selection.add(region, position, header.size)
             last = header.last_offset
+            headers.append(header)
             taken += header.last_offset - max(header.base_offset, sp.end_offset) + 1
             if taken >= want:
                 break
-        if last >= sp.end_offset:
-            ranges.append(sp.acquire_new(member_id, first, last, deadline))
+        if last < sp.end_offset:
+            return
+        acquired = sp.acquire_new(member_id, first, last, deadline)
+        dropped = _aborted(log, headers, acquired[0]) if read_committed else []
+        for a, b in dropped:
+            # Records of aborted transactions are never delivered (Kafka archives them).
+            sp.acknowledge(member_id, a, b, AckType.REJECT, 1)
+        lo = acquired[0]
+        for a, b in dropped:
+            if a > lo:
+                ranges.append((lo, a - 1, 1))
+            lo = b + 1
+        if lo <= acquired[1]:
+            ranges.append((lo, acquired[1], 1))
 
     # -- ShareAcknowledge ------------------------------------------------------------------
 
@@ -578,6 +594,29 @@ class SharePartitionManager:
                 ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in topics.items()
             ]
         )
+
+
+def _aborted(log: Any, headers: list[BatchHeader], start: int) -> list[tuple[int, int]]:
+    """The offset ranges, from `start` on, of the batches among `headers` that a
+    read_committed group never gets: aborted transactions' batches and control batches."""
+    aborted = log.collect_aborted_transactions(headers[0].base_offset, headers[-1].next_offset)
+    out: list[tuple[int, int]] = []
+    for h in headers:
+        drop = h.is_control or (
+            h.is_transactional
+            and any(
+                a.producer_id == h.producer_id and a.first_offset <= h.base_offset <= a.last_offset
+                for a in aborted
+            )
+        )
+        lo = max(h.base_offset, start)
+        if not drop or lo > h.last_offset:
+            continue
+        if out and out[-1][1] + 1 == lo:
+            out[-1] = (out[-1][0], h.last_offset)
+        else:
+            out.append((lo, h.last_offset))
+    return out
 
 
 def _runs(first: int, types: list[int]) -> Iterator[tuple[int, int, int]]:

@@ -280,3 +280,35 @@ def test_broker_restart_keeps_acknowledged_and_gives_back_acquired(kafka_broker_
     seen = {(m.partition(), m.offset()): m.delivery_count() for m in got}
     assert set(seen) == remaining  # nothing accepted before the restart comes back
     assert all(seen[tp] >= 2 for tp in held_offsets)  # the held ones, delivered again
+
+
+def test_read_committed_share_group_skips_aborted_transactions(kafka_broker_factory):
+    broker = kafka_broker_factory({**BROKER, "transaction.state.log.num.partitions": "1"})
+    admin = _admin(broker)
+    admin.create_topics([NewTopic("ledger", 1, 1)])["ledger"].result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx"})
+    producer.init_transactions(TIMEOUT)
+    for outcome, values in (("commit", "abc"), ("abort", "xyz"), ("commit", "de")):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce("ledger", v.encode())
+        assert producer.flush(TIMEOUT) == 0  # in the log before the abort (not purged)
+        if outcome == "commit":
+            producer.commit_transaction(TIMEOUT)
+        else:
+            producer.abort_transaction(TIMEOUT)
+    for group, level, expected in (
+        ("committed", "read_committed", "abcde"),
+        ("everything", "read_uncommitted", "abcxyzde"),
+    ):
+        error = _group_configs(
+            broker, group, share_auto_offset_reset="earliest", share_isolation_level=level
+        )
+        assert error == 0
+        consumer = _consumer(broker, group, "ledger")
+        wanted = len(expected)
+        got = _poll_until(consumer, lambda got: len(got) >= wanted, seconds=30)  # noqa: B023
+        # A little more: nothing else may come.
+        got += _poll_until(consumer, lambda got: False, seconds=1)
+        consumer.close()
+        assert "".join(m.value().decode() for m in got) == expected, level
