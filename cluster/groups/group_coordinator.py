@@ -218,8 +218,21 @@ class GroupCoordinator:
         if group.is_(S.DEAD):
             # Deleted meanwhile: the client looks the coordinator up again and retries.
             return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group.consumer is not None and group.consumer.members:
+            # A KIP-848 group with members: a classic member joins it as such (the online
+            # migration; `consumer/classic_members.py`).
+            if self.consumer.classic.accepts_classic_members():
+                return self.consumer.classic.join(
+                    group,
+                    body,
+                    api_version=api_version,
+                    client_id=client_id,
+                    client_host=client_host,
+                    reply=reply,
+                )
+            return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.has_consumer_members():
-            # A KIP-848 group: classic members may not join it (no migration yet).
+            # A share group with members: no classic member may join it.
             return fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
         if group.consumer is not None or group.share is not None:
             group.consumer = group.share = None  # an empty modern group becomes a classic one
@@ -530,6 +543,8 @@ class GroupCoordinator:
             return fail(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.is_(S.DEAD):
             return fail(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group.consumer is not None:
+            return self.consumer.classic.sync(group, body, reply=reply)
         error = self._validate_member(group, body.member_id, body.group_instance_id)
         if error:
             return fail(error)
@@ -591,6 +606,8 @@ class GroupCoordinator:
             return result(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.is_(S.DEAD):
             return result(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if group.consumer is not None:
+            return self.consumer.classic.heartbeat(group, body)
         error = self._validate_member(group, body.member_id, body.group_instance_id)
         if error:
             return result(error)
@@ -659,6 +676,8 @@ class GroupCoordinator:
         else:
             identities = [(m.member_id, m.group_instance_id) for m in body.members]
         group = self.groups.get(body.group_id)
+        if group is not None and group.consumer is not None:
+            return self.consumer.classic.leave(group, body, api_version=api_version)
         results: list[MemberResponse] = []
         for member_id, instance_id in identities:
             code = ErrorCode.NONE

@@ -43,9 +43,11 @@ _GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
     key("offsets.commit.required.acks", "SHORT", -1, None,
         "Deprecated: acks of offset commits (-1 is the only sensible value)."),
     # group.consumer.max.size and group.consumer.assignors: acted on, below.
-    key("group.consumer.migration.policy", "STRING", "disabled",
+    key("group.consumer.migration.policy", "STRING", "bidirectional",
         _one_of_ci("bidirectional", "upgrade", "downgrade", "disabled"),
-        "Whether classic groups may become consumer groups and back.", internal=True),
+        "Whether a classic group with members may become a consumer group when a member of "
+        "the consumer protocol joins (upgrade), and back when the last one leaves "
+        "(downgrade); Kafka 4.0's default, bidirectional.", acts=True, internal=True),
     key("group.share.session.timeout.ms", "INT", 45000, _at_least(1),
         "Session timeout of share group members (KIP-932)."),
     key("group.share.min.session.timeout.ms", "INT", 45000, _at_least(1),

@@ -82,8 +82,11 @@ class _Answer(Exception):
 
 class ConsumerGroupCoordinator:
     def __init__(self, coordinator: GroupCoordinator) -> None:
+        from trio_broker.cluster.groups.consumer.classic_members import ClassicMembers
+
         self.coordinator = coordinator
         self.config = coordinator.config
+        self.classic = ClassicMembers(self)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -215,6 +218,10 @@ class ConsumerGroupCoordinator:
         coordinator = self.coordinator
         shell = coordinator.groups.get(group_id)
         if shell is not None and shell.consumer is None:
+            if shell.members and create and shell.share is None and self.classic.can_upgrade(shell):
+                # Online upgrade: the classic group becomes a consumer group with its
+                # members inside as classic members.
+                return self.classic.upgrade(shell)
             if (
                 shell.members
                 or shell.state not in (GroupState.EMPTY,)
@@ -443,6 +450,8 @@ class ConsumerGroupCoordinator:
         logger.info("consumer group %s: member %s %s", group.group_id, member.member_id, reason)
         self._stop_timers(member)
         group.remove(member)
+        if member.classic is None and self.classic.maybe_downgrade(group):
+            return  # only classic members were left: a classic group again
         self._bump(group, f"member {member.member_id} removed")
         self._update_target(group)
         shell = self.coordinator.groups.get(group.group_id)
@@ -455,6 +464,9 @@ class ConsumerGroupCoordinator:
         """Append what changed in the group since its last records (Kafka writes these
         records first and applies them when written; on a lone broker the append is
         committed when it returns, so the order does not show)."""
+        shell = self.coordinator.groups.get(group.group_id)
+        if shell is None or shell.consumer is not group:
+            return  # downgraded to a classic group (or gone): its records were written
         topics = self.coordinator.broker.metadata.topics
 
         def topic_id(name: str) -> Any:
@@ -580,6 +592,9 @@ class ConsumerGroupCoordinator:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if epoch != member.member_epoch:
+            # A classic member's generation is its member epoch.
+            if member.classic is not None:
+                return ErrorCode.ILLEGAL_GENERATION
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "ClassicMetadata",
     "ConsumerGroup",
     "ConsumerGroupMember",
     "ConsumerGroupState",
@@ -43,6 +44,14 @@ LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
 
 
+@attrs.define(kw_only=True)
+class ClassicMetadata:
+    """What a member of the classic protocol told its JoinGroup: kept while it is in."""
+
+    session_timeout_ms: int
+    protocols: list[tuple[str, bytes]]  # (assignor name, subscription), its preference order
+
+
 @attrs.define(kw_only=True, eq=False)
 class ConsumerGroupMember:
     member_id: str
@@ -61,6 +70,9 @@ class ConsumerGroupMember:
     pending_revocation: TopicPartitions = attrs.Factory(dict)
     session_timer: Any = None
     rebalance_timer: Any = None  # armed while partitions are being revoked
+    # A member of the classic protocol (JoinGroup) inside this group: its session timeout
+    # and protocols (`classic_members.ClassicMetadata`); None for the new protocol's.
+    classic: ClassicMetadata | None = None
 
 
 @attrs.define(kw_only=True, eq=False)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from trio_broker.cluster.groups.consumer.consumer_group import (
+    ClassicMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
@@ -99,6 +100,18 @@ def group_id_of(key: bytes) -> tuple[int, str, str | None] | None:
     return version, k.group_id, getattr(k, "member_id", None)
 
 
+def _classic_value(classic: ClassicMetadata | None) -> Any:
+    if classic is None:
+        return None
+    return member_value.ClassicMemberMetadata(
+        session_timeout_ms=classic.session_timeout_ms,
+        supported_protocols=[
+            member_value.ClassicProtocol(name=name, metadata=metadata)
+            for name, metadata in classic.protocols
+        ],
+    )
+
+
 def group_records(group: ConsumerGroup, topic_id: Callable[[str], Any]) -> dict[bytes, bytes]:
     """The group as records; `topic_id(name)` is the topic's id, None if it is gone."""
     gid = group.group_id
@@ -123,6 +136,7 @@ def group_records(group: ConsumerGroup, topic_id: Callable[[str], Any]) -> dict[
             subscribed_topic_regex=m.subscribed_topic_regex,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             server_assignor=m.server_assignor,
+            classic_member_metadata=_classic_value(m.classic),
         )
     records[_key(4, group_id=gid)] = _value(
         4,
@@ -193,6 +207,12 @@ def load_group(
             m.subscribed_topic_regex = v.subscribed_topic_regex
             m.rebalance_timeout_ms = v.rebalance_timeout_ms
             m.server_assignor = v.server_assignor
+            classic = v.classic_member_metadata
+            if classic is not None:
+                m.classic = ClassicMetadata(
+                    session_timeout_ms=classic.session_timeout_ms,
+                    protocols=[(p.name, bytes(p.metadata)) for p in classic.supported_protocols],
+                )
         elif version == 6:
             group.assignment_epoch = v.assignment_epoch
         elif version == 7:

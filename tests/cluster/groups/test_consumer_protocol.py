@@ -10,20 +10,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from grouptest_helpers import create_topic
+from grouptest_helpers import Watch, create_topic
+from grouptest_helpers import kip848_consumer as _consumer
 from test_groups_clients import produce_numbered
-
-
-def _consumer(bootstrap: str, group: str, **extra) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "group.protocol": "consumer",
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    }
-    conf.update(extra)
-    return Consumer(conf)
 
 
 def _commit_consumed(consumer: Consumer) -> None:
@@ -33,35 +22,6 @@ def _commit_consumed(consumer: Consumer) -> None:
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError._NO_OFFSET:
             raise
-
-
-class Watch:
-    """Polls consumers and checks, after every poll, that no partition is owned twice."""
-
-    def __init__(self, consumers: list[Consumer]) -> None:
-        self.consumers = list(consumers)
-        self.records: list[tuple[int, bytes]] = []
-        self.by_consumer: dict[int, list[tuple[int, bytes]]] = {}
-
-    def owned(self) -> list[set[int]]:
-        return [{tp.partition for tp in c.assignment()} for c in self.consumers]
-
-    def poll(self, done, limit_s: float = 60.0) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            for i, c in enumerate(self.consumers):
-                msg = c.poll(0.05)
-                if msg is not None:
-                    assert not msg.error(), msg.error()
-                    rec = (msg.partition(), msg.value())
-                    self.records.append(rec)
-                    self.by_consumer.setdefault(i, []).append(rec)
-                owned = self.owned()
-                together = [p for parts in owned for p in parts]
-                assert len(together) == len(set(together)), f"a partition owned twice: {owned}"
-            if done():
-                return
-        raise AssertionError(f"condition not reached: owned {self.owned()}")
 
 
 def test_three_members_share_six_partitions_and_one_leaves(broker):
@@ -206,27 +166,6 @@ def test_describe_consumer_group_through_the_admin_client(broker):
     assert assigned == [0, 1, 2, 3]
     for c in consumers:
         c.close()
-
-
-def test_classic_member_cannot_join_a_live_consumer_group(broker):
-    create_topic(broker.bootstrap, "mixed848", 2)
-    modern = _consumer(broker.bootstrap, "mixed-g")
-    modern.subscribe(["mixed848"])
-    watch = Watch([modern])
-    watch.poll(lambda: len(watch.owned()[0]) == 2)
-    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mixed-g"})
-    classic.subscribe(["mixed848"])
-    errors = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not errors:
-        msg = classic.poll(0.1)
-        modern.poll(0.01)
-        if msg is not None and msg.error():
-            errors.append(msg.error())
-    assert errors and errors[0].code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
-    assert len(watch.owned()[0]) == 2  # the consumer group is untouched
-    classic.close()
-    modern.close()
 
 
 @pytest.mark.parametrize("assignor", ["range", "uniform"])
