@@ -339,3 +339,55 @@ def test_list_offsets_v0_and_join_group_v0(broker):
     assert answer.error_code == 0
     assert answer.member_id and answer.leader == answer.member_id
     assert answer.generation_id == 1
+
+
+def test_leader_epoch_and_log_dir_apis_at_version_0(broker):
+    from trio_broker.protocol._generated.alter_replica_log_dirs_request import (
+        AlterReplicaLogDir,
+        AlterReplicaLogDirTopic,
+    )
+    from trio_broker.protocol._generated.describe_log_dirs_request import (
+        DescribableLogDirTopic,
+    )
+    from trio_broker.protocol._generated.offset_for_leader_epoch_request import (
+        OffsetForLeaderPartition,
+        OffsetForLeaderTopic,
+    )
+
+    create(broker, "old-epochs")
+    produce(broker, "old-epochs", 2, build_message_set(MESSAGES, magic=1))
+    for version in (0, 1):
+        answer = raw(
+            broker,
+            23,
+            version,
+            topics=[
+                OffsetForLeaderTopic(
+                    topic="old-epochs",
+                    partitions=[OffsetForLeaderPartition(partition=0, leader_epoch=0)],
+                )
+            ],
+        )
+        (p,) = answer.topics[0].partitions
+        assert (p.error_code, p.end_offset) == (0, 3)
+    answer = raw(broker, 35, 0, topics=[DescribableLogDirTopic(topic="old-epochs", partitions=[0])])
+    (result,) = answer.results
+    assert result.error_code == 0
+    assert result.log_dir == str(broker.log_dir)
+    (part,) = result.topics[0].partitions
+    assert part.partition_index == 0 and part.partition_size > 0
+    # Moving it to the directory it is in already is a no-op Kafka accepts.
+    answer = raw(
+        broker,
+        34,
+        0,
+        dirs=[
+            AlterReplicaLogDir(
+                path=str(broker.log_dir),
+                topics=[AlterReplicaLogDirTopic(name="old-epochs", partitions=[0])],
+            )
+        ],
+    )
+    assert [(r.topic_name, [p.error_code for p in r.partitions]) for r in answer.results] == [
+        ("old-epochs", [0])
+    ]
