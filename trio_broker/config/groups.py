@@ -1,8 +1,8 @@
 """The group coordinator: `__consumer_offsets`, offset retention, group sessions and sizes.
 
 Kafka's `GroupCoordinatorConfig`: the `offsets.*` keys of the offsets topic and its
-retention, the `group.*` bounds of classic groups, and the `group.consumer.*` defaults and
-bounds of consumer groups (KIP-848).
+retention, the `group.*` bounds of classic groups, the `group.consumer.*` defaults and
+bounds of consumer groups (KIP-848), and the `group.share.*` ones of share groups (KIP-932).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ __all__ = ["GROUP_COORDINATOR_CONFIGS"]
 
 
 # Kafka's other GroupCoordinatorConfig and ShareGroupConfig keys: accepted, stored,
-# described, not acted on (this coordinator serves classic and consumer groups, no share
-# groups).
+# described, not acted on.
 _GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
     key("group.coordinator.rebalance.protocols", "LIST", ("classic",),
         _each_of("consumer", "classic", "share", "unknown"),
@@ -48,34 +47,39 @@ _GROUP_COORDINATOR_STORED_ONLY: tuple[ConfigKey, ...] = (
         "Whether a classic group with members may become a consumer group when a member of "
         "the consumer protocol joins (upgrade), and back when the last one leaves "
         "(downgrade); Kafka 4.0's default, bidirectional.", acts=True, internal=True),
-    key("group.share.session.timeout.ms", "INT", 45000, _at_least(1),
-        "Session timeout of share group members (KIP-932)."),
-    key("group.share.min.session.timeout.ms", "INT", 45000, _at_least(1),
-        "Smallest session timeout of share group members."),
-    key("group.share.max.session.timeout.ms", "INT", 60000, _at_least(1),
-        "Largest session timeout of share group members."),
-    key("group.share.heartbeat.interval.ms", "INT", 5000, _at_least(1),
-        "Heartbeat interval of share group members."),
-    key("group.share.min.heartbeat.interval.ms", "INT", 5000, _at_least(1),
-        "Smallest heartbeat interval of share group members."),
-    key("group.share.max.heartbeat.interval.ms", "INT", 15000, _at_least(1),
-        "Largest heartbeat interval of share group members."),
-    key("group.share.max.size", "SHORT", 200, _between(10, 1000),
-        "Largest share group."),
     key("group.share.enable", "BOOLEAN", False, None,
         "Serve share groups.", internal=True),
-    key("group.share.delivery.count.limit", "INT", 5, _between(2, 10),
-        "Deliveries of a record to a share group before it is archived."),
-    key("group.share.record.lock.duration.ms", "INT", 30000, _between(1000, 60000),
-        "How long a share group member holds the records it fetched."),
-    key("group.share.min.record.lock.duration.ms", "INT", 15000, _between(1000, 30000),
-        "Smallest record lock duration."),
-    key("group.share.max.record.lock.duration.ms", "INT", 60000, _between(30000, 3600000),
-        "Largest record lock duration."),
     key("group.share.max.groups", "SHORT", 10, _between(1, 100),
         "Most share groups at once."),
+)  # fmt: skip
+
+# KIP-932 share groups (cluster/groups/share/): the defaults and bounds of the GROUP
+# resource's share.* configs, the group size and the in-flight records of a share-partition.
+_SHARE_GROUP_CONFIGS: tuple[ConfigKey, ...] = (
+    key("group.share.session.timeout.ms", "INT", 45000, _at_least(1),
+        "Session timeout of share group members (KIP-932).", acts=True),
+    key("group.share.min.session.timeout.ms", "INT", 45000, _at_least(1),
+        "Smallest session timeout of share group members.", acts=True),
+    key("group.share.max.session.timeout.ms", "INT", 60000, _at_least(1),
+        "Largest session timeout of share group members.", acts=True),
+    key("group.share.heartbeat.interval.ms", "INT", 5000, _at_least(1),
+        "Heartbeat interval of share group members.", acts=True),
+    key("group.share.min.heartbeat.interval.ms", "INT", 5000, _at_least(1),
+        "Smallest heartbeat interval of share group members.", acts=True),
+    key("group.share.max.heartbeat.interval.ms", "INT", 15000, _at_least(1),
+        "Largest heartbeat interval of share group members.", acts=True),
+    key("group.share.max.size", "SHORT", 200, _between(10, 1000),
+        "Largest share group.", acts=True),
+    key("group.share.delivery.count.limit", "INT", 5, _between(2, 10),
+        "Deliveries of a record to a share group before it is archived.", acts=True),
+    key("group.share.record.lock.duration.ms", "INT", 30000, _between(1000, 60000),
+        "How long a share group member holds the records it fetched.", acts=True),
+    key("group.share.min.record.lock.duration.ms", "INT", 15000, _between(1000, 30000),
+        "Smallest record lock duration.", acts=True),
+    key("group.share.max.record.lock.duration.ms", "INT", 60000, _between(30000, 3600000),
+        "Largest record lock duration.", acts=True),
     key("group.share.partition.max.record.locks", "INT", 200, _between(100, 10000),
-        "Records of one partition a share group may hold locked at once."),
+        "Records of one partition a share group may hold locked at once.", acts=True),
 )  # fmt: skip
 
 
@@ -207,5 +211,6 @@ GROUP_COORDINATOR_CONFIGS: tuple[ConfigKey, ...] = (
             ),
         )
     ),
+    *_SHARE_GROUP_CONFIGS,
     *_GROUP_COORDINATOR_STORED_ONLY,
 )
