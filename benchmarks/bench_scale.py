@@ -114,8 +114,9 @@ def connect(port: int, timeout: float = 120) -> socket.socket:
 
 
 class Broker:
-    def __init__(self, log_dir: Path, port: int) -> None:
+    def __init__(self, log_dir: Path, port: int, log_file: str | None = None) -> None:
         self.log_dir = log_dir
+        self.log_file = open(log_file, "a") if log_file else None  # noqa: SIM115
         self.port = port
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
@@ -140,6 +141,9 @@ class Broker:
         assert proc.stderr is not None
         for line in proc.stderr:
             self.lines.append(line)
+            if self.log_file is not None:
+                self.log_file.write(line)
+                self.log_file.flush()
             del self.lines[:-200]
 
     @property
@@ -282,6 +286,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=2000)
     parser.add_argument("--quick", action="store_true", help="levels 200,1000; 200 connections")
     parser.add_argument("--log-dir", help="default: a fresh temporary directory")
+    parser.add_argument("--broker-log", help="append the broker's log lines to this file")
     args = parser.parse_args()
     if args.quick:
         args.levels, args.connections = "200,1000", 200
@@ -292,7 +297,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         log_dir = Path(args.log_dir or tmp) / "logs"
-        broker = Broker(log_dir, free_port())
+        broker = Broker(log_dir, free_port(), args.broker_log)
         broker.first_answer(broker.launch())
         topics: list[str] = []
         rows = []

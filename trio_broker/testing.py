@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,8 @@ class BrokerProcess:
     returns once the broker says it started. Its log lines are kept
     in `.lines` (and stderr is drained, so the child never blocks on a full pipe).
     `prefix` runs the command through another one that execs it (such as
-    `ip netns exec <namespace>`: the broker on a host of a test network)."""
+    `ip netns exec <namespace>`: the broker on a host of a test network); `preexec_fn`
+    runs in the child before the broker (such as lowering its RLIMIT_NOFILE)."""
 
     def __init__(
         self,
@@ -184,6 +185,7 @@ class BrokerProcess:
         *,
         start_timeout_s: float = 60,
         prefix: Sequence[str] = (),
+        preexec_fn: Callable[[], None] | None = None,
     ) -> None:
         props = dict(overrides)
         if "listeners" not in props:
@@ -194,6 +196,7 @@ class BrokerProcess:
         self.overrides = props
         self.start_timeout_s = start_timeout_s
         self.prefix = list(prefix)
+        self.preexec_fn = preexec_fn
         self.lines: list[str] = []
         self._launch()
 
@@ -202,7 +205,9 @@ class BrokerProcess:
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         start_timeout_s = self.start_timeout_s
-        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            args, stderr=subprocess.PIPE, text=True, preexec_fn=self.preexec_fn
+        )
         started = threading.Event()
         threading.Thread(target=self._drain, args=(started,), daemon=True).start()
         if not started.wait(start_timeout_s) or self.proc.poll() is not None:
