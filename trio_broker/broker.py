@@ -397,8 +397,7 @@ async def _serve(
     readiness.set_status(_loading_status(config))
     broker = Broker(config, zk=zk, cluster_id=cluster_id)
     broker.readiness = readiness
-    readiness.logs_loaded = True
-    readiness.set_status(f"loaded {len(broker.log_manager.logs)} logs; starting listeners")
+    readiness.set_status(f"found {len(broker.log_manager.partitions())} logs; starting listeners")
     request_send, request_receive = trio.open_memory_channel[Request](config.queued_max_requests)
     server = SocketServer(config, request_send, broker.supported, secure=broker.secure_listener)
     broker.socket_server = server
@@ -461,7 +460,11 @@ async def _serve(
                     # Requests are answered meanwhile (a log asked for is loaded first); a
                     # stop does not wait for the rest.
                     with loading:
-                        await broker.log_manager.wait_loaded()
+                        async with trio.open_nursery() as progress:
+                            progress.start_soon(_report_loading, broker.log_manager, readiness)
+                            await broker.log_manager.wait_loaded()
+                            progress.cancel_scope.cancel()
+                        readiness.logs_loaded = True
                     addresses = [b.address for b in bound]
                     logger.info(
                         "broker %d started (cluster %s), advertised %s",
@@ -480,6 +483,18 @@ async def _serve(
         with trio.CancelScope(shield=True):
             broker.log_manager.close()
             logger.info("broker %d stopped", broker.node_id)
+
+
+async def _report_loading(log_manager: Any, readiness: Readiness) -> None:
+    """How many of the logs found at start are loaded, every second until all are (for
+    systemd's STATUS=)."""
+    pending = log_manager.pending
+    while pending:
+        verb = "recovering" if pending.unclean_dirs() else "loading"
+        readiness.set_status(
+            f"{verb} logs: {pending.total - len(pending)} of {pending.total} loaded"
+        )
+        await trio.sleep(1)
 
 
 async def _watch_for_cancel(begin_shutdown: Any, before: Any = None) -> None:

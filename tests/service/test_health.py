@@ -75,6 +75,40 @@ def test_ready_until_a_partition_led_here_goes_offline(tmp_path):
         broker.close()
 
 
+def test_ready_flips_once_the_logs_found_at_start_are_loaded(tmp_path):
+    # A thousand partitions, and a crash: at the next start they are recovered in one
+    # worker thread while the broker already answers.
+    port, http = free_port(), free_port()
+    overrides = {
+        "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "log.dirs": str(tmp_path / "data"),
+        "metrics.listener": f"http://127.0.0.1:{http}",
+        "num.recovery.threads.per.data.dir": "1",
+    }
+    broker = _serve(overrides)
+    try:
+        broker.wait_line("broker 1 started")
+        run_cli(f"127.0.0.1:{port}", "topics", "create", "many", "-p", "1000")
+        broker.proc.kill()
+        broker.proc.wait(30)
+    finally:
+        broker.close()
+    notify = NotifySocket()
+    broker = _serve(overrides, notify)
+    try:
+        status, body = wait_for(lambda: _get(http, "/ready"), 60, "/ready to answer")
+        assert status == 503 and body["ready"] is False
+        assert body["reasons"][0].startswith("logs not loaded yet")
+        assert notify.first("READY") is None
+        wait_for(lambda: _get(http, "/ready")[0] == 200, 120, "/ready to say 200")
+        wait_for(lambda: notify.first("READY", "1"), 60, "READY=1")
+        assert "found 1000 logs; starting listeners" in notify.values("STATUS")
+        assert broker.terminate() == 0
+    finally:
+        broker.close()
+        notify.close()
+
+
 def test_ready_flips_once_a_cluster_broker_registers(tmp_path, zookeeper):
     from kazoo.client import KazooClient
 

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 
+from cli_run import run_cli
 from service_helpers import (
     NotifySocket,
     ServiceProcess,
@@ -53,7 +54,7 @@ def test_ready_status_watchdog_then_stopping(tmp_path):
         statuses = notify.values("STATUS")
         # While starting, before READY: what it was doing.
         assert statuses[0] == f"loading logs from {tmp_path / 'data'}"
-        assert "loaded 0 logs; starting listeners" in statuses
+        assert "found 0 logs; starting listeners" in statuses
         assert statuses.index("serving") < statuses.index(f"serving on 127.0.0.1:{port}")
         assert all("READY" not in f for _, f in notify.all()[: statuses.index("serving")])
         wait_for(lambda: len(notify.values("WATCHDOG")) >= 3, 60, "three WATCHDOG=1")
@@ -71,20 +72,16 @@ def test_ready_status_watchdog_then_stopping(tmp_path):
         notify.close()
 
 
-def test_recovery_is_reported_and_no_watchdog_unless_asked(tmp_path, kcat):
-    import subprocess
-
+def test_recovery_is_reported_and_no_watchdog_unless_asked(tmp_path):
     notify = NotifySocket()  # a socket file this time
     port = free_port()
     broker = _serve(tmp_path, notify, port)
     try:
         wait_for(lambda: notify.first("READY", "1"), 60, "READY=1")
-        subprocess.run(
-            [kcat, "-P", "-b", f"127.0.0.1:{port}", "-t", "events", "-p", "0"],
-            input=b"one\ntwo\n",
-            check=True,
-            timeout=60,
-        )
+        bootstrap = f"127.0.0.1:{port}"
+        run_cli(bootstrap, "topics", "create", "events", "-p", "1")
+        run_cli(bootstrap, "produce", "events", "--value", "one", "--value", "two")
+        assert (tmp_path / "data" / "events-0").is_dir()
         # kill -9: the next start must recover the log.
         os.kill(broker.proc.pid, signal.SIGKILL)
         broker.proc.wait(30)
@@ -99,7 +96,7 @@ def test_recovery_is_reported_and_no_watchdog_unless_asked(tmp_path, kcat):
         wait_for(lambda: notify.first("READY", "1"), 60, "READY=1 after the crash")
         statuses = notify.values("STATUS")
         assert statuses[0] == f"recovering logs after an unclean shutdown in {tmp_path / 'data'}"
-        assert "loaded 1 logs; starting listeners" in statuses
+        assert "found 1 logs; starting listeners" in statuses
         assert broker.terminate() == 0
         assert notify.first("STOPPING", "1") is not None
     finally:

@@ -34,6 +34,7 @@ class Readiness:
     started: logs loaded, listeners up, every service running (in a cluster, registered)."""
 
     status: str = "starting"
+    # The logs found at start load while the broker already answers (log/log_loading.py).
     logs_loaded: bool = False
     listening: bool = False
     registered: bool | None = None
@@ -53,14 +54,19 @@ class Readiness:
     def reasons(self, broker: Any = None) -> list[str]:
         """Why the broker is not ready, short and in an operator's words; [] when ready.
 
-        `broker` (once built): in a cluster its registration must be in ZooKeeper's live
+        `broker` (once built): the logs found at start count as loaded when none is left
+        to load (log/log_loading.py's PendingLogs); in a cluster its registration must be in ZooKeeper's live
         brokers, and no partition whose leader is this broker may be offline here (its
         log dir failed) or not yet hosted (LeaderAndIsr not applied yet)."""
         if self.stopping:
             return ["shutting down"]
         out = []
-        if not self.logs_loaded:
-            out.append(f"loading logs ({self.status})")
+        pending = None if broker is None else broker.log_manager.pending
+        if not self.logs_loaded and (pending is None or len(pending)):
+            progress = (
+                f" ({pending.total - len(pending)} of {pending.total} loaded)" if pending else ""
+            )
+            out.append(f"logs not loaded yet{progress}")
         if not self.listening:
             out.append("listeners not up yet")
         if self.registered is False:
