@@ -58,6 +58,7 @@ class ConfigResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
     BROKER_LOGGER = 8  # a broker's log levels, named by its id
+    GROUP = 32  # a group's configs (KIP-848's consumer.*, KIP-932's share.*), by group id
 
 
 @attrs.frozen
