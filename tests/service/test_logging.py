@@ -102,6 +102,32 @@ def test_ini_log_config_file(tmp_path):
     assert "loaded 0 logs" not in text  # the log manager is at the root's WARNING
 
 
+def test_yaml_log_config_file(tmp_path):
+    # YAML needs PyYAML, which the broker does not depend on: without it the broker says
+    # so and exits 2 (a config error); with it the file is read.
+    log_file = tmp_path / "broker.log"
+    path = tmp_path / "logging.yaml"
+    path.write_text(
+        "version: 1\n"
+        "handlers:\n"
+        f"  file: {{class: logging.FileHandler, filename: '{log_file}'}}\n"
+        "root: {level: INFO, handlers: [file]}\n"
+    )
+    broker, _ = _serve(tmp_path, "--log-config", str(path))
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        assert broker.proc.wait(60) == 2
+        broker.terminate()
+        assert "PyYAML is not installed" in broker.log()
+        return
+    try:
+        wait_for(lambda: _started(log_file), 60, "the start line in the log file")
+        assert broker.terminate() == 0
+    finally:
+        broker.close()
+
+
 def test_bad_log_config_is_a_config_error(tmp_path):
     path = tmp_path / "logging.json"
     path.write_text('{"version": 1, "handlers": {"h": {"class": "no.such.Handler"}}}')

@@ -91,7 +91,8 @@ def offline_partitions_led_here(broker: Any) -> list[str]:
     here is missing or in an offline log dir."""
     out = []
     node_id = broker.node_id
-    get_log = broker.log_manager.get_log
+    # Never loads a log to answer (get_log would, for one found at start not loaded yet).
+    get_log = broker.log_manager.loaded_log
     for topic in list(broker.metadata.topics.values()):
         for state in list(topic.partitions.values()):
             if state.leader != node_id:
