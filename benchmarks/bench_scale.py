@@ -219,14 +219,19 @@ def produce(port: int, topics: list[str], per_topic: int, tag: bytes) -> None:
 
 
 def metadata_ms(port: int) -> tuple[float, int]:
+    """Median ms from sending a Metadata request for all topics to holding the whole answer
+    (decoding it here, in Python, is not counted), and the partitions it lists."""
     with connect(port) as sock:
-        times, partitions = [], 0
+        times = []
         for _ in range(5):
             started = time.perf_counter()
-            body = call(sock, 3, 12, topics=None, allow_auto_topic_creation=False)
+            sock.sendall(encode(3, 12, 1, topics=None, allow_auto_topic_creation=False))
+            (size,) = struct.unpack(">i", recv_exact(sock, 4))
+            frame = recv_exact(sock, size)
             times.append((time.perf_counter() - started) * 1000)
-            partitions = sum(len(t.partitions) for t in body.topics)
-    return statistics.median(times), partitions
+    _, pos = ResponseHeader.decode(frame, 1)
+    body, _ = response_class(3).decode(frame, 12, pos)
+    return statistics.median(times), sum(len(t.partitions) for t in body.topics)
 
 
 def serving(port: int, topics: list[str], per_topic: int) -> bool:

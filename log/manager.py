@@ -336,7 +336,7 @@ class LogManager:
             return
         self.offline_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
         failed = []
-        for log in self.logs.values():
+        for log in self.all_logs():
             if log.dir.parent == log_dir:
                 log.offline = True
                 log.closed = True
@@ -373,6 +373,9 @@ class LogManager:
         return self.logs.get((topic, partition))
 
     def all_logs(self) -> list[PartitionLog]:
+        """A snapshot of the loaded logs. Iterate it, never `self.logs`: the flusher and
+        checkpoint threads read while the event loop, and loading threads, add logs (a
+        dict changing size under a loop over it raises)."""
         return list(self.logs.values())
 
     def create_log(
@@ -407,7 +410,7 @@ class LogManager:
             log_dir = online[0]
         else:
             counts = {d: 0 for d in online}
-            for log in self.logs.values():
+            for log in self.all_logs():
                 parent = log.dir.parent
                 if parent in counts:
                     counts[parent] += 1
@@ -538,7 +541,7 @@ class LogManager:
     def _logs_by_dir(self) -> dict[Path, list[PartitionLog]]:
         """The logs of each online log dir (an offline dir is not written to)."""
         by_dir: dict[Path, list[PartitionLog]] = {d: [] for d in self.online_dirs()}
-        for log in self.logs.values():
+        for log in self.all_logs():
             if log.dir.parent in by_dir:
                 by_dir[log.dir.parent].append(log)
         return by_dir
@@ -746,5 +749,5 @@ class LogManager:
         if any(deadline <= now for deadline, _ in self._logs_to_delete):
             return True
         return any(
-            deadline <= now for log in self.logs.values() for deadline, _ in log.pending_deletes
+            deadline <= now for log in self.all_logs() for deadline, _ in log.pending_deletes
         )
