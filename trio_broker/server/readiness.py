@@ -55,9 +55,10 @@ class Readiness:
         """Why the broker is not ready, short and in an operator's words; [] when ready.
 
         `broker` (once built): the logs found at start count as loaded when none is left
-        to load (log/log_loading.py's PendingLogs); in a cluster its registration must be in ZooKeeper's live
-        brokers, and no partition whose leader is this broker may be offline here (its
-        log dir failed) or not yet hosted (LeaderAndIsr not applied yet)."""
+        to load (log/log_loading.py's PendingLogs); in a cluster its registration must be
+        among ZooKeeper's live brokers; and no partition whose leader is this broker may
+        be offline here (its log dir failed) or not yet hosted (LeaderAndIsr not applied
+        yet)."""
         if self.stopping:
             return ["shutting down"]
         out = []
