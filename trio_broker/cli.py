@@ -136,6 +136,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     from trio_broker.errors import FatalBrokerError
 
+    def failed(code: int, text: str) -> int:
+        # The one line an operator needs, in the log and in `systemctl status`.
+        logger.error("%s", text)
+        if notifier is not None:
+            notifier.status(text)
+        return code
+
     try:
         trio.run(main)
     except (OSError, FatalBrokerError, ConfigError, BaseExceptionGroup) as exc:
@@ -145,17 +152,14 @@ def _serve(args: argparse.Namespace) -> int:
         # What only binding can check (a listener's TLS keys, its protocol) is a bad config.
         bad_config = [e for e in leaves if isinstance(e, ConfigError)]
         if bad_config:
-            logger.error("%s", bad_config[0])
-            return 2
+            return failed(2, str(bad_config[0]))
         fatal = [e for e in leaves if isinstance(e, FatalBrokerError)]
         if fatal:
-            logger.error("cannot run: %s", fatal[0])
-            return 1
+            return failed(1, f"cannot run: {fatal[0]}")
         os_errors = [e for e in leaves if isinstance(e, OSError)]
         if not os_errors:
             raise
-        logger.error("cannot start: %s", _os_error_text(os_errors[0], config.log_dirs))
-        return 1
+        return failed(1, f"cannot start: {_os_error_text(os_errors[0], config.log_dirs)}")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -102,3 +103,18 @@ def test_recovery_is_reported_and_no_watchdog_unless_asked(tmp_path):
     finally:
         broker.close()
         notify.close()
+
+
+def test_a_broker_that_cannot_start_says_why(tmp_path):
+    notify = NotifySocket()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = _serve(tmp_path, notify, taken.getsockname()[1])
+        try:
+            assert broker.proc.wait(60) == 1
+        finally:
+            broker.close()
+            notify.close()
+    assert notify.first("READY") is None
+    assert notify.values("STATUS")[-1].startswith("cannot start: [Errno 98]")
