@@ -81,11 +81,13 @@ class GroupCoordinator:
         from trio_broker.cluster.groups.offsets import GroupOffsets
         from trio_broker.cluster.groups.share.share_coordinator import ShareGroupCoordinator
         from trio_broker.cluster.groups.share.share_fetch import SharePartitionManager
+        from trio_broker.cluster.groups.share.share_offsets import ShareGroupOffsets
 
         self.offsets = GroupOffsets(self)
         self.consumer = ConsumerGroupCoordinator(self)
         self.share = ShareGroupCoordinator(self)
         self.share_partitions = SharePartitionManager(self)
+        self.share_offsets = ShareGroupOffsets(self)
 
     # -- lifecycle -------------------------------------------------------------------------
 

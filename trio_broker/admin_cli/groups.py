@@ -103,7 +103,12 @@ async def _describe_one(client: Any, group_id: str) -> tuple[Any, list[dict[str,
     from trio_broker.client import TopicPartition
 
     description = (await client.describe_groups([group_id]))[group_id]
-    committed = await client.list_group_offsets(group_id)
+    if description.group_type == "share":
+        # A share group's position in a partition is its share-partition start offset.
+        starts = await client.list_share_group_offsets(group_id)
+        committed = {tp: offset for tp, offset in starts.items() if offset >= 0}
+    else:
+        committed = await client.list_group_offsets(group_id)
     if description.state == "Dead" and not committed:
         raise CommandError(f"consumer group {group_id!r} does not exist", EXIT_NOT_FOUND)
     owners: dict[TopicPartition, Any] = {}
@@ -169,7 +174,7 @@ async def describe_groups(args: argparse.Namespace) -> int:
         if i:
             print()
         epochs = ""
-        if description.group_type == "consumer":
+        if description.group_type in ("consumer", "share"):
             epochs = (
                 f"  Epoch: {description.group_epoch}"
                 f"  Assignment epoch: {description.assignment_epoch}"
@@ -177,7 +182,7 @@ async def describe_groups(args: argparse.Namespace) -> int:
         print(
             f"Group: {description.group_id}  Type: {description.group_type}  "
             f"State: {description.state}  "
-            f"{'Assignor' if description.group_type == 'consumer' else 'Protocol'}: "
+            f"{'Protocol' if description.group_type == 'classic' else 'Assignor'}: "
             f"{description.protocol or '-'}  Members: {len(description.members)}{epochs}"
         )
         if args.members:

@@ -26,6 +26,7 @@ import trio
 
 from trio_broker.client.admin_replicas import ReplicaCalls
 from trio_broker.client.admin_security import SecurityCalls
+from trio_broker.client.admin_share import ShareGroupCalls
 from trio_broker.client.admin_types import (
     AclBinding,
     AclBindingFilter,
@@ -125,7 +126,7 @@ _check = check_errors
 _error = error_with
 
 
-class Admin(ReplicaCalls, SecurityCalls):
+class Admin(ReplicaCalls, SecurityCalls, ShareGroupCalls):
     """`async with Admin(bootstrap_servers, **config)`; see the module docstring."""
 
     def __init__(
@@ -472,6 +473,10 @@ class Admin(ReplicaCalls, SecurityCalls):
                 continue
             if described is not None:
                 errors[group_id] = described
+                continue
+            share = await self.describe_share_group(group_id)
+            if share is not None:
+                results[group_id] = share
                 continue
             response = await self.client.send(coordinator, DescribeGroupsRequest(groups=[group_id]))
             g = response.groups[0]

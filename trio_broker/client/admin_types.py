@@ -138,7 +138,8 @@ class GroupDescription:
     protocol_type: str
     protocol: str  # the assignor (the leader's choice, or the coordinator's for KIP-848)
     members: tuple[MemberDescription, ...]
-    group_type: str = "classic"  # or "consumer" (KIP-848: ConsumerGroupDescribe)
+    # or "consumer" (KIP-848: ConsumerGroupDescribe), or "share" (KIP-932: ShareGroupDescribe)
+    group_type: str = "classic"
     group_epoch: int = -1
     assignment_epoch: int = -1
 

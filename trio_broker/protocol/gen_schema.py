@@ -174,7 +174,10 @@ def _link(fields: list[FieldSpec], defined: dict[str, StructSpec], where: str) -
 
 
 def load_message(path: Path, rel: str) -> MessageSpec:
-    d = _with_additions(load_json(path), rel)
+    if rel in SPEC_NEW_MESSAGES and not path.exists():
+        d = SPEC_NEW_MESSAGES[rel]
+    else:
+        d = _with_additions(load_json(path), rel)
     defined: dict[str, StructSpec] = {}
     order: list[StructSpec] = []
     for cs in d.get("commonStructs", []):
@@ -241,6 +244,9 @@ def select_specs(spec_dir: Path) -> list[MessageSpec]:
         chosen.append((messages / f"{stem}.json", f"messages/{stem}.json"))
     for p in sorted((spec_dir / "coordinator-records").glob("*.json")):
         chosen.append((p, f"coordinator-records/{p.name}"))
+    for rel in SPEC_NEW_MESSAGES:
+        if not (spec_dir / rel).exists():
+            chosen.append((spec_dir / rel, rel))
     return [load_message(p, rel) for p, rel in chosen]
 
 
@@ -314,6 +320,201 @@ _SHARE_ADDITIONS["messages/ShareFetchResponse.json"] = (
     ],
 )
 SPEC_ADDITIONS.update(_SHARE_ADDITIONS)
+
+
+def _field(name: str, type_: str, about: str, **more: Any) -> dict[str, Any]:
+    return {"name": name, "type": type_, "versions": "0+", "about": about, **more}
+
+
+def _nullable_string(name: str, about: str) -> dict[str, Any]:
+    return _field(name, "string", about, nullableVersions="0+", default="null")
+
+
+_PARTITION_RESULT = [
+    _field("PartitionIndex", "int32", "The partition."),
+    _field("ErrorCode", "int16", "Its error, 0 for none."),
+    _nullable_string("ErrorMessage", "Its error's message, null for none."),
+]
+
+# Messages the shared files (Kafka 3.9's) do not have at all, written here as whole
+# definitions in our words; each falls away once the shared files hold it. The share group
+# admin APIs of KIP-932 (Kafka 4.0), version 0: the share-partitions' start offsets of a
+# group, described, set (while the group is empty) and deleted.
+SPEC_NEW_MESSAGES: dict[str, dict[str, Any]] = {
+    "messages/DescribeShareGroupOffsetsRequest.json": {
+        "apiKey": 90,
+        "type": "request",
+        "listeners": ["broker"],
+        "name": "DescribeShareGroupOffsetsRequest",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field(
+                "Groups",
+                "[]DescribeShareGroupOffsetsRequestGroup",
+                "The share groups asked about.",
+                fields=[
+                    _field("GroupId", "string", "A share group."),
+                    _field(
+                        "Topics",
+                        "[]DescribeShareGroupOffsetsRequestTopic",
+                        "Its topics asked about; null for all it has state of.",
+                        nullableVersions="0+",
+                        fields=[
+                            _field("TopicName", "string", "A topic."),
+                            _field("Partitions", "[]int32", "Its partitions asked about."),
+                        ],
+                    ),
+                ],
+            )
+        ],
+    },
+    "messages/DescribeShareGroupOffsetsResponse.json": {
+        "apiKey": 90,
+        "type": "response",
+        "name": "DescribeShareGroupOffsetsResponse",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field("ThrottleTimeMs", "int32", "Quota throttle, in ms."),
+            _field(
+                "Groups",
+                "[]DescribeShareGroupOffsetsResponseGroup",
+                "One answer per group asked about.",
+                fields=[
+                    _field("GroupId", "string", "The share group."),
+                    _field(
+                        "Topics",
+                        "[]DescribeShareGroupOffsetsResponseTopic",
+                        "Its topics.",
+                        fields=[
+                            _field("TopicName", "string", "The topic."),
+                            _field("TopicId", "uuid", "The topic's id."),
+                            _field(
+                                "Partitions",
+                                "[]DescribeShareGroupOffsetsResponsePartition",
+                                "Its share-partitions.",
+                                fields=[
+                                    _field("PartitionIndex", "int32", "The partition."),
+                                    _field(
+                                        "StartOffset",
+                                        "int64",
+                                        "The share-partition start offset (-1: none yet).",
+                                    ),
+                                    _field("LeaderEpoch", "int32", "The partition's leader epoch."),
+                                    _field("ErrorCode", "int16", "Its error, 0 for none."),
+                                    _nullable_string(
+                                        "ErrorMessage", "Its error's message, null for none."
+                                    ),
+                                ],
+                            ),
+                        ],
+                    ),
+                    _field("ErrorCode", "int16", "The group's error, 0 for none."),
+                    _nullable_string("ErrorMessage", "The group's error message, null for none."),
+                ],
+            ),
+        ],
+    },
+    "messages/AlterShareGroupOffsetsRequest.json": {
+        "apiKey": 91,
+        "type": "request",
+        "listeners": ["broker"],
+        "name": "AlterShareGroupOffsetsRequest",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field("GroupId", "string", "The share group, which must be empty."),
+            _field(
+                "Topics",
+                "[]AlterShareGroupOffsetsRequestTopic",
+                "The topics whose start offsets change.",
+                fields=[
+                    _field("TopicName", "string", "A topic."),
+                    _field(
+                        "Partitions",
+                        "[]AlterShareGroupOffsetsRequestPartition",
+                        "Its partitions.",
+                        fields=[
+                            _field("PartitionIndex", "int32", "A partition."),
+                            _field("StartOffset", "int64", "Its new share-partition start offset."),
+                        ],
+                    ),
+                ],
+            ),
+        ],
+    },
+    "messages/AlterShareGroupOffsetsResponse.json": {
+        "apiKey": 91,
+        "type": "response",
+        "name": "AlterShareGroupOffsetsResponse",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field("ThrottleTimeMs", "int32", "Quota throttle, in ms."),
+            _field(
+                "Responses",
+                "[]AlterShareGroupOffsetsResponseTopic",
+                "One answer per topic.",
+                fields=[
+                    _field("TopicName", "string", "The topic."),
+                    _field("TopicId", "uuid", "The topic's id."),
+                    _field(
+                        "Partitions",
+                        "[]AlterShareGroupOffsetsResponsePartition",
+                        "One answer per partition.",
+                        fields=_PARTITION_RESULT,
+                    ),
+                ],
+            ),
+        ],
+    },
+    "messages/DeleteShareGroupOffsetsRequest.json": {
+        "apiKey": 92,
+        "type": "request",
+        "listeners": ["broker"],
+        "name": "DeleteShareGroupOffsetsRequest",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field("GroupId", "string", "The share group, which must be empty."),
+            _field(
+                "Topics",
+                "[]DeleteShareGroupOffsetsRequestTopic",
+                "The topics whose share-partitions' state goes.",
+                fields=[_field("TopicName", "string", "A topic.")],
+            ),
+        ],
+    },
+    "messages/DeleteShareGroupOffsetsResponse.json": {
+        "apiKey": 92,
+        "type": "response",
+        "name": "DeleteShareGroupOffsetsResponse",
+        "validVersions": "0",
+        "flexibleVersions": "0+",
+        "fields": [
+            _field("ThrottleTimeMs", "int32", "Quota throttle, in ms."),
+            _field("ErrorCode", "int16", "The request's error, 0 for none."),
+            _nullable_string("ErrorMessage", "The request's error message, null for none."),
+            _field(
+                "Responses",
+                "[]DeleteShareGroupOffsetsResponseTopic",
+                "One answer per topic.",
+                fields=[
+                    _field("TopicName", "string", "The topic."),
+                    _field("TopicId", "uuid", "The topic's id."),
+                    _field(
+                        "Partitions",
+                        "[]DeleteShareGroupOffsetsResponsePartition",
+                        "One answer per partition.",
+                        fields=_PARTITION_RESULT,
+                    ),
+                ],
+            ),
+        ],
+    },
+}
+
 
 # Changes to a nested field's keys that a version newer than the shared file makes (a
 # dotted path of field names -> the keys it then has), applied with SPEC_ADDITIONS.

@@ -126,6 +126,14 @@ class ShareGroupCoordinator:
             shell.share = ShareGroup(group_id=group_id)
         return shell.share
 
+    def ensure_group(self, group_id: str) -> ShareGroup | None:
+        """The share group of this id, made when there is none (AlterShareGroupOffsets);
+        None when the id belongs to a group of another kind."""
+        try:
+            return self._group_for(group_id, create=True)
+        except _Answer:
+            return None
+
     def _heartbeat(self, body: Any, *, client_id: str, client_host: str) -> Any:
         if not body.group_id:
             raise _Answer(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")

@@ -239,10 +239,31 @@ class SharePartitionManager:
         if woken:
             self.broker.fetch_purgatory.wake(woken)
 
+    def group_partitions(self, group_id: str) -> dict[tuple[str, int], SharePartition]:
+        """Every share-partition of a group this broker has state of, durable ones included."""
+        if self.state is not None:
+            for sp in self.state.take_group(group_id):
+                self.partitions.setdefault((group_id, sp.topic, sp.partition), sp)
+        return {(t, p): sp for (g, t, p), sp in self.partitions.items() if g == group_id}
+
+    def replace(self, group_id: str, sp: SharePartition) -> None:
+        """AlterShareGroupOffsets: the share-partition starts over as `sp` says."""
+        self.group_partitions(group_id)
+        self.partitions[(group_id, sp.topic, sp.partition)] = sp
+        sp.state_epoch += 1
+        sp.dirty = True
+        self._changed(group_id, sp)
+
+    def forget(self, group_id: str, topic: str, partition: int) -> None:
+        """DeleteShareGroupOffsets: the share-partition's state goes."""
+        sp = self.partitions.pop((group_id, topic, partition), None)
+        if sp is not None and self.state is not None:
+            self.state.delete(group_id, sp)
+
     def forget_group(self, group_id: str) -> None:
         """DeleteGroups: the group's share-partitions and sessions go."""
-        for key in [k for k in self.partitions if k[0] == group_id]:
-            sp = self.partitions.pop(key)
+        for key in self.group_partitions(group_id):
+            sp = self.partitions.pop((group_id, *key))
             if self.state is not None:
                 self.state.delete(group_id, sp)
         for key in [k for k in self.sessions if k[0] == group_id]:

@@ -167,6 +167,13 @@ class ShareStateStore:
             self._loaded = self._replay()
         return self._loaded.pop((group_id, topic, partition), None)
 
+    def take_group(self, group_id: str) -> list[SharePartition]:
+        """Every share-partition of `group_id` read back and not taken yet."""
+        if self._loaded is None:
+            self._loaded = self._replay()
+        keys = [k for k in self._loaded if k[0] == group_id]
+        return [self._loaded.pop(k) for k in keys]
+
     # -- writing ---------------------------------------------------------------------------
 
     def changed(self, group_id: str, sp: SharePartition) -> None:

@@ -103,6 +103,9 @@ API_NAMES: dict[int, str] = {
     85: "WriteShareGroupState",
     86: "DeleteShareGroupState",
     87: "ReadShareGroupStateSummary",
+    90: "DescribeShareGroupOffsets",
+    91: "AlterShareGroupOffsets",
+    92: "DeleteShareGroupOffsets",
 }
 
 REQUEST_MODULES: dict[int, str] = {
@@ -185,6 +188,9 @@ REQUEST_MODULES: dict[int, str] = {
     85: "write_share_group_state_request",
     86: "delete_share_group_state_request",
     87: "read_share_group_state_summary_request",
+    90: "describe_share_group_offsets_request",
+    91: "alter_share_group_offsets_request",
+    92: "delete_share_group_offsets_request",
 }
 
 RESPONSE_MODULES: dict[int, str] = {
@@ -267,6 +273,9 @@ RESPONSE_MODULES: dict[int, str] = {
     85: "write_share_group_state_response",
     86: "delete_share_group_state_response",
     87: "read_share_group_state_summary_response",
+    90: "describe_share_group_offsets_response",
+    91: "alter_share_group_offsets_response",
+    92: "delete_share_group_offsets_response",
 }
 
 # The request versions the spec defines (including an unstable latest one).
@@ -350,6 +359,9 @@ REQUEST_VERSIONS: dict[int, tuple[int, int]] = {
     85: (0, 0),
     86: (0, 0),
     87: (0, 0),
+    90: (0, 0),
+    91: (0, 0),
+    92: (0, 0),
 }
 
 # First flexible request version (request header v2, response header v1), or None.
@@ -433,6 +445,9 @@ FLEXIBLE_MIN_VERSIONS: dict[int, int | None] = {
     85: 0,
     86: 0,
     87: 0,
+    90: 0,
+    91: 0,
+    92: 0,
 }
 
 # APIs whose latest spec version is still marked unstable.
@@ -460,6 +475,8 @@ MESSAGE_MODULES: dict[str, str] = {
     "AlterPartitionResponse": "alter_partition_response",
     "AlterReplicaLogDirsRequest": "alter_replica_log_dirs_request",
     "AlterReplicaLogDirsResponse": "alter_replica_log_dirs_response",
+    "AlterShareGroupOffsetsRequest": "alter_share_group_offsets_request",
+    "AlterShareGroupOffsetsResponse": "alter_share_group_offsets_response",
     "AlterUserScramCredentialsRequest": "alter_user_scram_credentials_request",
     "AlterUserScramCredentialsResponse": "alter_user_scram_credentials_response",
     "ApiVersionsRequest": "api_versions_request",
@@ -498,6 +515,8 @@ MESSAGE_MODULES: dict[str, str] = {
     "DeleteGroupsResponse": "delete_groups_response",
     "DeleteRecordsRequest": "delete_records_request",
     "DeleteRecordsResponse": "delete_records_response",
+    "DeleteShareGroupOffsetsRequest": "delete_share_group_offsets_request",
+    "DeleteShareGroupOffsetsResponse": "delete_share_group_offsets_response",
     "DeleteShareGroupStateRequest": "delete_share_group_state_request",
     "DeleteShareGroupStateResponse": "delete_share_group_state_response",
     "DeleteTopicsRequest": "delete_topics_request",
@@ -520,6 +539,8 @@ MESSAGE_MODULES: dict[str, str] = {
     "DescribeProducersResponse": "describe_producers_response",
     "DescribeQuorumRequest": "describe_quorum_request",
     "DescribeQuorumResponse": "describe_quorum_response",
+    "DescribeShareGroupOffsetsRequest": "describe_share_group_offsets_request",
+    "DescribeShareGroupOffsetsResponse": "describe_share_group_offsets_response",
     "DescribeTopicPartitionsRequest": "describe_topic_partitions_request",
     "DescribeTopicPartitionsResponse": "describe_topic_partitions_response",
     "DescribeTransactionsRequest": "describe_transactions_request",

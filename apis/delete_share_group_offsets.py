@@ -1,0 +1,13 @@
+"""DeleteShareGroupOffsets (key 92): an empty share group's share-partitions forgotten."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+    from trio_broker.server.requests import Request
+
+
+async def handle(broker: Broker, request: Request) -> Any:
+    return broker.group_coordinator.share_offsets.delete(request.body)

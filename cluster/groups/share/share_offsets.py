@@ -1,0 +1,190 @@
+"""DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets (KIP-932's
+admin side, Kafka 4.0's version 0): a share group's share-partition start offsets, read,
+set and deleted.
+
+A share group's "offset" for a partition is its share-partition start offset: every record
+before it is acknowledged or archived. Describing answers it (-1 for a partition the group
+has no state of); altering starts the share-partition over at the given offset (nothing
+in flight), and deleting forgets it (the next fetch starts where `share.auto.offset.reset`
+says). Altering and deleting need an empty group (NON_EMPTY_GROUP otherwise), as in Kafka;
+a share group that does not exist yet is made by an alter.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from trio_broker.cluster.groups.share.share_partition import SharePartition
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.alter_share_group_offsets_response import (
+    AlterShareGroupOffsetsResponse,
+    AlterShareGroupOffsetsResponsePartition,
+    AlterShareGroupOffsetsResponseTopic,
+)
+from trio_broker.protocol._generated.delete_share_group_offsets_response import (
+    DeleteShareGroupOffsetsResponse,
+    DeleteShareGroupOffsetsResponsePartition,
+    DeleteShareGroupOffsetsResponseTopic,
+)
+from trio_broker.protocol._generated.describe_share_group_offsets_response import (
+    DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup,
+    DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
+)
+
+if TYPE_CHECKING:
+    from trio_broker.cluster.groups.group_coordinator import GroupCoordinator
+
+__all__ = ["ShareGroupOffsets"]
+
+
+class ShareGroupOffsets:
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def _topics(self) -> dict[str, Any]:
+        return self.coordinator.broker.metadata.topics
+
+    def _group_error(self, group_id: str, *, empty: bool) -> tuple[ErrorCode, str | None]:
+        error = self.coordinator.check_group(group_id)
+        if error:
+            return error, None
+        shell = self.coordinator.groups.get(group_id)
+        if (
+            shell is not None
+            and shell.share is None
+            and (shell.members or shell.consumer is not None or shell.offsets)
+        ):
+            return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group."
+        if empty and shell is not None and shell.has_consumer_members():
+            return ErrorCode.NON_EMPTY_GROUP, f"The group {group_id} has active members."
+        return ErrorCode.NONE, None
+
+    # -- DescribeShareGroupOffsets ---------------------------------------------------------
+
+    def describe(self, body: Any) -> DescribeShareGroupOffsetsResponse:
+        manager = self.coordinator.share_partitions
+        groups = []
+        for g in body.groups:
+            error, message = self._group_error(g.group_id, empty=False)
+            if error:
+                groups.append(
+                    DescribeShareGroupOffsetsResponseGroup(
+                        group_id=g.group_id, error_code=error, error_message=message
+                    )
+                )
+                continue
+            known = manager.group_partitions(g.group_id)
+            if g.topics is None:
+                wanted: dict[str, list[int]] = {}
+                for topic, partition in sorted(known):
+                    wanted.setdefault(topic, []).append(partition)
+            else:
+                wanted = {t.topic_name: list(t.partitions) for t in g.topics}
+            topics = []
+            for name, partitions in wanted.items():
+                state = self._topics().get(name)
+                rows = []
+                for p in partitions:
+                    sp = known.get((name, p))
+                    code = (
+                        ErrorCode.NONE
+                        if state is not None and p in state.partitions
+                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    )
+                    leader_epoch = state.partitions[p].leader_epoch if not code else -1
+                    rows.append(
+                        DescribeShareGroupOffsetsResponsePartition(
+                            partition_index=p,
+                            start_offset=sp.start_offset if sp is not None else -1,
+                            leader_epoch=leader_epoch,
+                            error_code=code,
+                        )
+                    )
+                topics.append(
+                    DescribeShareGroupOffsetsResponseTopic(
+                        topic_name=name,
+                        topic_id=state.topic_id if state is not None else _zero(),
+                        partitions=rows,
+                    )
+                )
+            groups.append(
+                DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=topics)
+            )
+        return DescribeShareGroupOffsetsResponse(groups=groups)
+
+    # -- AlterShareGroupOffsets ------------------------------------------------------------
+
+    def alter(self, body: Any) -> AlterShareGroupOffsetsResponse:
+        error, message = self._group_error(body.group_id, empty=True)
+        manager = self.coordinator.share_partitions
+        if not error:
+            self.coordinator.share.ensure_group(body.group_id)
+        out = []
+        for t in body.topics:
+            state = self._topics().get(t.topic_name)
+            rows = []
+            for p in t.partitions:
+                code, text = error, message
+                if not code and (state is None or p.partition_index not in state.partitions):
+                    code, text = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+                if not code and p.start_offset < 0:
+                    code, text = ErrorCode.INVALID_REQUEST, "The start offset must not be negative."
+                if not code:
+                    manager.replace(
+                        body.group_id,
+                        SharePartition(t.topic_name, p.partition_index, p.start_offset),
+                    )
+                rows.append(
+                    AlterShareGroupOffsetsResponsePartition(
+                        partition_index=p.partition_index, error_code=code, error_message=text
+                    )
+                )
+            out.append(
+                AlterShareGroupOffsetsResponseTopic(
+                    topic_name=t.topic_name,
+                    topic_id=state.topic_id if state is not None else _zero(),
+                    partitions=rows,
+                )
+            )
+        return AlterShareGroupOffsetsResponse(responses=out)
+
+    # -- DeleteShareGroupOffsets -----------------------------------------------------------
+
+    def delete(self, body: Any) -> DeleteShareGroupOffsetsResponse:
+        error, message = self._group_error(body.group_id, empty=True)
+        if not error and self.coordinator.share.group(body.group_id) is None:
+            error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {body.group_id} not found."
+        if error:
+            return DeleteShareGroupOffsetsResponse(error_code=error, error_message=message)
+        manager = self.coordinator.share_partitions
+        known = manager.group_partitions(body.group_id)
+        out = []
+        for t in body.topics:
+            state = self._topics().get(t.topic_name)
+            if state is None:
+                out.append(
+                    DeleteShareGroupOffsetsResponseTopic(
+                        topic_name=t.topic_name,
+                        topic_id=_zero(),
+                        partitions=[],
+                    )
+                )
+                continue
+            rows = []
+            for topic, partition in sorted(known):
+                if topic == t.topic_name:
+                    manager.forget(body.group_id, topic, partition)
+                    rows.append(DeleteShareGroupOffsetsResponsePartition(partition_index=partition))
+            out.append(
+                DeleteShareGroupOffsetsResponseTopic(
+                    topic_name=t.topic_name, topic_id=state.topic_id, partitions=rows
+                )
+            )
+        return DeleteShareGroupOffsetsResponse(responses=out)
+
+
+def _zero() -> uuid.UUID:
+    return uuid.UUID(int=0)
