@@ -222,7 +222,17 @@ class SharePartitionManager:
 
     def _changed(self, group_id: str, sp: SharePartition) -> None:
         if self.state is not None and sp.dirty:
-            self.state.changed(group_id, sp)
+            try:
+                self.state.changed(group_id, sp)
+            except (KafkaError, OSError) as exc:
+                # The state stays in memory (and dirty): the next change writes it again.
+                logger.warning(
+                    "share group %s: state of %s-%d not written: %s",
+                    group_id,
+                    sp.topic,
+                    sp.partition,
+                    exc,
+                )
 
     def member_gone(self, group_id: str, member_id: str) -> None:
         """A member left or timed out: its share session ends and its records go back."""

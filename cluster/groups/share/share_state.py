@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import struct
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trio_broker.cluster.coordinator_log import iter_log_batches, partition_for
 from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
@@ -138,7 +138,7 @@ class ShareStateStore:
     def _replay(self) -> dict[tuple[str, str, int], SharePartition]:
         found: dict[tuple[str, str, int], SharePartition] = {}
         state = self.broker.metadata.topics.get(SHARE_STATE_TOPIC)
-        if state is None:
+        if state is None or getattr(self.broker, "replica_manager", None) is not None:
             return found
         for p in range(len(state.partitions)):
             log = self.broker.topics.get_log(SHARE_STATE_TOPIC, p)
@@ -211,11 +211,14 @@ class ShareStateStore:
         )
 
     def _append(self, partition: int, key: bytes, value: bytes | None) -> None:
+        if getattr(self.broker, "replica_manager", None) is not None:
+            # A cluster: the state is not written yet (it would go to the leader of its
+            # __share_group_state partition, Kafka's WriteShareGroupState); it stays in
+            # the memory of the share-partition's leader.
+            return
         self._ensure_topic()
         log = self.broker.topics.get_log(SHARE_STATE_TOPIC, partition)
-        replicas: Any = getattr(self.broker, "replica_manager", None)
-        if log is None or replicas is not None:
-            # Not led here, or a cluster (not yet replicated): the state stays in memory.
+        if log is None:
             return
         batch = bytearray(build_batch([(key, value, (), self._now_ms())]))
         topic = self.broker.metadata.topics[SHARE_STATE_TOPIC]

@@ -1,0 +1,67 @@
+"""A share group (KIP-932) in a 3-broker cluster: partitions led by different brokers, each
+leader keeping its share-partitions, two confluent-kafka ShareConsumers accepting every
+record exactly once."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+from confluent_kafka import Producer, ShareConsumer
+from failover_helpers import create_topic, wait_for_leaders
+from wire import request_of, roundtrip
+
+from trio_broker.protocol._generated.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+)
+
+
+def _group_config_everywhere(cluster, group: str, name: str, value: str) -> None:
+    # Group configs are kept by the broker that is told them (not yet shared through
+    # ZooKeeper): each broker is told, as each leads share-partitions of the group.
+    resource = AlterConfigsResource(
+        resource_type=32,
+        resource_name=group,
+        configs=[AlterableConfig(name=name, config_operation=0, value=value)],
+    )
+    for broker in cluster.brokers.values():
+        with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+            response = roundtrip(sock, request_of(44, resources=[resource]), 1)
+        assert response.responses[0].error_code == 0
+
+
+def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
+    bootstrap = kafka_cluster.bootstrap
+    create_topic(bootstrap, "spread", 6, 3)
+    leaders = wait_for_leaders(bootstrap, "spread", 6, isr_size=3)
+    assert len({p.leader for p in leaders.values()}) == 3  # every broker leads some
+    _group_config_everywhere(kafka_cluster, "pool", "share.auto.offset.reset", "earliest")
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(3000):
+        producer.produce("spread", b"%d" % i, partition=i % 6)
+    assert producer.flush(60) == 0
+    taken: list[list[tuple[int, int]]] = [[], []]
+    stop = threading.Event()
+
+    def member(i: int) -> None:
+        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "pool"})
+        consumer.subscribe(["spread"])
+        while not stop.is_set():
+            for m in consumer.poll(0.5):
+                if m.error() is None:
+                    taken[i].append((m.partition(), m.offset()))
+        consumer.close()
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 90
+    while sum(map(len, taken)) < 3000 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    everything = taken[0] + taken[1]
+    assert len(everything) == len(set(everything)) == 3000
