@@ -39,6 +39,16 @@ class Watch:
     def owned(self) -> list[set[int]]:
         return [{tp.partition for tp in c.assignment()} for c in self.consumers]
 
+    def read_by_owner(self, per_partition: int) -> bool:
+        """Whether each member has read all `per_partition` records of each partition it
+        owns: a partition that moved while members joined is read again by its new owner,
+        and only then is that owner's position (and so its commit) at the end."""
+        return all(
+            len({v for q, v in self.by_consumer.get(i, []) if q == p}) == per_partition
+            for i, owned in enumerate(self.owned())
+            for p in owned
+        )
+
     def poll(self, done, limit_s: float = 60.0) -> None:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
