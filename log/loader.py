@@ -102,7 +102,7 @@ def load_log(
     log.active_segment.resize_indexes(config.segment_index_bytes)
     log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
     log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
-    rebuild_producer_state(log, log.log_end_offset)
+    rebuild_producer_state(log, log.log_end_offset, clean_shutdown=clean_shutdown)
     log.remove_expired_producers(now_ms())
     log.high_watermark = high_watermark
     logger.info(
@@ -262,11 +262,22 @@ def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
     return truncated
 
 
-def rebuild_producer_state(log: PartitionLog, end_offset: int) -> None:
+def rebuild_producer_state(
+    log: PartitionLog, end_offset: int, *, clean_shutdown: bool = False
+) -> None:
     """Load the newest producer snapshot at or below `end_offset` and replay batch headers
-    from there to `end_offset` (Kafka's UnifiedLog.rebuildProducerState)."""
+    from there to `end_offset` (Kafka's UnifiedLog.rebuildProducerState).
+
+    After a clean shutdown, no snapshot at all means no producer: a clean close snapshots
+    the state whenever it has any (PartitionLog.close), so nothing is replayed, as Kafka
+    skips the reload for logs that never saw an idempotent producer."""
     state = log.producer_state
-    start = state.load_latest_snapshot(_replay_bound(log, end_offset))
+    bound = _replay_bound(log, end_offset)
+    start = state.load_latest_snapshot(bound)
+    if start is None and clean_shutdown and bound == end_offset:
+        state.producers.clear()
+        state.update_map_end_offset(end_offset)
+        return
     if start is None:
         start = log.log_start_offset
         state.producers.clear()

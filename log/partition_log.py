@@ -765,7 +765,11 @@ class PartitionLog:
         errors: list[OSError] = []
         try:
             self.producer_state.update_map_end_offset(self.log_end_offset)
-            self.producer_state.take_snapshot(sync=sync)
+            # Only with producers: a clean load that finds no snapshot knows there were
+            # none (loader.rebuild_producer_state), and most partitions of a broker with
+            # thousands have none; a snapshot each made a clean stop take seconds.
+            if self.producer_state.producers:
+                self.producer_state.take_snapshot(sync=sync)
         except OSError as exc:
             errors.append(exc)
         try:
