@@ -13,9 +13,11 @@ connection, one request at a time, so a row measures the broker's work per reque
     fetch v3    the same read as format 1 (down-converted)
     fetch v0    the same read as format 0 (down-converted)
 
-each uncompressed and with gzip, in MB/s of record data. `--base COMMIT` also runs the
-produce v3 and fetch v4 rows on the broker of that commit (a `git worktree` under /tmp,
-imported in place of this checkout), to show the format 2 paths unchanged.
+each uncompressed and with gzip: MB/s of record data, and the broker process's CPU seconds
+per GB of record data (user + system, from /proc: what contention on a shared machine
+moves least). `--base COMMIT` also runs the produce v3 and fetch v4 rows on the broker of
+that commit (a `git worktree` under /tmp, imported in place of this checkout), to show
+the format 2 paths unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.machinery
 import importlib.util
+import os
 import random
 import socket
 import struct
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +100,11 @@ class Broker:
             text=True,
         )
         assert self.proc.stdout.readline().strip() == "ready"
+
+    def cpu_seconds(self) -> float:
+        """The broker process's CPU time so far (user + system)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -258,26 +267,40 @@ def fetch_rate(port: int, topic: str, version: int, end: int) -> float:
     return end * VALUE / elapsed / 1e6
 
 
-def run(root: Path, mib: int, rows: list[tuple[str, int]]) -> dict[tuple[str, int, int], float]:
-    out = {}
+Result = dict[tuple[str, int, int], tuple[float, float]]  # row -> (MB/s, broker CPU s/GB)
+
+
+def run(root: Path, mib: int, rows: list[tuple[str, int]]) -> Result:
+    out: Result = {}
     broker = Broker(root)
+    data = max(1, mib * (1 << 20) // (RECORDS * VALUE)) * RECORDS * VALUE
+
+    def timed(key: tuple[str, int, int], measure) -> None:  # noqa: ANN001
+        cpu = broker.cpu_seconds()
+        rate = measure()
+        out[key] = (rate, (broker.cpu_seconds() - cpu) / (data / 1e9))
+        print(f"  {key[0]} v{key[1]} codec {key[2]}: {rate:.1f} MB/s", file=sys.stderr)
+
     try:
         for codec in (0, 1):
             written = {}
             for kind, version in rows:
-                if kind != "produce":
-                    continue
-                topic = f"p{version}-c{codec}"
-                out[(kind, version, codec)] = produce_rate(broker.port, topic, version, codec, mib)
-                written[version] = topic
-                print(f"  produce v{version} codec {codec}: done", file=sys.stderr)
+                if kind == "produce":
+                    topic = f"p{version}-c{codec}"
+                    timed(
+                        (kind, version, codec),
+                        partial(produce_rate, broker.port, topic, version, codec, mib),
+                    )
+                    written[version] = topic
             # Read back the log the format 2 producer wrote, in each fetch version.
             topic = written.get(3) or next(iter(written.values()))
             end = (1 + max(1, mib * (1 << 20) // (RECORDS * VALUE))) * RECORDS
             for kind, version in rows:
                 if kind == "fetch":
-                    out[(kind, version, codec)] = fetch_rate(broker.port, topic, version, end)
-                    print(f"  fetch v{version} codec {codec}: done", file=sys.stderr)
+                    timed(
+                        (kind, version, codec),
+                        partial(fetch_rate, broker.port, topic, version, end),
+                    )
     finally:
         broker.close()
     return out
@@ -318,15 +341,19 @@ def main() -> None:
                 check=False,
                 capture_output=True,
             )
-    print(f"{'row':<12} {'codec':<6} {'MB/s':>8} {'vs v3/v4':>9} {'base MB/s':>10}")
+    print(
+        f"{'row':<12} {'codec':<6} {'MB/s':>8} {'CPU s/GB':>9} {'CPU vs v3/v4':>13}"
+        f" {'base MB/s':>10} {'base CPU s/GB':>14}"
+    )
     for kind, version in rows:
         for codec in (0, 1):
-            rate = now[(kind, version, codec)]
-            ref = now[(kind, 3 if kind == "produce" else 4, codec)]
+            rate, cpu = now[(kind, version, codec)]
+            ref = now[(kind, 3 if kind == "produce" else 4, codec)][1]
             b = base.get((kind, version, codec))
+            tail = "" if b is None else f" {b[0]:10.1f} {b[1]:14.2f}"
             print(
-                f"{kind} v{version:<4} {('none', 'gzip')[codec]:<6} {rate:8.1f} "
-                f"{rate / ref:9.2f} {'' if b is None else f'{b:10.1f}'}"
+                f"{kind} v{version:<4} {('none', 'gzip')[codec]:<6} {rate:8.1f} {cpu:9.2f} "
+                f"{(cpu / ref if ref else float('nan')):13.2f}{tail}"
             )
 
 
