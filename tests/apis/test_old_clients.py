@@ -183,3 +183,35 @@ def test_kcat_as_a_kafka_09_client(broker, kcat, codec):
     assert [(m["offset"], m["key"], m["payload"]) for m in msgs] == [
         (i, f"k{i}", f"value {i}") for i in range(50)
     ]
+
+
+@pytest.mark.parametrize("api_version", [(0, 8, 1), (0, 8, 2)], ids=["0.8.1", "0.8.2"])
+def test_kafka_python_08_commits_land_in_the_group_coordinator(broker, api_version):
+    """kafka-python as a Kafka 0.8.1 client commits with OffsetCommit v0 (which Kafka 3.9
+    kept in ZooKeeper) and 0.8.2 with v1: both go to the group coordinator here, where a
+    client of today reads them."""
+    name = "-".join(map(str, api_version))
+    topic, group = f"old-08-{name}", f"old-08-group-{name}"
+    old_produce(broker.bootstrap, topic, (0, 9), None, [(None, b"v%d" % i) for i in range(5)])
+    consumer = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap,
+        api_version=api_version,
+        group_id=group,
+        enable_auto_commit=False,
+    )
+    tp = KpTopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    got = []
+    deadline = time.monotonic() + TIMEOUT
+    while len(got) < 5 and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            got.extend(batch)
+    consumer.commit()
+    assert consumer.committed(tp) == 5
+    consumer.close()
+    assert [m.value for m in got] == [b"v%d" % i for i in range(5)]
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    (committed,) = reader.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
+    reader.close()
+    assert committed.offset == 5
