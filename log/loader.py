@@ -120,29 +120,47 @@ def _find_segments(
     log: PartitionLog, directory: Path, config: LogConfig, now_ms: Callable[[], int]
 ) -> None:
     """Steps 1 and 2 of the outline: finish swaps, remove leftovers, open each segment."""
-    complete_swaps(directory)
-    for path in directory.iterdir():
-        if path.name.endswith(_LEFTOVER_SUFFIXES):
-            logger.info("removing leftover file %s", path)
-            path.unlink(missing_ok=True)
-    for path in sorted(directory.glob("*" + LOG_SUFFIX)):
-        if not path.stem.isdigit():
-            continue
+    # One listing of the directory serves every step (a broker loads tens of thousands).
+    names = os.listdir(directory)
+    if any(name.endswith(LOG_SUFFIX + _SWAP_SUFFIX) for name in names):
+        complete_swaps(directory)
+        names = os.listdir(directory)
+    kept = []
+    for name in names:
+        if name.endswith(_LEFTOVER_SUFFIXES):
+            logger.info("removing leftover file %s", directory / name)
+            (directory / name).unlink(missing_ok=True)
+        else:
+            kept.append(name)
+    present = set(kept)
+    bases = sorted(
+        int(stem)
+        for name in kept
+        if name.endswith(LOG_SUFFIX) and (stem := name[: -len(LOG_SUFFIX)]).isdigit()
+    )
+    for base in bases:
         log._add_segment(
             LogSegment(
                 directory,
-                int(path.stem),
+                base,
                 index_interval_bytes=config.index_interval_bytes,
                 max_index_size=config.segment_index_bytes,
                 created_ms=now_ms(),
+                present=present,
             )
         )
     # Index files whose segment is gone are orphans.
-    bases = set(log._bases)
-    for suffix in (".index", ".timeindex", TXN_INDEX_SUFFIX):
-        for path in directory.glob("*" + suffix):
-            if path.stem.isdigit() and int(path.stem) not in bases:
-                path.unlink(missing_ok=True)
+    known = set(bases)
+    for name in kept:
+        stem, dot, suffix = name.partition(".")
+        if (
+            dot
+            and "." + suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+            and stem.isdigit()
+            and int(stem) not in known
+        ):
+            (directory / name).unlink(missing_ok=True)
+    log.producer_state.listing = kept
 
 
 def complete_swaps(directory: Path) -> list[int]:

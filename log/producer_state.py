@@ -252,6 +252,9 @@ class ProducerStateManager:
         self.last_snapshot_offset = 0
         # producer id -> first offset of its open transaction in this partition.
         self.ongoing: dict[int, int] = {}
+        # The partition dir's names as the loader listed them, used (once) instead of a
+        # listing of its own by the first list_snapshots.
+        self.listing: list[str] | None = None
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -321,11 +324,15 @@ class ProducerStateManager:
     # -- snapshots -------------------------------------------------------------------------
 
     def list_snapshots(self) -> list[Path]:
-        out = []
-        for path in self.partition_dir.glob("*" + SNAPSHOT_SUFFIX):
-            if path.stem.isdigit():
-                out.append(path)
-        return sorted(out, key=lambda p: int(p.stem))
+        names, self.listing = self.listing, None
+        if names is None:
+            names = os.listdir(self.partition_dir)
+        offsets = sorted(
+            int(stem)
+            for name in names
+            if name.endswith(SNAPSHOT_SUFFIX) and (stem := name[: -len(SNAPSHOT_SUFFIX)]).isdigit()
+        )
+        return [snapshot_path(self.partition_dir, offset) for offset in offsets]
 
     def take_snapshot(self, *, sync: bool = True) -> Path | None:
         """Write the state as of map_end_offset, if it moved since the last snapshot."""

@@ -66,9 +66,11 @@ class LogSegment:
         max_index_size: int,
         created_ms: int,
         file_suffix: str = "",
+        present: set[str] | None = None,
     ) -> None:
         """`file_suffix` (Kafka's fileSuffix) names all three files with a temporary suffix,
-        as the cleaner does for the segment it writes (`.cleaned`)."""
+        as the cleaner does for the segment it writes (`.cleaned`). `present`: the names in
+        the directory, when the loader has listed it (no stat per file then)."""
         self.dir = partition_dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -80,7 +82,9 @@ class LogSegment:
         file = segment_files.get(self)
         self._create = False
         try:
-            self._open_indexes(partition_dir, base_offset, max_index_size, file_suffix, file)
+            self._open_indexes(
+                partition_dir, base_offset, max_index_size, file_suffix, file, present
+            )
         except BaseException:
             # A roll on a full disk fails here (ENOSPC creating an index): no fd may leak.
             self.closed = True
@@ -121,6 +125,7 @@ class LogSegment:
         max_index_size: int,
         file_suffix: str,
         file: SegmentFile,
+        present: set[str] | None,
     ) -> None:
         self.size = os.fstat(file.fd).st_size
         self.bytes_since_last_index_entry = 0
@@ -130,7 +135,11 @@ class LogSegment:
             base_offset, TIME_INDEX_SUFFIX + file_suffix
         )
         # A segment with data but no index files lost them (or predates them): rebuild.
-        if self.size and not (index_path.exists() and time_index_path.exists()):
+        if present is not None:
+            indexed = index_path.name in present and time_index_path.name in present
+        else:
+            indexed = index_path.exists() and time_index_path.exists()
+        if self.size and not indexed:
             self.index_needs_rebuild = True
         try:
             self.offset_index = OffsetIndex(index_path, base_offset, max_index_size)
@@ -151,8 +160,9 @@ class LogSegment:
             self.time_index.last_entry()
         )
         # Aborted transactions (issue 15); the file exists only once one was aborted here.
+        txn_name = segment_file_name(base_offset, TXN_INDEX_SUFFIX + file_suffix)
         self.txn_index = TransactionIndex(
-            partition_dir / segment_file_name(base_offset, TXN_INDEX_SUFFIX + file_suffix)
+            partition_dir / txn_name, exists=None if present is None else txn_name in present
         )
 
     # -- reading headers -------------------------------------------------------------------

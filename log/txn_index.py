@@ -47,11 +47,12 @@ class AbortedTxn:
 class TransactionIndex:
     """The aborted transactions of one segment, kept in memory and appended to the file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, exists: bool | None = None) -> None:
+        """`exists`: whether the file is there, when the caller knows (a listing)."""
         self.path = path
         self.entries: list[AbortedTxn] = []
         self.needs_rebuild = False  # reset by recovery; the loader's replay refills it
-        if path.exists():
+        if path.exists() if exists is None else exists:
             self.entries = _read(path)
 
     def append(self, txn: AbortedTxn) -> None:
