@@ -111,9 +111,17 @@ class GroupOffsets:
                 if found.consumer_records
                 else None
             )
+            share = (
+                self.coordinator.share.load(group_id, found.share_records)
+                if found.share_records and consumer is None
+                else None
+            )
             if consumer is not None:
                 group.protocol_type = "consumer"
                 group.consumer = consumer
+            elif share is not None:
+                group.protocol_type = "share"
+                group.share = share
             elif value is not None:
                 group.protocol_type = value.protocol_type or None
                 group.generation_id = value.generation
@@ -429,7 +437,9 @@ class GroupOffsets:
             # An empty consumer group: its ConsumerGroup* records go too.
             records.extend((key, None) for key in group.consumer.persisted)
         if group.share is not None:
-            # An empty share group: its share-partitions' state goes too.
+            # An empty share group: its ShareGroup* records and its share-partitions'
+            # state go too.
+            records.extend((key, None) for key in group.share.persisted)
             self.coordinator.share_partitions.forget_group(group.group_id)
         if records:
             self.store.append(group.group_id, records)
@@ -552,7 +562,8 @@ def _expiry_rule(group: GroupMetadata) -> tuple[set[str], bool] | None:
     """Which offsets of `group` may expire, as Kafka's GroupMetadata.removeExpiredOffsets says:
     (topics kept whatever their age, whether age counts from the group becoming Empty), or
     None when nothing of the group expires now."""
-    if group.is_(S.DEAD):
+    if group.is_(S.DEAD) or group.share is not None:
+        # A share group has no committed offsets; it goes only by DeleteGroups.
         return None
     if group.has_consumer_members():
         # A KIP-848 group with members keeps what they subscribe to (names; a regex

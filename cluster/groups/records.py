@@ -28,6 +28,10 @@ from trio_broker.cluster.groups.consumer.consumer_records import (
     group_id_of,
 )
 from trio_broker.cluster.groups.group_metadata import OffsetAndMetadata
+from trio_broker.cluster.groups.share.share_records import (
+    SHARE_KEY_VERSIONS,
+    share_group_id_of,
+)
 from trio_broker.protocol._generated.consumer_protocol_subscription import (
     ConsumerProtocolSubscription,
 )
@@ -142,6 +146,8 @@ class LoadedGroup:
     pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = attrs.Factory(dict)
     # A KIP-848 consumer group's ConsumerGroup* records (key -> value), their last word.
     consumer_records: dict[bytes, bytes] = attrs.Factory(dict)
+    # A KIP-932 share group's ShareGroup* records, likewise.
+    share_records: dict[bytes, bytes] = attrs.Factory(dict)
 
 
 def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
@@ -202,6 +208,14 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
                 records.pop(bytes(key), None)
             else:
                 records[bytes(key)] = bytes(value)
+        elif key_version in SHARE_KEY_VERSIONS:
+            found = share_group_id_of(key)
+            assert found is not None
+            records = get(found[1]).share_records
+            if value is None:
+                records.pop(bytes(key), None)
+            else:
+                records[bytes(key)] = bytes(value)
 
     for batch in iter_log_batches(log):
         try:
@@ -242,5 +256,9 @@ def replay(log: PartitionLog) -> dict[str, LoadedGroup]:
     return {
         g: lg
         for g, lg in groups.items()
-        if lg.metadata is not None or lg.offsets or lg.pending_txn_offsets or lg.consumer_records
+        if lg.metadata is not None
+        or lg.offsets
+        or lg.pending_txn_offsets
+        or lg.consumer_records
+        or lg.share_records
     }

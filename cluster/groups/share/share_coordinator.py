@@ -9,9 +9,11 @@ once, and the answer carries its assignment whenever it differs from what the me
 last told. A member whose session runs out is removed as a leaver is, and the records it
 held are released (`share_fetch.SharePartitionManager`).
 
-Membership is in memory only (Kafka writes ShareGroup* records): after a restart members
-heartbeat with an unknown id, are told UNKNOWN_MEMBER_ID and join again; the records they
-had acquired come back from the durable share-partition state.
+Membership is kept as Kafka keeps it, in ShareGroup* records in `__consumer_offsets`
+(`share_records`): the group epoch, each member and its subscription, the topics with
+share-partitions; written when they change and replayed when the partition is loaded, so
+after a restart the group is listed and described as it was, its members carry on at their
+epoch, and those that do not come back are removed after their session.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from trio_broker.cluster.groups.share.share_group import (
     TopicPartitions,
     simple_assign,
 )
-from trio_broker.errors import ErrorCode
+from trio_broker.cluster.groups.share.share_records import group_records, load_group
+from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.share_group_describe_response import (
     Assignment as DescribedAssignment,
 )
@@ -196,7 +199,10 @@ class ShareGroupCoordinator:
             if names != member.subscribed_topic_names:
                 member.subscribed_topic_names = names
                 changed = True
+        epoch_before = group.group_epoch
         self._update_target(group, "membership or subscription changed" if changed else "")
+        if changed or group.group_epoch != epoch_before:
+            self._persist(group)
         if member.member_epoch != group.group_epoch:
             member.previous_epoch = member.member_epoch
             member.member_epoch = group.group_epoch
@@ -254,6 +260,7 @@ class ShareGroupCoordinator:
         group.members.pop(member.member_id, None)
         logger.info("share group %s: member %s %s", group.group_id, member.member_id, why)
         self._update_target(group, f"member {member.member_id} {why}")
+        self._persist(group)
         partitions = getattr(self.coordinator, "share_partitions", None)
         if partitions is not None and why == "timed out":
             # A leaver closes its share session itself (a final ShareAcknowledge carrying
@@ -273,6 +280,66 @@ class ShareGroupCoordinator:
         member.session_timer = None
         if group.members.get(member.member_id) is member:
             self._remove(group, member, "timed out")
+
+    # -- records -------------------------------------------------------------------------
+
+    def _persist(self, group: ShareGroup) -> None:
+        """Append what changed in the group's records since they were last written."""
+        shell = self.coordinator.groups.get(group.group_id)
+        if shell is None or shell.share is not group:
+            return
+        topics = self.coordinator.broker.metadata.topics
+
+        def topic_id(name: str) -> Any:
+            topic = topics.get(name)
+            return topic.topic_id if topic is not None else None
+
+        initialized: dict[str, list[int]] = {}
+        manager = getattr(self.coordinator, "share_partitions", None)
+        for g, topic, partition in list(manager.partitions if manager is not None else ()):
+            if g == group.group_id:
+                initialized.setdefault(topic, []).append(partition)
+        wanted = group_records(group, topic_id, initialized)
+        changes: list[tuple[bytes, bytes | None]] = [
+            (k, v) for k, v in wanted.items() if group.persisted.get(k) != v
+        ]
+        changes += [(k, None) for k in group.persisted if k not in wanted]
+        if not changes:
+            return
+        try:
+            self.coordinator.store.append(group.group_id, changes)
+        except KafkaError as exc:
+            # The group goes on in memory; the next change writes the difference again.
+            logger.warning("share group %s: cannot store it: %s", group.group_id, exc)
+            return
+        group.persisted = wanted
+
+    def load(self, group_id: str, records: dict[bytes, bytes]) -> ShareGroup | None:
+        """A group rebuilt from a replayed partition: its assignment computed again, its
+        members' sessions starting now (those that do not come back are removed)."""
+        group = load_group(group_id, records)
+        if group is None:
+            return None
+        topics = self._topics()
+        subscriptions = {
+            m.member_id: {t for t in m.subscribed_topic_names if t in topics}
+            for m in group.members.values()
+        }
+        wanted = set().union(*subscriptions.values()) if subscriptions else set()
+        group.topic_partitions = {t: len(topics[t].partitions) for t in sorted(wanted)}
+        for member_id, assigned in simple_assign(subscriptions, group.topic_partitions).items():
+            group.members[member_id].assigned = assigned
+        group.assignment_epoch = group.group_epoch
+        session_ms = self.config_values(group_id)[SHARE_SESSION_TIMEOUT]
+        for member in group.members.values():
+            self._arm_timer(group, member, session_ms)
+        logger.info(
+            "share group %s loaded: epoch %d, %d member(s)",
+            group_id,
+            group.group_epoch,
+            len(group.members),
+        )
+        return group
 
     def unload(self, group: ShareGroup) -> None:
         for member in group.members.values():

@@ -48,6 +48,8 @@ class ShareGroup:
     members: dict[str, ShareMember] = attrs.Factory(dict)
     # The partition counts the target assignment was computed for.
     topic_partitions: dict[str, int] = attrs.Factory(dict)
+    # The ShareGroup* records last written (`share_records`), key -> value.
+    persisted: dict[bytes, bytes] = attrs.Factory(dict)
 
     @property
     def state(self) -> ShareGroupState:

@@ -255,10 +255,21 @@ def test_records_of_a_silent_consumer_come_back_after_the_lock(kafka_broker_fact
 
 
 def test_broker_restart_keeps_acknowledged_and_gives_back_acquired(kafka_broker_factory):
-    broker = kafka_broker_factory(BROKER)
+    broker = kafka_broker_factory(
+        {
+            **BROKER,
+            "group.share.min.session.timeout.ms": "3000",
+            "group.share.min.heartbeat.interval.ms": "500",
+        }
+    )
     records = _topic(broker, "durable", 2, 400)
     error = _group_configs(
-        broker, "keepers", share_auto_offset_reset="earliest", share_record_lock_duration_ms="2000"
+        broker,
+        "keepers",
+        share_auto_offset_reset="earliest",
+        share_record_lock_duration_ms="2000",
+        share_session_timeout_ms="3000",
+        share_heartbeat_interval_ms="500",
     )
     assert error == 0
     first = _consumer(broker, "keepers", "durable", explicit=True)
@@ -272,6 +283,15 @@ def test_broker_restart_keeps_acknowledged_and_gives_back_acquired(kafka_broker_
     assert accepted and held_offsets
     # The broker stops while `first` holds records it has not acknowledged.
     broker.restart()
+    # The group and its member are back from __consumer_offsets (ShareGroup* records).
+    [listed] = _raw(broker, 16, 5, states_filter=[], types_filter=["share"]).groups
+    assert (listed.group_id, listed.group_type, listed.group_state) == (
+        "keepers",
+        "share",
+        "Stable",
+    )
+    [described] = _raw(broker, 77, 1, group_ids=["keepers"]).groups
+    assert [m.subscribed_topic_names for m in described.members] == [["durable"]]
     first.close()  # its session died with the broker: nothing of it is acknowledged
     second = _consumer(broker, "keepers", "durable")
     remaining = records - accepted
@@ -280,6 +300,13 @@ def test_broker_restart_keeps_acknowledged_and_gives_back_acquired(kafka_broker_
     seen = {(m.partition(), m.offset()): m.delivery_count() for m in got}
     assert set(seen) == remaining  # nothing accepted before the restart comes back
     assert all(seen[tp] >= 2 for tp in held_offsets)  # the held ones, delivered again
+    # Once empty, the group is deleted, and stays deleted across a restart.
+    deadline = time.monotonic() + 60
+    while _delete_group(broker, "keepers") == KafkaError.NON_EMPTY_GROUP:
+        assert time.monotonic() < deadline  # `first`'s session, loaded above, runs out
+        time.sleep(0.5)
+    broker.restart()
+    assert _raw(broker, 16, 5, states_filter=[], types_filter=["share"]).groups == []
 
 
 def test_read_committed_share_group_skips_aborted_transactions(kafka_broker_factory):
