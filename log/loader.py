@@ -66,7 +66,10 @@ def load_log(
     together); without, they happen here."""
     directory = Path(directory)
     try:
-        directory.mkdir(parents=True)
+        try:
+            os.mkdir(directory)
+        except FileNotFoundError:
+            directory.mkdir(parents=True)
         fresh = True  # nothing to find, recover or clean up in a directory just made
     except FileExistsError:
         fresh = False
@@ -105,7 +108,9 @@ def load_log(
     rebuild_producer_state(log, log.log_end_offset, clean_shutdown=clean_shutdown)
     log.remove_expired_producers(now_ms())
     log.high_watermark = high_watermark
-    logger.info(
+    # DEBUG: a broker loads tens of thousands at start, and says how many it loaded and in
+    # how long (log_loading.py); recovery and repairs have their own warnings.
+    logger.debug(
         "loaded log %s: %d segment(s), offsets [%s, %s), high watermark %s",
         log.name,
         len(log.segments),
