@@ -46,7 +46,7 @@ class _Index:
     entry: struct.Struct
 
     def __init__(self, path: str | os.PathLike[str], base_offset: int, max_index_size: int) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)
         self.base_offset = base_offset
         self.keys = array.array("q")  # relative offsets (OffsetIndex) or timestamps (TimeIndex)
         self.values = array.array("q")  # positions (OffsetIndex) or relative offsets (TimeIndex)

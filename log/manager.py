@@ -149,17 +149,17 @@ class LogManager:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             clean = marker.exists()
             self.had_clean_shutdown[log_dir] = clean
-            if not clean and any(
-                parse_partition_dir_name(p.name) for p in log_dir.iterdir() if p.is_dir()
-            ):
+            # One scan, sorted by name (d_type says which are dirs: no stat per entry).
+            with os.scandir(log_dir) as scan:
+                subdirs = sorted(e.name for e in scan if e.is_dir())
+            if not clean and any(parse_partition_dir_name(name) for name in subdirs):
                 logger.warning("log dir %s was not shut down cleanly: recovering logs", log_dir)
             seen: set[TopicPartition] = {tp for tp, _ in found}
             recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
-            for entry in sorted(log_dir.iterdir()):
-                if not entry.is_dir():
-                    continue
+            for name in subdirs:
+                entry = log_dir / name
                 if entry.name.endswith(DELETE_DIR_SUFFIX):
                     logger.info("removing partition directory %s left pending deletion", entry)
                     shutil.rmtree(entry, ignore_errors=True)

@@ -90,7 +90,7 @@ class PartitionLog:
         topic_id: uuid.UUID | None = None,
     ) -> None:
         """An empty, unloaded log; use `trio_broker.log.loader.load_log` to open one."""
-        self.dir = Path(directory)
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.topic = topic
         self.partition = partition
         self.config = config

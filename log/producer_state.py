@@ -245,7 +245,9 @@ class ProducerAppendInfo:
 
 class ProducerStateManager:
     def __init__(self, partition_dir: str | os.PathLike[str]) -> None:
-        self.partition_dir = Path(partition_dir)
+        self.partition_dir = (
+            partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)
+        )
         self.producers: dict[int, ProducerStateEntry] = {}
         # The offset up to which the state reflects the log (Kafka's mapEndOffset).
         self.map_end_offset = 0
