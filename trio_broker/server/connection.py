@@ -28,7 +28,7 @@ from trio_broker.protocol.framing import NEED_DATA, NEED_MEMORY, FrameReader, In
 from trio_broker.protocol.quirks import InvalidRequest, ParsedRequest, parse_request
 from trio_broker.server.connection_quotas import normalize_host
 from trio_broker.server.log_safe import CLIENT_ADDRESS
-from trio_broker.server.requests import NO_RESPONSE, Request, Response
+from trio_broker.server.requests import NO_RESPONSE, Batch, Request, Response
 from trio_broker.server.sendfile import (
     queued_bytes,
     receive_into,
@@ -86,11 +86,25 @@ class _Held:
             await self.send(sock, *bufs)
 
 
+# Request batching: a produce answered at once, read together with more such requests of
+# its connection, goes to the handlers with them as one item (requests.Batch), so that a
+# pipelining client's small produces cost one wakeup of a handler, of the response task
+# and of the connection per batch rather than per request. A batch runs in one handler
+# task without a checkpoint; this bounds how long (a few ms of small produces).
+_BATCH_MAX = 32
+
+
 def _may_hold(parsed: ParsedRequest) -> bool:
     # Produce with acks 0 or 1 is answered at once: holding its answer while its
     # successor runs adds at most one short handler run to its latency. A request that
     # may wait in the purgatory (a fetch, acks=all) must not delay the answers before it.
     return parsed.api_key == 0 and parsed.body is not None and parsed.body.acks in (0, 1)
+
+
+def _may_batch(parsed: ParsedRequest) -> bool:
+    # As _may_hold, but never a transactional produce: in a cluster its first batch may
+    # wait for the transaction coordinator, and would hold back its batch's answers.
+    return _may_hold(parsed) and not parsed.body.transactional_id
 
 
 class Connection:
@@ -146,7 +160,7 @@ class Connection:
         # The answer to the request in flight: deliver() hands it to this connection's task
         # parked in _response(), or leaves it here for it. (A slot, not a memory channel: an
         # idle connection's channel cost 1.4 KB.)
-        self._answer: Response | None = None
+        self._answer: Response | list[Response] | None = None
         self._answer_waiter: Any = None
         self._open = True
         try:
@@ -181,8 +195,9 @@ class Connection:
         await trio.sleep_until(self.throttled_until)
         self.throttled_until = 0.0
 
-    def deliver(self, response: Response) -> None:
-        """Called by the processor's response task; never blocks (one request in flight)."""
+    def deliver(self, response: Response | list[Response]) -> None:
+        """Called by the processor's response task; never blocks (one request, or one
+        batch of requests answered as a list, in flight)."""
         if not self._open or self._answer is not None:
             logger.debug("[conn %s] response for a closed connection dropped", self.id)
             return
@@ -193,7 +208,7 @@ class Connection:
             self._answer_waiter = None
             trio.lowlevel.reschedule(waiter, outcome.Value(response))
 
-    async def _response(self) -> Response:
+    async def _response(self) -> Any:
         """The answer to the request in flight, once deliver() has it."""
         await trio.lowlevel.checkpoint_if_cancelled()
         answer = self._answer
@@ -358,19 +373,34 @@ class Connection:
         held = _Held(self._send_bytes)
         reader = self.reader
         metrics = self.metrics
+        # What gathering a batch (_gather) read and could not add to it: the request after
+        # the batch, or the bad bytes or request that end the connection once the batch
+        # is answered.
+        after: tuple[memoryview, ParsedRequest] | None = None
+        bad_frame: InvalidFrame | None = None
+        bad_request: Exception | None = None
         try:
             while not self._closing:
-                frame = reader.next_frame()
-                if frame is NEED_DATA or frame is NEED_MEMORY:
-                    await held.flush(self.io)
-                    frame = await self._next_frame()
-                    if frame is None:
-                        break
-                try:
-                    parsed = parse_request(frame, self.supported)
-                except (InvalidFrame, InvalidRequest) as exc:
-                    self._log_bad("bad request", exc)
+                if after is not None:
+                    frame, parsed = after
+                    after = None
+                elif bad_frame is not None:
+                    raise bad_frame
+                elif bad_request is not None:
+                    self._log_bad("bad request", bad_request)
                     break
+                else:
+                    frame = reader.next_frame()
+                    if frame is NEED_DATA or frame is NEED_MEMORY:
+                        await held.flush(self.io)
+                        frame = await self._next_frame()
+                        if frame is None:
+                            break
+                    try:
+                        parsed = parse_request(frame, self.supported)
+                    except (InvalidFrame, InvalidRequest) as exc:
+                        self._log_bad("bad request", exc)
+                        break
                 hold = _may_hold(parsed)
                 if not hold:
                     await held.flush(self.io)
@@ -379,6 +409,37 @@ class Connection:
                 request = Request(parsed, self)
                 if metrics is not None:
                     request.timing = metrics.new_timing()
+                # More requests already read behind this one go with it as one batch
+                # (requests.Batch): one handler wakeup, one answer, for all of them.
+                members = None
+                if hold and reader.buffered > 4 and _may_batch(parsed):
+                    members, frames = [request], [frame]
+                    while len(members) < _BATCH_MAX:
+                        try:
+                            following = reader.next_frame()
+                        except InvalidFrame as exc:
+                            bad_frame = exc
+                            break
+                        if following is NEED_DATA or following is NEED_MEMORY:
+                            break
+                        try:
+                            parsed = parse_request(following, self.supported)
+                        except (InvalidFrame, InvalidRequest) as exc:
+                            bad_request = exc
+                            break
+                        if not _may_batch(parsed):
+                            after = (following, parsed)
+                            break
+                        member = Request(parsed, self)
+                        if metrics is not None:
+                            member.timing = metrics.new_timing()
+                        members.append(member)
+                        frames.append(following)
+                    if len(members) == 1:
+                        members = None
+                    else:
+                        Batch(members)
+                    following = member = None
                 try:
                     requests.send_nowait(request)
                 except trio.WouldBlock:
@@ -388,23 +449,34 @@ class Connection:
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
-                response = await self._response()
-                if metrics is not None:
-                    request.timing.response_dequeue = time.perf_counter()
+                answer = await self._response()
                 # The handler is done with the request: its frame's memory goes back to the
                 # pool (a produce's records were copied into the log, nothing keeps them).
                 reader.frame_done()
-                if response is not NO_RESPONSE:
-                    if response.regions or not hold:
-                        await held.flush(self.io)
-                        await self._send_response(self.io, response.buf, response.regions)
-                    else:
-                        await held.add(self.io, response.buf)
-                if metrics is not None:
-                    metrics.request_done(request, response, len(frame))
+                if members is None:
+                    if metrics is not None:
+                        request.timing.response_dequeue = time.perf_counter()
+                    response = answer
+                    if response is not NO_RESPONSE:
+                        if response.regions or not hold:
+                            await held.flush(self.io)
+                            await self._send_response(self.io, response.buf, response.regions)
+                        else:
+                            await held.add(self.io, response.buf)
+                    if metrics is not None:
+                        metrics.request_done(request, response, len(frame))
+                else:
+                    # A batch: produces answered at once, all held for one write.
+                    for member, response, member_frame in zip(members, answer, frames, strict=True):
+                        if response is not NO_RESPONSE:
+                            await held.add(self.io, response.buf)
+                        if metrics is not None:
+                            member.timing.response_dequeue = time.perf_counter()
+                            metrics.request_done(member, response, len(member_frame))
+                    del members, frames, member, member_frame
                 # Nothing of this request may outlive it here: its frame's buffer is
                 # filled again once no view of it is left (FrameReader._reuse).
-                del frame, parsed, request, response
+                del frame, parsed, request, response, answer
                 self.in_flight = False
                 self.last_active = trio.current_time()
                 if self.throttled_until:

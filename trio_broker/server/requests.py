@@ -10,6 +10,12 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
   processor's response task hands it to the connection, the only writer of its socket.
 - a delayed request that a Produce or Fetch makes answerable is answered by that
   request's handler task once it has answered its own (Kafka's action queue, below).
+- several requests of one connection that were already read together (a pipelining
+  client's small produces) may travel as one item: the first `Request` carries a `Batch`
+  of them all. One handler task answers them in order, and their answers go to the
+  processor as one list, once the last is made: one wakeup of a handler, of the response
+  task and of the connection for the lot instead of one each per request. The channel's
+  capacity then counts batches; each is bounded (server/connection.py `_BATCH_MAX`).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_RESPONSE", "Request", "Response", "handle_one", "run_handler"]
+__all__ = ["NO_RESPONSE", "Batch", "Request", "Response", "handle_one", "run_handler"]
 
 
 @attrs.frozen
@@ -46,6 +52,22 @@ class Response:
 NO_RESPONSE = Response(bytearray(), [])
 
 
+class Batch:
+    """Requests of one connection answered by one handler task, in order, and delivered to
+    the connection together (a list of `Response`s, in request order) once all are made.
+    An answer made later (a request the purgatory parked) holds back the whole list."""
+
+    __slots__ = ("remaining", "requests", "responses")
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+        self.responses: list[Response | None] = [None] * len(requests)
+        self.remaining = len(requests)
+        for i, request in enumerate(requests):
+            request.batch = self
+            request.slot = i
+
+
 @attrs.define(eq=False)
 class Request:
     parsed: ParsedRequest
@@ -53,6 +75,10 @@ class Request:
     _done: bool = False
     # A metrics.RequestTiming when metrics are on (the connection sets it), else None.
     timing: Any = None
+    # When read together with others and sent as one item (see Batch): its batch, and
+    # its place there. Only the batch's first request is sent on the request channel.
+    batch: Batch | None = None
+    slot: int = 0
 
     @property
     def api_key(self) -> int:
@@ -102,7 +128,14 @@ class Request:
                 self.connection.close()
                 return
             frame = Response(buf, regions)
-        await self.connection.processor.deliver(self.connection, frame)
+        batch = self.batch
+        if batch is None:
+            await self.connection.processor.deliver(self.connection, frame)
+            return
+        batch.responses[self.slot] = frame
+        batch.remaining -= 1
+        if not batch.remaining:
+            await self.connection.processor.deliver(self.connection, batch.responses)
 
 
 # A handler returns the response, or DELAYED when it handed the request to the purgatory,
@@ -140,7 +173,20 @@ async def run_handler(
 
 
 async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
-    """Run one request's handler and send its answer (unless the purgatory will)."""
+    """Run one request's handler and send its answer (unless the purgatory will); for the
+    first request of a batch, each of the batch's in turn."""
+    batch = request.batch
+    if batch is None:
+        await _handle_one(index, request, dispatch)
+        return
+    scope = request.connection.scope
+    for member in batch.requests:
+        if scope.cancel_called:
+            return  # a failed one closed the connection: nobody waits for the rest
+        await _handle_one(index, member, dispatch)
+
+
+async def _handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
     timing = request.timing
     if timing is not None:
         timing.dequeue = time.perf_counter()

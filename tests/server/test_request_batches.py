@@ -1,0 +1,174 @@
+"""Frames that arrive together: several requests written in one send, pipelined, are read
+in one go and small produces among them go to a handler as one batch (server/requests.py
+Batch). Their answers must still leave in request order, each with its own correlation
+id, none missing (acks=0 has none) and none added."""
+
+import socket
+import struct
+
+from wire import encode_request, is_closed, read_response, recv_exact, request_of, roundtrip
+
+from trio_broker.protocol._generated import response_class
+from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
+from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
+from trio_broker.protocol._generated.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from trio_broker.protocol._generated.response_header import ResponseHeader
+from trio_broker.protocol.record_codec import build_batch, iter_records
+from trio_broker.protocol.records import iter_batches
+
+PRODUCE_V = 9
+FETCH_V = 12
+METADATA_V = 9
+
+
+def connect(broker) -> socket.socket:
+    sock = socket.create_connection((broker.host, broker.port), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def create_topics(sock: socket.socket, *names: str) -> None:
+    meta = roundtrip(
+        sock,
+        request_of(
+            3,
+            topics=[MetadataRequestTopic(name=name) for name in names],
+            allow_auto_topic_creation=True,
+        ),
+        METADATA_V,
+    )
+    assert [t.error_code for t in meta.topics] == [0] * len(names)
+
+
+def produce_frame(topic: str, value: bytes, cid: int, acks: int = 1) -> bytes:
+    batch = build_batch([(b"k", value, (), 1_700_000_000_000)])
+    request = ProduceRequest(
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            TopicProduceData(
+                name=topic, partition_data=[PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    return encode_request(request, PRODUCE_V, cid)
+
+
+def metadata_frame(topic: str, cid: int) -> bytes:
+    return encode_request(request_of(3, topics=[MetadataRequestTopic(name=topic)]), 9, cid)
+
+
+def fetch_values(sock: socket.socket, topic: str, cid: int) -> list[bytes]:
+    request = FetchRequest(
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50 << 20,
+        session_epoch=-1,
+        topics=[
+            FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=10 << 20)
+                ],
+            )
+        ],
+    )
+    sock.sendall(encode_request(request, FETCH_V, cid))
+    got, body = read_response(sock, 1, FETCH_V)
+    assert got == cid
+    buf = bytes(body.responses[0].partitions[0].records)
+    return [r.value for pos, h in iter_batches(buf) for r in iter_records(buf[pos : pos + h.size])]
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", recv_exact(sock, 4))
+    return recv_exact(sock, size)
+
+
+def decode(frame: bytes, api_key: int, version: int):
+    cls = response_class(api_key)
+    flexible = cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
+    # ApiVersions answers with header v0 in every version (KIP-511).
+    header, pos = ResponseHeader.decode(frame, 1 if flexible and api_key != 18 else 0)
+    body, _ = cls.decode(frame, version, pos)
+    return body
+
+
+def test_frames_sent_together_are_answered_in_request_order(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topics(sock, "order-a", "order-b")
+    # One send: produces to two topics (more than one batch's worth in a row), acks=0
+    # produces among them (no answer), a Metadata request and an ApiVersions request
+    # between them (never batched), then more produces. Expected answers, in order:
+    # (correlation id, api key, topic) for each request that gets one.
+    frames: list[bytes] = []
+    expected: list[tuple[int, int, str | None]] = []
+    sent: dict[str, list[bytes]] = {"order-a": [], "order-b": []}
+    cid = 1000
+    for step in range(120):
+        cid += 1
+        topic = "order-a" if step % 3 else "order-b"
+        value = b"%s-%d" % (topic.encode(), step)
+        if step == 50:
+            frames.append(metadata_frame("order-a", cid))
+            expected.append((cid, 3, None))
+        elif step == 51:
+            frames.append(encode_request(request_of(18), 3, cid))
+            expected.append((cid, 18, None))
+        elif step % 7 == 3:
+            frames.append(produce_frame(topic, value, cid, acks=0))
+            sent[topic].append(value)
+        else:
+            frames.append(produce_frame(topic, value, cid))
+            expected.append((cid, 0, topic))
+            sent[topic].append(value)
+    sock.sendall(b"".join(frames))
+
+    answers = [read_frame(sock) for _ in expected]
+    got_cids = [struct.unpack_from(">i", frame)[0] for frame in answers]
+    assert got_cids == [cid for cid, _, _ in expected]
+
+    # Each produce answer carries its own record's offset: the records of a topic were
+    # appended in request order (acks=0 ones too), so the answered offsets are the
+    # positions of the answered records among all of that topic's records.
+    offsets: dict[str, list[int]] = {"order-a": [], "order-b": []}
+    for frame, (_, api_key, topic) in zip(answers, expected, strict=True):
+        if api_key == 0:
+            body = decode(frame, 0, PRODUCE_V)
+            assert body.responses[0].name == topic
+            part = body.responses[0].partition_responses[0]
+            assert part.error_code == 0
+            offsets[topic].append(part.base_offset)
+        elif api_key == 3:
+            assert decode(frame, 3, METADATA_V).topics[0].name == "order-a"
+        else:
+            assert decode(frame, 18, 3).error_code == 0
+    for topic, values in sent.items():
+        answered = [
+            i
+            for i, value in enumerate(values)
+            if int(value.rsplit(b"-", 1)[1]) % 7 != 3  # not an acks=0 record
+        ]
+        assert offsets[topic] == answered
+        # And nothing more came back: the next bytes answer the fetch, with every record.
+        assert fetch_values(sock, topic, cid=7) == values
+    sock.close()
+
+
+def test_a_bad_request_behind_a_batch_closes_after_the_answers(kafka_broker):
+    sock = connect(kafka_broker)
+    create_topics(sock, "order-bad")
+    good = [produce_frame("order-bad", b"g%d" % i, cid=i) for i in range(10)]
+    # A well-sized frame for an api key no broker serves: a bad request, not bad bytes.
+    bad = struct.pack(">hhi", 9999, 0, 77) + b"\x00\x00"
+    sock.sendall(b"".join(good) + struct.pack(">i", len(bad)) + bad)
+    answers = [read_response(sock, 0, PRODUCE_V) for _ in range(10)]
+    assert [cid for cid, _ in answers] == list(range(10))
+    assert [b.responses[0].partition_responses[0].base_offset for _, b in answers] == list(
+        range(10)
+    )
+    assert is_closed(sock)
