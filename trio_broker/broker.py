@@ -136,7 +136,7 @@ class Broker:
             default_config=resolve_log_config({}, config),
             retention_check_interval_ms=config.log_retention_check_interval_ms,
             flush_offset_checkpoint_interval_ms=config.log_flush_offset_checkpoint_interval_ms,
-            recovery_threads_per_data_dir=config.value("num.recovery.threads.per.data.dir"),
+            recovery_threads_per_data_dir=config.num_recovery_threads_per_data_dir,
         )
         topic_configs = {
             name: resolve_log_config(t.configs, config) for name, t in self.metadata.topics.items()

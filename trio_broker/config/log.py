@@ -54,8 +54,11 @@ _LOG_STORED_ONLY: tuple[ConfigKey, ...] = (
         "How often log start offsets are checkpointed (this broker: every 60 s)."),
     key("log.preallocate", "BOOLEAN", False, None,
         "Preallocate the file of a new segment.", dynamic=CLUSTER_WIDE),
+    # Acted on, unlike its neighbours: the threads per log dir that load (and recover) the
+    # logs found at start, while the broker already answers (log/log_loading.py).
     key("num.recovery.threads.per.data.dir", "INT", 1, _at_least(1),
-        "Threads per log dir that recover and close logs.", dynamic=CLUSTER_WIDE),
+        "Threads per log dir that load and recover the logs found at start.",
+        acts=True, dynamic=CLUSTER_WIDE),
     key("log.message.format.version", "STRING", "3.0-IV1", _metadata_version,
         "Deprecated: the record format of new topics; Kafka 3 writes the newest format "
         "whatever it says."),
