@@ -43,13 +43,19 @@ TopicPartition = tuple[str, int]
 class PendingLog:
     """A partition directory found at start, and what the log dir's checkpoints say of it."""
 
-    path: Path
+    log_dir: Path
+    name: str  # of the partition directory in log_dir
     config: LogConfig
     recovery_point: int
     log_start_offset: int | None  # None: not in log-start-offset-checkpoint
     high_watermark: int | None
     clean_shutdown: bool
     loading: threading.Event | None = None  # set when the load (by anyone) is over
+
+    @property
+    def path(self) -> Path:
+        # Joined only when loading: 20,000 Path joins at start took half a second.
+        return self.log_dir / self.name
 
 
 class PendingLogs:
@@ -85,14 +91,14 @@ class PendingLogs:
             out = {}
             for tp, pending in self._pending.items():
                 value = getattr(pending, field)
-                if value is not None and pending.path.parent == log_dir:
+                if value is not None and pending.log_dir == log_dir:
                     out[tp] = value
             return out
 
     def unclean_dirs(self) -> set[Path]:
         """Log dirs with a log still to recover from an unclean shutdown."""
         with self._lock:
-            return {p.path.parent for p in self._pending.values() if not p.clean_shutdown}
+            return {p.log_dir for p in self._pending.values() if not p.clean_shutdown}
 
     def _claim(self, tp: TopicPartition) -> tuple[PendingLog | None, bool]:
         """(pending, mine): mine when this caller is to load it."""

@@ -159,25 +159,26 @@ class LogManager:
             start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
             high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
             for name in subdirs:
-                entry = log_dir / name
-                if entry.name.endswith(DELETE_DIR_SUFFIX):
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    entry = log_dir / name
                     logger.info("removing partition directory %s left pending deletion", entry)
                     shutil.rmtree(entry, ignore_errors=True)
                     continue
-                if entry.name.endswith(FUTURE_DIR_SUFFIX):
-                    futures.append(entry)
+                if name.endswith(FUTURE_DIR_SUFFIX):
+                    futures.append(log_dir / name)
                     continue
-                tp = parse_partition_dir_name(entry.name)
+                tp = parse_partition_dir_name(name)
                 if tp is None:
                     continue
                 if tp in seen:
-                    raise RuntimeError(f"duplicate log directories for {tp}: {entry}")
+                    raise RuntimeError(f"duplicate log directories for {tp}: {log_dir / name}")
                 seen.add(tp)
                 found.append(
                     (
                         tp,
                         PendingLog(
-                            path=entry,
+                            log_dir=log_dir,
+                            name=name,
                             config=topic_configs.get(tp[0], self.default_config),
                             recovery_point=recovery_points.get(tp, 0),
                             log_start_offset=start_offsets.get(tp),
