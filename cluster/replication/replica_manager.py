@@ -88,6 +88,8 @@ class ReplicaManager:
                 await nursery.start(self.fetchers.run)
                 nursery.start_soon(self._isr_expiration)
                 nursery.start_soon(self._checkpoint_high_watermarks)
+                if getattr(self.broker, "zk", None) is not None:
+                    nursery.start_soon(self._watch_for_deposition)
                 self.started.set()
                 task_status.started()
         finally:
@@ -552,6 +554,80 @@ class ReplicaManager:
                 ", ".join(f"{t}-{p}" for t, p in resigned),
             )
         return resigned
+
+    # -- a leader cut off from ZooKeeper -----------------------------------------------------
+
+    async def _watch_for_deposition(self) -> None:
+        """Resign leaderships this broker has most likely lost without being told.
+
+        A leader cut off from ZooKeeper (but not from its clients) cannot hear that its
+        session expired, nor get the controller's LeaderAndIsr: Kafka's broker goes on
+        leading, acknowledging acks=1 produces that the new leader never sees and serving
+        group offsets the new coordinator has moved past. Two signs together say it was
+        deposed: its ZooKeeper connection has been gone for half a session timeout (the
+        connection is declared lost only after two thirds of one without an answer, so
+        ZooKeeper expires the session about then), and the followers in its ISR stopped
+        fetching from it (they follow the new leader the controller named). ZooKeeper
+        down for everyone leaves the followers fetching, and the leaders leading.
+
+        Such a partition leads nothing (NOT_LEADER_OR_FOLLOWER; clients refresh and find
+        the new leader; its coordinators unload). If the session then turns out alive,
+        the broker ends it and registers anew, so the controller hands out leaderships
+        afresh, as to a bounced broker."""
+        zk = self.broker.zk
+        session_s = zk.session_timeout_ms / 1000
+        quiet_ms = max(int(zk.session_timeout_ms / 3), 4 * self.config.replica_fetch_wait_max_ms)
+        deposed_in: int | None = None  # the session id when partitions were resigned so
+        while True:
+            await trio.sleep(0.25)
+            since = zk.disconnected_since
+            if since is None:
+                if deposed_in is not None and zk.connected:
+                    if zk.session_id == deposed_in:
+                        logger.warning(
+                            "broker %s: ZooKeeper session 0x%x is alive after all; starting a "
+                            "new one, so that the controller says what this broker leads",
+                            self.node_id,
+                            deposed_in,
+                        )
+                        await zk.renew()
+                    deposed_in = None
+                continue
+            if trio.current_time() - since < session_s / 2:
+                continue
+            now = _now_ms()
+            resigned = []
+            for key, part in list(self.partitions.items()):
+                if not part.is_leader:
+                    continue
+                followers = [r for r in part.isr if r != self.node_id]
+                if not followers:
+                    continue  # nobody else could have been elected
+                heard = max(
+                    (
+                        max(st.last_fetch_ms, st.last_caught_up_ms)
+                        for r, st in part.remote.items()
+                        if r in followers
+                    ),
+                    default=0,
+                )
+                if now - heard < quiet_ms:
+                    continue
+                self.fetchers.remove_partition(key)
+                self._lead_nothing(key, part)
+                self._wake(key)
+                resigned.append(key)
+            if resigned:
+                if deposed_in is None:
+                    deposed_in = zk.session_id if zk.session_id is not None else -1
+                logger.warning(
+                    "broker %s: no ZooKeeper for %.1f s and no fetch from the ISR for %d ms: "
+                    "presumed deposed, leads none of %s until the controller says so",
+                    self.node_id,
+                    trio.current_time() - since,
+                    quiet_ms,
+                    ", ".join(f"{t}-{p}" for t, p in resigned),
+                )
 
     # -- StopReplica -----------------------------------------------------------------------
 

@@ -100,6 +100,9 @@ class ZooKeeperSession:
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
         self.session_id: int | None = None  # of the live session, None between sessions
         self.connected = False
+        # trio.current_time() when the connection was lost (None while connected): a broker
+        # cut off long enough presumes its session expired (cluster/replication/).
+        self.disconnected_since: float | None = None
         self._state_changed = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._client: Any = None
@@ -171,18 +174,35 @@ class ZooKeeperSession:
                     "ZooKeeper session 0x%x replaced by 0x%x", self.session_id, session_id
                 )
             self.connected, self.session_id = True, session_id
+            self.disconnected_since = None
         elif state == "SUSPENDED":
             logger.warning(
                 "ZooKeeper connection lost; session 0x%x may live on", self.session_id or 0
             )
             self.connected = False
+            if self.disconnected_since is None:
+                self.disconnected_since = trio.current_time()
         else:  # LOST: the session expired or was closed; its ephemeral znodes are gone
             if self.session_id is not None:
                 level = logging.INFO if self._closing else logging.WARNING
                 logger.log(level, "ZooKeeper session 0x%x ended", self.session_id)
             self.connected, self.session_id = False, None
+            if self.disconnected_since is None:
+                self.disconnected_since = trio.current_time()
         changed, self._state_changed = self._state_changed, trio.Event()
         changed.set()
+
+    async def renew(self) -> None:
+        """End this session and open a new one (its ephemeral znodes go at once): what a
+        broker does when it acted as if its session had expired and then finds it alive,
+        so that the controller treats it as the bounced broker it behaved as."""
+        client = self._client
+        if client is None:
+            return
+        logger.warning("ending ZooKeeper session 0x%x to start a new one", self.session_id or 0)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(client.stop, abandon_on_cancel=True)
+            client.start_async()
 
     async def wait_connected(self) -> int:
         """Wait for a live session; returns its id."""

@@ -193,6 +193,83 @@ def test_an_offset_commit_is_not_read_before_it_is_replicated(lab, tmp_path):
         assert answer, "no answer to the OffsetCommit"
 
 
+def _fetch_answer(host: str, port: int, group: str) -> tuple[int, int, int]:
+    """(the answer's error, the partition's error, the committed offset) of OffsetFetch."""
+    from trio_broker.protocol._generated.offset_fetch_request import OffsetFetchRequestTopic
+
+    with socket.create_connection((host, port), timeout=30) as sock:
+        request = request_of(
+            9,
+            group_id=group,
+            topics=[OffsetFetchRequestTopic(name="history", partition_indexes=[0])],
+        )
+        answer = roundtrip(sock, request, 7)
+        if answer.error_code:
+            return answer.error_code, 0, -1
+        p = answer.topics[0].partitions[0]
+        return 0, p.error_code, p.committed_offset
+
+
+def test_a_coordinator_cut_from_zookeeper_stops_serving_what_it_no_longer_owns(lab, tmp_path):
+    """The group coordinator is cut from ZooKeeper alone (brokers and clients still reach
+    it). ZooKeeper expires its session and the controller moves the group's
+    __consumer_offsets partition to another broker, where the group commits on. The
+    cut-off broker cannot hear of it: it must stop answering OffsetFetch with the offsets
+    it had (it served them until the heal, so readers saw committed offsets go back in the
+    soak: 36397 -> 36368). Its followers stopped fetching from it: that, with ZooKeeper
+    gone for half a session, tells it it was deposed."""
+    with NetCluster(lab, tmp_path, overrides={"offsets.topic.num.partitions": "1"}) as cluster:
+        create_topic(cluster.bootstrap, "history", 1)
+        group = "cut-off"
+        eventually(lambda: _commit_anywhere(cluster, group, 5), budget_s=60, what="a commit")
+        coordinator = zk_state(cluster, "__consumer_offsets", 0)["leader"]
+        c = cluster.brokers[coordinator]
+        eventually(lambda: _commit(c.host, c.port, group, 5) == 0, budget_s=30, what="commit 5")
+        eventually(
+            lambda: len(zk_state(cluster, "__consumer_offsets", 0)["isr"]) == 3,
+            budget_s=30,
+            what="every replica in the ISR",
+        )
+        lab.partition(cluster.host(coordinator), "zk")
+        new = eventually(
+            lambda: (
+                zk_state(cluster, "__consumer_offsets", 0)["leader"] not in (coordinator, -1)
+                and zk_state(cluster, "__consumer_offsets", 0)["leader"]
+            ),
+            budget_s=60,
+            what="a new leader of __consumer_offsets-0",
+        )
+        n = cluster.brokers[new]
+        eventually(lambda: _commit(n.host, n.port, group, 9) == 0, budget_s=30, what="commit 9")
+        # The old coordinator gives the group up: NOT_COORDINATOR sends readers to the new
+        # one. (Until then it answers 5; after, never 5 again.)
+        code, _, _ = eventually(
+            lambda: (a := _fetch_answer(c.host, c.port, group))[0] and a,
+            budget_s=60,
+            what=f"broker {coordinator} giving the group up",
+        )
+        assert code == ErrorCode.NOT_COORDINATOR, ErrorCode(code).name
+        assert _fetch_answer(c.host, c.port, group)[0] == ErrorCode.NOT_COORDINATOR
+        lab.heal(cluster.host(coordinator))
+        # Whole again: the broker registers anew and every broker sends readers to 9.
+        for node_id, b in cluster.brokers.items():
+            eventually(
+                lambda b=b: _fetch_answer_anywhere(b, group) == 9,
+                budget_s=60,
+                what=f"offset 9 through broker {node_id}",
+            )
+
+
+def _fetch_answer_anywhere(b, group: str) -> int:  # noqa: ANN001
+    """The committed offset, from the coordinator broker `b` names."""
+    with socket.create_connection((b.host, b.port), timeout=10) as sock:
+        found = roundtrip(sock, request_of(10, key=group, key_type=0), 3)
+    if found.error_code:
+        return -1
+    code, partition_code, offset = _fetch_answer(found.host, found.port, group)
+    return offset if not code and not partition_code else -1
+
+
 def _commit_anywhere(cluster: NetCluster, group: str, offset: int) -> bool:
     """Commit on whichever broker is the group's coordinator (FindCoordinator first: it
     creates __consumer_offsets)."""
