@@ -10,4 +10,7 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator.share_partitions.acknowledge(request)
+    manager = broker.group_coordinator.share_partitions
+    response = manager.acknowledge(request)
+    await manager.flush(request.body)  # a cluster: the acknowledgements written first
+    return response

@@ -11,4 +11,8 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator.share_partitions.fetch(request)
+    manager = broker.group_coordinator.share_partitions
+    await manager.prepare(request.body)  # a cluster: the share-partitions' state read
+    response = manager.fetch(request)
+    await manager.flush(request.body)  # a cluster: its acknowledgements written
+    return response

@@ -82,12 +82,14 @@ class GroupCoordinator:
         from trio_broker.cluster.groups.share.share_coordinator import ShareGroupCoordinator
         from trio_broker.cluster.groups.share.share_fetch import SharePartitionManager
         from trio_broker.cluster.groups.share.share_offsets import ShareGroupOffsets
+        from trio_broker.cluster.groups.share.state_coordinator import ShareStateCoordinator
 
         self.offsets = GroupOffsets(self)
         self.consumer = ConsumerGroupCoordinator(self)
         self.share = ShareGroupCoordinator(self)
         self.share_partitions = SharePartitionManager(self)
         self.share_offsets = ShareGroupOffsets(self)
+        self.share_state_coordinator = ShareStateCoordinator(broker)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -129,6 +131,9 @@ class GroupCoordinator:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        replicas = getattr(self.broker, "replica_manager", None)
+        if replicas is not None:
+            replicas.check_stalled()  # a broker stopped past its session coordinates nothing
         if not self.store.is_loaded(group_id):
             if (
                 getattr(self.broker, "replica_manager", None) is not None

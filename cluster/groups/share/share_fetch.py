@@ -40,6 +40,7 @@ from trio_broker.cluster.groups.group_config import (
     SHARE_RECORD_LOCK_DURATION,
     duration_ms,
 )
+from trio_broker.cluster.groups.share.persister import SharePersister
 from trio_broker.cluster.groups.share.share_partition import AckType, SharePartition
 from trio_broker.cluster.groups.share.share_state import ShareStateStore
 from trio_broker.cluster.replication.purgatory import DelayedOperation
@@ -151,11 +152,23 @@ class SharePartitionManager:
         self.partitions: dict[tuple[str, str, int], SharePartition] = {}
         self._rearm = trio.Event()
         self._sleeping_until = math.inf
-        self.state: ShareStateStore | None = ShareStateStore(self.broker)
+        self.store = ShareStateStore(self.broker)
+        # A lone broker keeps the state itself; a cluster's partition leaders keep it at
+        # the share coordinators (the leaders of __share_group_state's partitions).
+        clustered = getattr(self.broker, "zk", None) is not None
+        self.state: ShareStateStore | None = None if clustered else self.store
+        self.persister: SharePersister | None = SharePersister(self.broker) if clustered else None
+        self._loading: dict[tuple[str, str, int], trio.Event] = {}
 
     # -- the lock timer ------------------------------------------------------------------
 
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.persister is not None:
+                nursery.start_soon(self.persister.run)
+            await self._expire_locks()
+
+    async def _expire_locks(self) -> None:
         while True:
             deadlines = [
                 d for sp in self.partitions.values() if (d := sp.next_deadline()) is not None
@@ -199,6 +212,8 @@ class SharePartitionManager:
         log = self.broker.topics.get_log(topic, partition)
         if log is None:
             return None
+        if sp is None and self.persister is not None:
+            return None  # not read from its share coordinator yet (`prepare`)
         if sp is None:
             sp = self.state.load(group_id, topic, partition) if self.state is not None else None
             if sp is None:
@@ -221,6 +236,9 @@ class SharePartitionManager:
         return log.high_watermark
 
     def _changed(self, group_id: str, sp: SharePartition) -> None:
+        if self.persister is not None:
+            self.persister.mark(group_id, sp)
+            return
         if self.state is not None and sp.dirty:
             try:
                 self.state.changed(group_id, sp)
@@ -266,6 +284,8 @@ class SharePartitionManager:
 
     def forget(self, group_id: str, topic: str, partition: int) -> None:
         """DeleteShareGroupOffsets: the share-partition's state goes."""
+        if self.persister is not None:
+            self.persister.forget((group_id, topic, partition))
         sp = self.partitions.pop((group_id, topic, partition), None)
         if sp is not None and self.state is not None:
             self.state.delete(group_id, sp)
@@ -278,6 +298,79 @@ class SharePartitionManager:
                 self.state.delete(group_id, sp)
         for key in [k for k in self.sessions if k[0] == group_id]:
             del self.sessions[key]
+
+    # -- a cluster: the share-partitions read from their share coordinators ---------------
+
+    async def prepare(self, body: Any) -> None:
+        """Before a ShareFetch in a cluster: every share-partition it may touch (the
+        request's and its session's) that this broker leads is read from its share
+        coordinator, unless it is in memory from this leadership (its leader epoch)."""
+        if self.persister is None or not body.group_id:
+            return
+        group_id = body.group_id
+        keys = set()
+        for t in body.topics:
+            name = self._names(t.topic_id)
+            if name is not None:
+                keys.update((name, p.partition_index) for p in t.partitions)
+        session = self.sessions.get((group_id, body.member_id or ""))
+        if session is not None:
+            keys.update(session.partitions)
+        replicas = self.broker.replica_manager
+        for topic, partition in sorted(keys):
+            own = replicas.leader_partition(topic, partition)
+            if own is None:
+                continue
+            await self._load(group_id, topic, partition, own)
+
+    async def _load(self, group_id: str, topic: str, partition: int, own: Any) -> None:
+        key = (group_id, topic, partition)
+        while (loading := self._loading.get(key)) is not None:
+            await loading.wait()
+        sp = self.partitions.get(key)
+        if sp is not None and sp.generation == own.leader_generation:
+            return
+        epoch = own.leader_epoch
+        self._loading[key] = done = trio.Event()
+        try:
+            assert self.persister is not None
+            try:
+                loaded = await self.persister.read(group_id, topic, partition, epoch)
+            except KafkaError as exc:
+                logger.info(
+                    "share group %s: state of %s-%d not read: %s", group_id, topic, partition, exc
+                )
+                self.partitions.pop(key, None)  # nothing served from it until it is read
+                return
+            log = self.broker.topics.get_log(topic, partition)
+            if log is None:
+                return
+            if loaded is None:
+                loaded = SharePartition(topic, partition, self._reset_offset(group_id, log))
+                self.persister.mark(group_id, loaded)
+            loaded.leader_epoch = epoch
+            loaded.generation = own.leader_generation
+            self.partitions[key] = loaded
+        finally:
+            del self._loading[key]
+            done.set()
+
+    async def flush(self, body: Any) -> None:
+        """After a request carrying acknowledgements in a cluster: wait (up to the request
+        timeout) until the share coordinators have them."""
+        if self.persister is None or not body.group_id:
+            return
+        keys = []
+        for t in body.topics:
+            name = self._names(t.topic_id)
+            if name is not None:
+                keys += [
+                    (body.group_id, name, p.partition_index)
+                    for p in t.partitions
+                    if p.acknowledgement_batches
+                ]
+        if keys:
+            await self.persister.flush(keys, self.broker.config.request_timeout_ms / 1000)
 
     # -- sessions ----------------------------------------------------------------------
 
@@ -469,6 +562,8 @@ class SharePartitionManager:
         if replicas is not None and replicas.consumer_readable(topic, partition, False) is None:
             return b"", [], replicas.not_led_here(topic, partition)
         sp = self.share_partition(group_id, topic, partition)
+        if sp is None and self.persister is not None:
+            return b"", [], ErrorCode.NONE  # its state is not read yet: nothing from it now
         if sp is None:
             return b"", [], ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         log = self.broker.topics.get_log(topic, partition)

@@ -74,6 +74,11 @@ class SharePartition:
     # Bumped by every change a durable snapshot should carry (`share_state`).
     state_epoch: int = 0
     dirty: bool = False
+    # In a cluster: the partition's leader epoch this state was read at, and this broker's
+    # leadership of it (the replica's leader generation: the state is read again only when
+    # this broker becomes leader anew, not when the ISR changes the epoch).
+    leader_epoch: int = -1
+    generation: int = -1
 
     def __attrs_post_init__(self) -> None:
         if self.end_offset < 0:

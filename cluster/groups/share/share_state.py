@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from trio_broker.cluster.coordinator_log import iter_log_batches, partition_for
 from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
+from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol.primitives import read_uvarint, write_uvarint
 from trio_broker.protocol.record_codec import build_batch, iter_records
 from trio_broker.protocol.records import read_header
@@ -42,7 +43,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SHARE_STATE_TOPIC", "ShareStateStore", "decode_snapshot", "encode_snapshot"]
+__all__ = [
+    "SHARE_STATE_TOPIC",
+    "ShareStateStore",
+    "append_record",
+    "decode_snapshot",
+    "encode_snapshot",
+    "replay_partition",
+]
 
 SHARE_STATE_TOPIC = "__share_group_state"
 SNAPSHOT_TYPE = 0
@@ -113,6 +121,59 @@ def decode_snapshot(value: bytes, topic: str, partition: int) -> SharePartition:
     return sp
 
 
+def replay_partition(
+    broker: Broker, partition: int
+) -> dict[tuple[str, uuid.UUID, int], SharePartition]:
+    """The last snapshot of every key in one `__share_group_state` partition of this
+    broker's log, by (group, topic id, partition); the share-partitions' `topic` is left
+    empty (the caller names it)."""
+    found: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+    log = broker.topics.get_log(SHARE_STATE_TOPIC, partition)
+    if log is None:
+        return found
+    for batch in iter_log_batches(log):
+        for record in iter_records(batch):
+            decoded = decode_key(record.key or b"")
+            if decoded is None or decoded[0] != SNAPSHOT_TYPE:
+                continue
+            _, group_id, topic_id, index = decoded
+            key = (group_id, topic_id, index)
+            if record.value is None:
+                found.pop(key, None)
+            else:
+                found[key] = decode_snapshot(bytes(record.value), "", index)
+    return found
+
+
+def append_record(broker: Broker, partition: int, key: bytes, value: bytes | None) -> None:
+    """Append one record to a `__share_group_state` partition this broker leads: committed
+    at once on a lone broker; in a cluster the followers fetch it (the write is answered
+    without waiting for them, as the group coordinator's). Raises KafkaError
+    (NOT_COORDINATOR) where this broker does not lead it."""
+    log = broker.topics.get_log(SHARE_STATE_TOPIC, partition)
+    replicas = getattr(broker, "replica_manager", None)
+    own = replicas.leader_partition(SHARE_STATE_TOPIC, partition) if replicas else None
+    if log is None or (replicas is not None and own is None):
+        raise KafkaError(ErrorCode.NOT_COORDINATOR, f"{SHARE_STATE_TOPIC}-{partition} not led here")
+    if own is not None:
+        epoch = own.leader_epoch
+    else:
+        topic = broker.metadata.topics[SHARE_STATE_TOPIC]
+        state = topic.partitions.get(partition)
+        epoch = state.leader_epoch if state is not None else 0
+    batch = bytearray(build_batch([(key, value, (), broker.group_coordinator.now_ms())]))
+    result = log.append_as_leader(
+        batch, [read_header(batch)], leader_epoch=epoch, log_append_time_ms=None
+    )
+    if own is not None:
+        replicas.after_leader_append(own)
+        broker.fetch_purgatory.wake(((SHARE_STATE_TOPIC, partition),))
+    else:
+        log.high_watermark = log.log_end_offset  # a lone broker is the whole ISR
+    if result.flush_needed:
+        broker.schedule_flush(log)
+
+
 class ShareStateStore:
     """The share-partitions' snapshots in `__share_group_state`: read once, on first use,
     and written after every change."""
@@ -141,23 +202,11 @@ class ShareStateStore:
         if state is None or getattr(self.broker, "replica_manager", None) is not None:
             return found
         for p in range(len(state.partitions)):
-            log = self.broker.topics.get_log(SHARE_STATE_TOPIC, p)
-            if log is None:
-                continue
-            for batch in iter_log_batches(log):
-                for record in iter_records(batch):
-                    decoded = decode_key(record.key or b"")
-                    if decoded is None or decoded[0] != SNAPSHOT_TYPE:
-                        continue
-                    _, group_id, topic_id, partition = decoded
-                    topic = self.broker.metadata.topic_by_id(topic_id)
-                    if topic is None:
-                        continue
-                    key = (group_id, topic.name, partition)
-                    if record.value is None:
-                        found.pop(key, None)
-                    else:
-                        found[key] = decode_snapshot(bytes(record.value), topic.name, partition)
+            for (group_id, topic_id, partition), sp in replay_partition(self.broker, p).items():
+                topic = self.broker.metadata.topic_by_id(topic_id)
+                if topic is not None:
+                    sp.topic = topic.name
+                    found[(group_id, topic.name, partition)] = sp
         if found:
             logger.info("read the state of %d share-partition(s)", len(found))
         return found
@@ -212,26 +261,8 @@ class ShareStateStore:
 
     def _append(self, partition: int, key: bytes, value: bytes | None) -> None:
         if getattr(self.broker, "replica_manager", None) is not None:
-            # A cluster: the state is not written yet (it would go to the leader of its
-            # __share_group_state partition, Kafka's WriteShareGroupState); it stays in
-            # the memory of the share-partition's leader.
+            # A cluster: the share-partition's leader writes through the share
+            # coordinator instead (`persister`, WriteShareGroupState).
             return
         self._ensure_topic()
-        log = self.broker.topics.get_log(SHARE_STATE_TOPIC, partition)
-        if log is None:
-            return
-        batch = bytearray(build_batch([(key, value, (), self._now_ms())]))
-        topic = self.broker.metadata.topics[SHARE_STATE_TOPIC]
-        state = topic.partitions.get(partition)
-        result = log.append_as_leader(
-            batch,
-            [read_header(batch)],
-            leader_epoch=state.leader_epoch if state is not None else 0,
-            log_append_time_ms=None,
-        )
-        log.high_watermark = log.log_end_offset  # a lone broker is the whole ISR
-        if result.flush_needed:
-            self.broker.schedule_flush(log)
-
-    def _now_ms(self) -> int:
-        return self.broker.group_coordinator.now_ms()
+        append_record(self.broker, partition, key, value)

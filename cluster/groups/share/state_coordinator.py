@@ -1,0 +1,185 @@
+"""The share coordinator of a cluster: ReadShareGroupState and WriteShareGroupState served by
+the leader of the key's `__share_group_state` partition (Kafka's ShareCoordinatorService).
+
+A share-partition's state belongs to the key "group:topic id:partition", which maps to one
+partition of `__share_group_state` as a group id maps to one of `__consumer_offsets`. Its
+leader keeps the last snapshot of every key of the partitions it leads, read from its log
+the first time a request needs a partition at its current leader epoch (after a move, the
+new leader replays what the old one wrote and its followers fetched). A write replaces the
+key's state with the one sent (the share-partition's leader always sends its whole
+in-flight state, so a write is a snapshot) and is appended as a ShareSnapshot record before
+it is answered; a read answers the last snapshot, or StartOffset -1 when there is none.
+On a lone broker the share-partitions write to the store directly (`share_state`) and this
+is not used.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from trio_broker.cluster.coordinator_log import partition_for
+from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
+from trio_broker.cluster.groups.share.share_state import (
+    SHARE_STATE_TOPIC,
+    append_record,
+    encode_key,
+    encode_snapshot,
+    replay_partition,
+)
+from trio_broker.cluster.replication.isr_wait import map_for_coordinator, replicated
+from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.read_share_group_state_response import (
+    PartitionResult,
+    ReadShareGroupStateResponse,
+    ReadStateResult,
+    StateBatch,
+)
+from trio_broker.protocol._generated.write_share_group_state_response import (
+    PartitionResult as WritePartitionResult,
+)
+from trio_broker.protocol._generated.write_share_group_state_response import (
+    WriteShareGroupStateResponse,
+    WriteStateResult,
+)
+
+if TYPE_CHECKING:
+    from trio_broker.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ShareStateCoordinator", "state_partition"]
+
+Key = tuple[str, uuid.UUID, int]
+
+
+def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, count: int) -> int:
+    """The `__share_group_state` partition of a share-partition's key (Kafka's)."""
+    return partition_for(f"{group_id}:{topic_id}:{partition}", count)
+
+
+class ShareStateCoordinator:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._states: dict[int, dict[Key, SharePartition]] = {}
+        self._epochs: dict[int, int] = {}  # the leader epoch each partition was read at
+        self._snapshot_epochs: dict[Key, int] = {}
+
+    def _count(self) -> int:
+        topic = self.broker.metadata.topics.get(SHARE_STATE_TOPIC)
+        return len(topic.partitions) if topic is not None else 0
+
+    def _partition_states(self, p: int) -> dict[Key, SharePartition]:
+        """The keys of partition `p`, read from the log when its leader epoch is new;
+        raises KafkaError(NOT_COORDINATOR) where this broker does not lead it."""
+        replicas: Any = getattr(self.broker, "replica_manager", None)
+        own = replicas.leader_partition(SHARE_STATE_TOPIC, p) if replicas is not None else None
+        if own is None:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR)
+        if self._epochs.get(p) != own.leader_epoch:
+            self._states[p] = replay_partition(self.broker, p)
+            self._epochs[p] = own.leader_epoch
+            logger.info(
+                "share coordinator: %s-%d read at leader epoch %d: %d share-partition(s)",
+                SHARE_STATE_TOPIC,
+                p,
+                own.leader_epoch,
+                len(self._states[p]),
+            )
+        return self._states[p]
+
+    def read(self, body: Any) -> ReadShareGroupStateResponse:
+        count = self._count()
+        results = []
+        for t in body.topics:
+            rows = []
+            for p in t.partitions:
+                row = PartitionResult(partition=p.partition, start_offset=-1, state_epoch=0)
+                try:
+                    if not count:
+                        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    states = self._partition_states(
+                        state_partition(body.group_id, t.topic_id, p.partition, count)
+                    )
+                except KafkaError as exc:
+                    row.error_code = exc.code
+                    rows.append(row)
+                    continue
+                sp = states.get((body.group_id, t.topic_id, p.partition))
+                if sp is not None:
+                    row.state_epoch = sp.state_epoch
+                    row.start_offset = sp.start_offset
+                    row.state_batches = [
+                        StateBatch(
+                            first_offset=s.first,
+                            last_offset=s.last,
+                            delivery_state=int(s.state),
+                            delivery_count=s.delivery_count,
+                        )
+                        for s in sp.spans
+                    ]
+                rows.append(row)
+            results.append(ReadStateResult(topic_id=t.topic_id, partitions=rows))
+        return ReadShareGroupStateResponse(results=results)
+
+    async def write(self, body: Any) -> WriteShareGroupStateResponse:
+        """Append each share-partition's new state, then answer once the ISR of its
+        `__share_group_state` partition has it (acks=all, as Kafka's coordinator writes)."""
+        count = self._count()
+        results = []
+        appended: dict[int, list[Any]] = {}
+        for t in body.topics:
+            rows = []
+            for p in t.partitions:
+                row = WritePartitionResult(partition=p.partition)
+                key = (body.group_id, t.topic_id, p.partition)
+                try:
+                    if not count:
+                        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    sp_partition = state_partition(body.group_id, t.topic_id, p.partition, count)
+                    states = self._partition_states(sp_partition)
+                    sp = SharePartition("", p.partition, p.start_offset, state_epoch=p.state_epoch)
+                    sp.spans = [
+                        Span(
+                            b.first_offset,
+                            b.last_offset,
+                            _state(b.delivery_state),
+                            b.delivery_count,
+                        )
+                        for b in p.state_batches
+                        if b.last_offset >= p.start_offset
+                    ]
+                    sp.end_offset = max([s.last + 1 for s in sp.spans], default=p.start_offset)
+                    epoch = self._snapshot_epochs[key] = self._snapshot_epochs.get(key, -1) + 1
+                    append_record(
+                        self.broker,
+                        sp_partition,
+                        encode_key(*key),
+                        encode_snapshot(sp, epoch, p.leader_epoch),
+                    )
+                    states[key] = sp
+                    appended.setdefault(sp_partition, []).append(row)
+                except KafkaError as exc:
+                    row.error_code = exc.code
+                except ValueError:
+                    row.error_code = ErrorCode.INVALID_REQUEST
+                rows.append(row)
+            results.append(WriteStateResult(topic_id=t.topic_id, partitions=rows))
+        if appended and getattr(self.broker, "replica_manager", None) is not None:
+            codes = await replicated(
+                self.broker,
+                [(SHARE_STATE_TOPIC, p) for p in appended],
+                self.broker.config.request_timeout_ms,
+            )
+            for p, rows in appended.items():
+                code = map_for_coordinator(codes.get((SHARE_STATE_TOPIC, p), ErrorCode.NONE))
+                for row in rows:
+                    row.error_code = code
+        return WriteShareGroupStateResponse(results=results)
+
+
+def _state(code: int) -> RecordState:
+    state = RecordState(code)  # ValueError for a code that is no state
+    # An acquisition does not outlive its leader: written as available.
+    return RecordState.AVAILABLE if state is RecordState.ACQUIRED else state
