@@ -339,3 +339,21 @@ def test_read_committed_share_group_skips_aborted_transactions(kafka_broker_fact
         got += _poll_until(consumer, lambda got: False, seconds=1)
         consumer.close()
         assert "".join(m.value().decode() for m in got) == expected, level
+
+
+def test_by_duration_starts_at_the_records_of_that_long_ago(kafka_broker_factory):
+    broker = kafka_broker_factory(BROKER)
+    admin = _admin(broker)
+    admin.create_topics([NewTopic("history", 1, 1)])["history"].result(TIMEOUT)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    now_ms = int(time.time() * 1000)
+    for i in range(20):
+        age_ms = 2 * 3600_000 if i < 10 else 60_000  # ten of two hours ago, ten of now
+        producer.produce("history", b"%d" % i, timestamp=now_ms - age_ms)
+    assert producer.flush(TIMEOUT) == 0
+    assert _group_configs(broker, "recent", share_auto_offset_reset="by_duration:PT1H") == 0
+    consumer = _consumer(broker, "recent", "history")
+    got = _poll_until(consumer, lambda got: len(got) >= 10, seconds=30)
+    got += _poll_until(consumer, lambda got: False, seconds=1)
+    consumer.close()
+    assert sorted(m.offset() for m in got) == list(range(10, 20))
