@@ -54,6 +54,7 @@ class _Index:
         # Entries [0, on_disk) are in the file as they are in memory. The lock orders the
         # flusher thread's sync_to_file against truncations on the event loop's thread.
         self.on_disk = 0
+        self._file_len = 0  # the file's size, as this object last left (or found) it
         self._lock = threading.Lock()
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -74,6 +75,7 @@ class _Index:
             raise CorruptIndexError(
                 f"index file {self.path} has size {length}, not a multiple of {self.entry.size}"
             )
+        self._file_len = length
         data = os.pread(fd, length, 0)
         for key, value in self.entry.iter_unpack(data):
             # A file that was never trimmed (unclean stop, or a preallocated file of an
@@ -117,6 +119,7 @@ class _Index:
                 # Cut the file at once, so that a later load never finds the dropped entries.
                 os.truncate(self.path, n * self.entry.size)
                 self.on_disk = n
+                self._file_len = n * self.entry.size
 
     def truncate_entries(self, n: int) -> None:
         """Keep the first `n` entries (undoing appends that a failed write followed)."""
@@ -130,6 +133,7 @@ class _Index:
             self.values = array.array("q")
             os.truncate(self.path, 0)
             self.on_disk = 0
+            self._file_len = 0
 
     def resize(self, max_index_size: int) -> None:
         """Allow up to `max_index_size` bytes of entries (whole entries), keeping entries."""
@@ -158,13 +162,14 @@ class _Index:
                         for k, v in zip(self.keys[start:n], self.values[start:n], strict=True)
                     )
                     os.pwrite(fd, data, start * self.entry.size)
-                if os.fstat(fd).st_size != n * self.entry.size:
+                if self._file_len > n * self.entry.size:
                     os.ftruncate(fd, n * self.entry.size)
                 if fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
             self.on_disk = n
+            self._file_len = n * self.entry.size
 
     def flush(self) -> None:
         self.sync_to_file(fsync=True)

@@ -275,7 +275,9 @@ def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
             segment.next_offset,
         )
     else:
-        logger.warning(
+        # INFO: after kill -9, every partition's last segment is checked (Kafka's
+        # "Recovering unflushed segment" is INFO too); what was cut stays a WARNING.
+        logger.info(
             "log %s (%s): checked segment %s (%d bytes) and rebuilt its indexes",
             log.name,
             why,
