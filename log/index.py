@@ -131,7 +131,8 @@ class _Index:
         with self._lock:
             self.keys = array.array("q")
             self.values = array.array("q")
-            os.truncate(self.path, 0)
+            if self._file_len:  # recovery resets every index it checks: most are empty
+                os.truncate(self.path, 0)
             self.on_disk = 0
             self._file_len = 0
 

@@ -275,9 +275,10 @@ def _recover_segment(log: PartitionLog, segment: LogSegment, why: str) -> int:
             segment.next_offset,
         )
     else:
-        # INFO: after kill -9, every partition's last segment is checked (Kafka's
-        # "Recovering unflushed segment" is INFO too); what was cut stays a WARNING.
-        logger.info(
+        # DEBUG: after kill -9, every partition's last segment is checked (20,000 lines,
+        # a tenth of the load); what was cut stays a WARNING, and the load says how many
+        # logs it recovered (log_loading.py).
+        logger.debug(
             "log %s (%s): checked segment %s (%d bytes) and rebuilt its indexes",
             log.name,
             why,

@@ -126,7 +126,7 @@ def test_recovery_starts_at_recovery_point(open_log, caplog):
     fill(log, 30)
     rp_segment = log.segments[-2]
     crash(log)
-    with caplog.at_level(logging.INFO, logger="trio_broker.log"):
+    with caplog.at_level(logging.DEBUG, logger="trio_broker.log"):
         log = open_log(config, clean_shutdown=False, recovery_point=rp_segment.base_offset + 1)
     checked = [r.getMessage() for r in caplog.records if "rebuilt its indexes" in r.getMessage()]
     assert len(checked) == 2  # the recovery point's segment and the active one
