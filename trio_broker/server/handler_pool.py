@@ -30,6 +30,8 @@ __all__ = ["HandlerPool"]
 
 # What resize() sends a handler task to stop it (never a Request).
 _STOP: Any = object()
+# Requests a handler task takes from the channel in a row before it passes the scheduler.
+_DRAIN = 8
 
 
 class HandlerPool:
@@ -106,22 +108,35 @@ class HandlerPool:
         try:
             async with requests:
                 async for request in requests:
-                    if request is _STOP:
-                        if len(self._running) > self.size:
-                            self._running.discard(index)
+                    # A request waiting already is taken without the receive()'s scheduler
+                    # pass, up to _DRAIN in a row (a handler that never passed the
+                    # scheduler would hold the processors' tasks back).
+                    for _ in range(_DRAIN):
+                        if not await self._one(index, request):
                             return
-                        continue
-                    if (
-                        self._detach is not None
-                        and self._side is not None
-                        and self._detach(request)
-                    ):
-                        self._side.start_soon(self._detached, index, request)
+                        try:
+                            request = requests.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
                     else:
-                        await handle_one(index, request, self._dispatch)
+                        if not await self._one(index, request):
+                            return
                     del request  # not held while waiting: its frame's buffer is reused
         finally:
             self._running.discard(index)
+
+    async def _one(self, index: int, request: Request) -> bool:
+        """Answer `request` (or start its task); False for a stop this task obeys."""
+        if request is _STOP:
+            if len(self._running) > self.size:
+                self._running.discard(index)
+                return False
+            return True
+        if self._detach is not None and self._side is not None and self._detach(request):
+            self._side.start_soon(self._detached, index, request)
+        else:
+            await handle_one(index, request, self._dispatch)
+        return True
 
     async def _detached(self, index: int, request: Request) -> None:
         """A request that may wait a long time for something outside the broker (in a

@@ -36,6 +36,8 @@ _ACCEPT_BACKOFF_S = 0.100
 # Bad frames and refused connections: one log line per client address per this many s.
 _LOG_INTERVAL_S = 60.0
 _READ_BUFFER_BYTES = 64 * 1024  # as a frame reader's chunk
+# Responses the response task hands over in one run before it passes the scheduler.
+_DRAIN = 256
 
 
 class Processor:
@@ -79,10 +81,10 @@ class Processor:
         # Bounded by the connections' one-request-in-flight rule in practice; the bound is
         # backpressure on handlers should a processor fall behind.
         self._responses_send, self._responses = trio.open_memory_channel[
-            tuple[Connection, Response]
+            tuple[Connection, Response | list[Response]]
         ](max(config.queued_max_requests, 1))
 
-    async def deliver(self, connection: Connection, response: Response) -> None:
+    async def deliver(self, connection: Connection, response: Response | list[Response]) -> None:
         try:
             self._responses_send.send_nowait((connection, response))
         except trio.WouldBlock:
@@ -102,8 +104,18 @@ class Processor:
                     connection.close_idle(idle)
 
     async def _response_task(self) -> None:
-        async for connection, response in self._responses:
+        # Each receive() ends with a scheduler pass even when a response is waiting;
+        # deliver() never blocks, so what is already queued is handed over in one run.
+        responses = self._responses
+        async for connection, response in responses:
             connection.deliver(response)
+            for _ in range(_DRAIN):
+                try:
+                    connection, response = responses.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                connection.deliver(response)
+            del connection, response  # hold no finished answer while waiting
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery, self._requests:
