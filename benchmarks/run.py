@@ -8,10 +8,12 @@ subprocesses (librdkafka clients), identical for both brokers. Workloads:
     a  produce 1 KiB records, 1 MiB batches, acks=1, on 1 and 8 partitions: each run on a
        fresh broker and log dir, the layouts alternating, the median of 3 runs each
     b  small requests: 100-byte records, linger 0, one record per Produce request,
-       on 1 and 16 connections
+       on 1 and 16 connections; and the broker's CPU microseconds per request
     c  consume a log written beforehand (16 KiB records); only records read back count
     d  end-to-end latency, produce -> fetch, paced at 5,000 records/s, and how busy the
-       broker was meanwhile (near 100% of a core, the percentiles measure its queue)
+       broker was meanwhile (near 100% of a core, the percentiles measure its queue):
+       unbatched (linger.ms=0, one request per record), then with the clients' default
+       batching (linger.ms=5)
     e  broker CPU seconds per GB (produce in a, consume in c) and peak RSS (VmHWM); the
        consume figure after a one-record consumer has paid the one-time set-up of a first
        consumer (the offsets topic, on trio-broker), which has a row of its own
@@ -217,7 +219,7 @@ def produce_args(topic: str, n: int, size: int, partitions: int, **extra: object
     return args
 
 
-def latency_run(broker: BrokerProcess, sizes: Sizes, topic: str) -> dict:
+def latency_run(broker: BrokerProcess, sizes: Sizes, topic: str, linger_ms: int = 0) -> dict:
     """Consumer first, then a paced stamped producer; the consumer measures send-to-fetch."""
     n = int(sizes.latency_rate * sizes.latency_seconds)
     # Create the topic before the consumer assigns, so it starts at offset 0 of an empty log.
@@ -236,7 +238,7 @@ def latency_run(broker: BrokerProcess, sizes: Sizes, topic: str) -> dict:
     time.sleep(0.5)  # let the first empty fetches go out
     cpu0, wall0 = broker.cpu_seconds(), time.monotonic()
     prod = perf("produce", broker, *produce_args(
-        topic, n, 100, 1, linger_ms=0, throughput=sizes.latency_rate, stamp=True))  # fmt: skip
+        topic, n, 100, 1, linger_ms=linger_ms, throughput=sizes.latency_rate, stamp=True))  # fmt: skip
     # How busy the broker was while the producer ran (its start-up included): near 100%, the
     # broker cannot keep up, and the percentiles measure its queue rather than a tail.
     busy = (broker.cpu_seconds() - cpu0) / (time.monotonic() - wall0)
@@ -446,10 +448,13 @@ def run_broker(
         if "b" in only:
             for conns, n in ((1, sizes.small_records_1), (16, sizes.small_records_16)):
                 step(f"(b) {n:,} single-record requests on {conns} connection(s)")
+                cpu0 = broker.cpu_seconds()
                 res = perf("produce", broker, *produce_args(
                     f"b{conns}", n, 100, 1, acks=1, linger_ms=0, batch_num_messages=1,
                     connections=conns))  # fmt: skip
                 r[f"b{conns}_req_s"] = res["records_per_s"]
+                # The producer's few set-up requests (metadata, the topic) are in it too.
+                r[f"b{conns}_cpu_us"] = (broker.cpu_seconds() - cpu0) / n * 1e6
         if "c" in only or "e" in only:
             size = sizes.consume_record_size
             n = max(1, sizes.consume_bytes // size)
@@ -477,15 +482,17 @@ def run_broker(
                 r["e_consume_cpu_s_gb"] = (broker.cpu_seconds() - cpu0) / (res["bytes"] / 1e9)
                 r["e_consume_client_cpu_s_gb"] = res["client_cpu_s"] / (res["bytes"] / 1e9)
         if "d" in only:
-            step(f"(d) end-to-end latency at {sizes.latency_rate:,} records/s")
-            res = latency_run(broker, sizes, "d")
-            lat = res.get("latency_ms", {})
-            r["d_p50_ms"] = lat.get("p50")
-            r["d_p99_ms"] = lat.get("p99")
-            r["d_to_append_p99_ms"] = res.get("to_append_ms", {}).get("p99")
-            r["d_from_append_p99_ms"] = res.get("from_append_ms", {}).get("p99")
-            r["d_achieved_rate"] = res["produce"]["records_per_s"]
-            r["d_broker_busy_pct"] = 100 * res["broker_busy"]
+            for linger, key in ((0, "d"), (5, "d5")):
+                step(f"(d) end-to-end latency at {sizes.latency_rate:,} records/s, "
+                     f"linger.ms={linger}")  # fmt: skip
+                res = latency_run(broker, sizes, key, linger_ms=linger)
+                lat = res.get("latency_ms", {})
+                r[f"{key}_p50_ms"] = lat.get("p50")
+                r[f"{key}_p99_ms"] = lat.get("p99")
+                r[f"{key}_to_append_p99_ms"] = res.get("to_append_ms", {}).get("p99")
+                r[f"{key}_from_append_p99_ms"] = res.get("from_append_ms", {}).get("p99")
+                r[f"{key}_achieved_rate"] = res["produce"]["records_per_s"]
+                r[f"{key}_broker_busy_pct"] = 100 * res["broker_busy"]
         r["e_rss_mb"] = broker.peak_rss_mb()
     finally:
         broker.stop()
@@ -505,6 +512,8 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
     row("(a) delivery p99, 1 partition, ms", "a1_p99_ms")
     row("(b) 100 B requests/s, 1 connection", "b1_req_s", "{:,.0f}")
     row("(b) 100 B requests/s, 16 connections", "b16_req_s", "{:,.0f}")
+    row("(b) broker CPU us per request, 1 connection", "b1_cpu_us", "{:,.1f}")
+    row("(b) broker CPU us per request, 16 connections", "b16_cpu_us", "{:,.1f}")
     row("(c) consume 16 KiB records, MB/s", "c_mb_s")
     row("(c) records acked when written", "c_acked", "{:,.0f}")
     row("(c) records read back", "c_read", "{:,.0f}")
@@ -514,6 +523,12 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
     row("(d) p99 broker append -> consumer, ms", "d_from_append_p99_ms", "{:,.1f}")
     row("(d) achieved produce rate, records/s", "d_achieved_rate", "{:,.0f}")
     row("(d) broker CPU while producing, % of a core", "d_broker_busy_pct", "{:,.0f}")
+    row("(d) linger.ms=5: end-to-end p50, ms", "d5_p50_ms", "{:,.2f}")
+    row("(d) linger.ms=5: end-to-end p99, ms", "d5_p99_ms", "{:,.2f}")
+    row("(d) linger.ms=5: p99 producer -> broker append, ms", "d5_to_append_p99_ms", "{:,.1f}")
+    row("(d) linger.ms=5: p99 broker append -> consumer, ms", "d5_from_append_p99_ms", "{:,.1f}")
+    row("(d) linger.ms=5: achieved produce rate, records/s", "d5_achieved_rate", "{:,.0f}")
+    row("(d) linger.ms=5: broker CPU while producing, % of a core", "d5_broker_busy_pct", "{:,.0f}")
     row("(e) broker CPU s per GB produced", "e_produce_cpu_s_gb", "{:,.2f}")
     row("(e) broker CPU s per GB consumed", "e_consume_cpu_s_gb", "{:,.2f}")
     row("(e) broker CPU s, a first consumer's set-up", "e_first_consumer_cpu_s", "{:,.2f}")
