@@ -9,7 +9,9 @@ the delayed deletion of `.deleted` segments and `-delete` directories.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import logging
 import math
 import os
@@ -17,7 +19,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,20 @@ FUTURE_DIR_SUFFIX = "-future"  # log/dir_mover.py
 _NEVER = 2**63 - 1
 
 TopicPartition = tuple[str, int]
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """No cyclic garbage collection while logs load: each full collection walks every
+    object of the logs loaded so far, a third of the CPU of loading 20,000 (reference
+    counting still frees what loading drops)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
@@ -192,8 +208,9 @@ class LogManager:
         for tp, pending in found:
             self.pending.add(tp, pending)
         if not lazy or futures:
-            for tp, _ in found:
-                self.pending.load_now(tp)
+            with _no_cyclic_gc():
+                for tp, _ in found:
+                    self.pending.load_now(tp)
         if futures:
             from trio_broker.log.dir_mover import resolve_future_dirs
 
@@ -280,9 +297,10 @@ class LogManager:
             while await trio.to_thread.run_sync(self.pending.load_batch):
                 pass
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.recovery_threads_per_data_dir * len(self.log_dirs)):
-                nursery.start_soon(worker)
+        with _no_cyclic_gc():
+            async with trio.open_nursery() as nursery:
+                for _ in range(self.recovery_threads_per_data_dir * len(self.log_dirs)):
+                    nursery.start_soon(worker)
 
     def _check_meta_properties(self, log_dir: Path) -> None:
         props = read_meta_properties(log_dir)
