@@ -127,8 +127,12 @@ def fill_descriptors(broker: BrokerProcess) -> list[socket.socket]:
         sock.sendall(encode_request(request_of(18), 3))
         try:
             read_response(sock, 18, 3)
+            continue
         except TimeoutError:
-            return held
+            if open_fds(broker.proc.pid) >= LIMIT:
+                return held
+        sock.settimeout(60)  # only slow (a busy machine): it is answered
+        read_response(sock, 18, 3)
     raise AssertionError(f"the broker accepted {2 * LIMIT} connections under a limit of {LIMIT}")
 
 
