@@ -133,7 +133,9 @@ class GroupCoordinator:
             return ErrorCode.INVALID_GROUP_ID
         replicas = getattr(self.broker, "replica_manager", None)
         if replicas is not None:
-            replicas.check_stalled()  # a broker stopped past its session coordinates nothing
+            replicas.check_stalled()
+            if replicas.unsure:  # stopped long enough to have lost its session, maybe
+                return ErrorCode.NOT_COORDINATOR
         if not self.store.is_loaded(group_id):
             if (
                 getattr(self.broker, "replica_manager", None) is not None

@@ -71,6 +71,19 @@ class ReplicaManager:
         # Serializes LeaderAndIsr / StopReplica: each is applied whole before the next.
         self._state_lock = trio.Lock()
         self.isr_shrinks = 0
+        # A broker that did not run for half its ZooKeeper session or more (SIGSTOP, a
+        # stalled VM) has most likely lost that session: ZooKeeper counts from the last
+        # ping, sent up to a third of a session before the stall. `_last_tick` is when the
+        # event loop last ran the ticker, checked before acting as a leader or
+        # coordinator (`check_stalled`).
+        zk = getattr(broker, "zk", None)
+        self._stall_s = zk.session_timeout_ms / 2000 if zk is not None else float("inf")
+        self._last_tick = float("inf")  # no stall is counted before the ticker runs
+        # The ZooKeeper session id when leaderships were resigned without the controller
+        # saying so (a presumed deposition, a stall); if that session is found alive, it
+        # is ended so that the controller treats the broker as the bounced one it was.
+        self._resigned_in_session: int | None = None
+        self._unsure = False  # see `_on_stall`
         self.isr_expands = 0
         # Callbacks (topic, partition, leader_epoch) on leadership gained / lost; the
         # group and transaction coordinators load and unload their partitions.
@@ -90,6 +103,7 @@ class ReplicaManager:
                 nursery.start_soon(self._checkpoint_high_watermarks)
                 if getattr(self.broker, "zk", None) is not None:
                     nursery.start_soon(self._watch_for_deposition)
+                    nursery.start_soon(self._tick)
                 self.started.set()
                 task_status.started()
         finally:
@@ -134,6 +148,10 @@ class ReplicaManager:
         return self.partitions.get((topic, partition))
 
     def leader_partition(self, topic: str, partition: int) -> Partition | None:
+        if trio.current_time() - self._last_tick > self._stall_s:
+            self._on_stall()
+        if self._unsure:
+            return None
         part = self.partitions.get((topic, partition))
         return part if part is not None and part.is_leader else None
 
@@ -577,21 +595,28 @@ class ReplicaManager:
         zk = self.broker.zk
         session_s = zk.session_timeout_ms / 1000
         quiet_ms = max(int(zk.session_timeout_ms / 3), 4 * self.config.replica_fetch_wait_max_ms)
-        deposed_in: int | None = None  # the session id when partitions were resigned so
         while True:
             await trio.sleep(0.25)
             since = zk.disconnected_since
             if since is None:
-                if deposed_in is not None and zk.connected:
-                    if zk.session_id == deposed_in:
+                resigned_in = self._resigned_in_session
+                if resigned_in is not None and zk.connected:
+                    # A round trip in the session proves it alive (an expired one is found
+                    # so by kazoo first, and the call finishes in the next session).
+                    try:
+                        await zk.exists(zk_data.BROKER_IDS_PATH)
+                    except Exception as exc:  # noqa: BLE001 - looked at again next round
+                        logger.info("ZooKeeper check after resigning: %s", exc)
+                        continue
+                    self._resigned_in_session = None
+                    if zk.session_id == resigned_in:
                         logger.warning(
                             "broker %s: ZooKeeper session 0x%x is alive after all; starting a "
                             "new one, so that the controller says what this broker leads",
                             self.node_id,
-                            deposed_in,
+                            resigned_in,
                         )
                         await zk.renew()
-                    deposed_in = None
                 continue
             if trio.current_time() - since < session_s / 2:
                 continue
@@ -618,8 +643,8 @@ class ReplicaManager:
                 self._wake(key)
                 resigned.append(key)
             if resigned:
-                if deposed_in is None:
-                    deposed_in = zk.session_id if zk.session_id is not None else -1
+                if self._resigned_in_session is None:
+                    self._resigned_in_session = zk.session_id if zk.session_id else -1
                 logger.warning(
                     "broker %s: no ZooKeeper for %.1f s and no fetch from the ISR for %d ms: "
                     "presumed deposed, leads none of %s until the controller says so",
@@ -628,6 +653,65 @@ class ReplicaManager:
                     quiet_ms,
                     ", ".join(f"{t}-{p}" for t, p in resigned),
                 )
+
+    async def _tick(self) -> None:
+        self._last_tick = trio.current_time()
+        while True:
+            if trio.current_time() - self._last_tick > self._stall_s:
+                self._on_stall()
+            self._last_tick = trio.current_time()
+            await trio.sleep(0.1)
+
+    def check_stalled(self) -> None:
+        """Before acting as a coordinator: notice a stall (see `_on_stall`)."""
+        if trio.current_time() - self._last_tick > self._stall_s:
+            self._on_stall()
+
+    @property
+    def unsure(self) -> bool:
+        """After a stall, until ZooKeeper says whether the session lived: lead nothing."""
+        return self._unsure
+
+    def _on_stall(self) -> None:
+        """The event loop did not run for half the ZooKeeper session or more. If the
+        process was stopped (SIGSTOP, a frozen VM), ZooKeeper has most likely expired the
+        session and the controller moved the leaderships; if only the loop was busy,
+        kazoo's thread kept the session alive. Until a round trip to ZooKeeper tells
+        which, this broker acts as leader and coordinator of nothing (retriable
+        NOT_LEADER_OR_FOLLOWER and NOT_COORDINATOR), so requests that waited in its
+        sockets meanwhile are not answered as by the leader it may no longer be. The
+        ticker, or the first request path to notice, calls this; once per stall."""
+        stalled_s = trio.current_time() - self._last_tick
+        self._last_tick = trio.current_time()
+        if self._unsure:
+            return
+        logger.warning(
+            "broker %s did not run for %.1f s, half its ZooKeeper session or more: leads "
+            "nothing until ZooKeeper says whether the session lived",
+            self.node_id,
+            stalled_s,
+        )
+        self._unsure = True
+        self.spawn(self._confirm_session)
+
+    async def _confirm_session(self) -> None:
+        zk = self.broker.zk
+        before = zk.session_id
+        try:
+            with trio.move_on_after(self._stall_s * 2) as waited:
+                await zk.exists(zk_data.BROKER_IDS_PATH)
+            if waited.cancelled_caught:
+                # ZooKeeper out of reach: the followers' fetches decide, as for any leader
+                # cut off from it (`_watch_for_deposition`).
+                logger.warning("broker %s: no answer from ZooKeeper after a stall", self.node_id)
+            elif zk.session_id != before:
+                # Expired while stopped: what the next session's registration does anyway.
+                self.resign_after_session_expired()
+            else:
+                logger.info("broker %s: its ZooKeeper session lived through the stall",
+                            self.node_id)  # fmt: skip
+        finally:
+            self._unsure = False
 
     # -- StopReplica -----------------------------------------------------------------------
 

@@ -260,6 +260,52 @@ def test_a_coordinator_cut_from_zookeeper_stops_serving_what_it_no_longer_owns(l
             )
 
 
+def test_a_coordinator_stopped_past_its_session_does_not_answer_from_before(lab, tmp_path):
+    """The group coordinator is stopped (SIGSTOP) for longer than its ZooKeeper session;
+    meanwhile the group's __consumer_offsets partition moves to another broker, where the
+    group commits on, and a reader's OffsetFetch waits in the stopped broker's socket.
+    Resumed, the broker must not answer it with the offset it had (it did, before it
+    heard its session had expired: the soak's pause-leader runs saw 9655 -> 9409)."""
+    with NetCluster(lab, tmp_path, overrides={"offsets.topic.num.partitions": "1"}) as cluster:
+        create_topic(cluster.bootstrap, "history", 1)
+        group = "stopped"
+        eventually(lambda: _commit_anywhere(cluster, group, 5), budget_s=60, what="a commit")
+        coordinator = zk_state(cluster, "__consumer_offsets", 0)["leader"]
+        c = cluster.brokers[coordinator]
+        eventually(lambda: _commit(c.host, c.port, group, 5) == 0, budget_s=30, what="commit 5")
+        eventually(
+            lambda: len(zk_state(cluster, "__consumer_offsets", 0)["isr"]) == 3,
+            budget_s=30,
+            what="every replica in the ISR",
+        )
+        c.pause()
+        try:
+            new = eventually(
+                lambda: (
+                    zk_state(cluster, "__consumer_offsets", 0)["leader"] not in (coordinator, -1)
+                    and zk_state(cluster, "__consumer_offsets", 0)["leader"]
+                ),
+                budget_s=60,
+                what="a new leader of __consumer_offsets-0",
+            )
+            n = cluster.brokers[new]
+            eventually(lambda: _commit(n.host, n.port, group, 9) == 0, budget_s=30, what="commit 9")
+            answer: list[tuple[int, int, int]] = []
+            reader = threading.Thread(
+                target=lambda: answer.append(_fetch_answer(c.host, c.port, group))
+            )
+            reader.start()
+            time.sleep(0.5)  # the request is in the stopped broker's socket
+        finally:
+            c.resume()
+        reader.join(60)
+        assert answer, "no answer to the OffsetFetch"
+        code, _, offset = answer[0]
+        assert code == ErrorCode.NOT_COORDINATOR or offset == 9, (
+            f"the resumed broker answered {ErrorCode(code).name}, offset {offset}"
+        )
+
+
 def _fetch_answer_anywhere(b, group: str) -> int:  # noqa: ANN001
     """The committed offset, from the coordinator broker `b` names."""
     with socket.create_connection((b.host, b.port), timeout=10) as sock:
