@@ -180,7 +180,9 @@ async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
         await _handle_one(index, request, dispatch)
         return
     scope = request.connection.scope
-    for member in batch.requests:
+    # Its requests refer to the batch: no reference cycle may keep their frames alive.
+    members, batch.requests = batch.requests, []
+    for member in members:
         if scope.cancel_called:
             return  # a failed one closed the connection: nobody waits for the rest
         await _handle_one(index, member, dispatch)
