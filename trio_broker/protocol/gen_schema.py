@@ -524,12 +524,31 @@ SPEC_FIELD_CHANGES: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+# Early-access definitions whose version Kafka later released unchanged: the share
+# coordinator's state APIs (KIP-932, Kafka 4.1), which brokers send each other at v0.
+SPEC_RELEASED: frozenset[str] = frozenset(
+    f"messages/{name}{kind}.json"
+    for name in (
+        "InitializeShareGroupState",
+        "ReadShareGroupState",
+        "WriteShareGroupState",
+        "DeleteShareGroupState",
+        "ReadShareGroupStateSummary",
+    )
+    for kind in ("Request", "Response")
+)
+
+
 def _with_additions(d: dict[str, Any], rel: str) -> dict[str, Any]:
+    if rel in SPEC_RELEASED:
+        d = dict(d, latestVersionUnstable=False)
     addition = SPEC_ADDITIONS.get(rel)
     if addition is None or d.get("validVersions") == addition[0]:
         return d
     versions, after, fields = addition
-    out = dict(d, validVersions=versions)
+    # The added version is a released one (KIP-848's v1 in Kafka 4.0, KIP-932's v1 in 4.1):
+    # clients may send it, whatever the early-access file said of its own latest.
+    out = dict(d, validVersions=versions, latestVersionUnstable=False)
     if fields:
         names = [f["name"] for f in d["fields"]]
         at = names.index(after) + 1

@@ -452,7 +452,7 @@ FLEXIBLE_MIN_VERSIONS: dict[int, int | None] = {
 
 # APIs whose latest spec version is still marked unstable.
 UNSTABLE_LATEST_VERSION: frozenset[int] = frozenset(
-    {76, 77, 78, 79, 83, 84, 85, 86, 87}
+    {}
 )
 
 # Class name -> module name, for every generated message (headers and records too).

@@ -61,7 +61,7 @@ class ReadShareGroupStateSummaryRequest(Message):
     MIN_VERSION = 0
     MAX_VERSION = 0
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
         ("group_id", "string", (0, 32767), None),
         ("topics", "[]ReadStateSummaryData", (0, 32767), None),

@@ -109,7 +109,7 @@ class ShareFetchRequest(Message):
     MIN_VERSION = 0
     MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
         ("group_id", "string", (0, 32767), (0, 32767)),
         ("member_id", "string", (0, 32767), (0, 32767)),

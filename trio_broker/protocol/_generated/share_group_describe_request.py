@@ -20,7 +20,7 @@ class ShareGroupDescribeRequest(Message):
     MIN_VERSION = 0
     MAX_VERSION = 1
     FLEXIBLE_MIN_VERSION = 0
-    LATEST_VERSION_UNSTABLE = True
+    LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
         ("group_ids", "[]string", (0, 32767), None),
         ("include_authorized_operations", "bool", (0, 32767), None),
