@@ -7,7 +7,8 @@ processes, each on its own host, so that the test can drop their packets.
         cluster.bootstrap           every broker's address, for clients on the test's host
 
 Short timeouts, so that faults play out in seconds: a 6 s ZooKeeper session, followers
-out of the ISR after 3 s without catching up.
+out of the ISR after 3 s without catching up. Each broker's log directory is a disk of its
+own (a tmpfs, where mounting is allowed), so that one of them can fill up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from trio_broker.testing import BrokerProcess, ZooKeeperServer, wait_all_see
 __all__ = ["SESSION_TIMEOUT_S", "NetCluster"]
 
 SESSION_TIMEOUT_S = 6.0
+DISK_SIZE = "512m"  # each broker's log directory: a tmpfs (memory only as far as used)
 
 BROKER_DEFAULTS = {
     "zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
@@ -58,6 +60,7 @@ class NetCluster:
         self.overrides = {**BROKER_DEFAULTS, **(overrides or {})}
         self.zookeeper: ZooKeeperServer | None = None
         self.brokers: dict[int, BrokerProcess] = {}
+        self.mounts: list[Path] = []  # the brokers' disks, unmounted by close()
 
     def host(self, node_id: int) -> str:
         return f"b{node_id}"
@@ -101,10 +104,12 @@ class NetCluster:
         assert self.zookeeper is not None
         name = self.host(node_id)
         host = self.lab.hosts.get(name) or self.lab.add_host(name)
+        log_dir = self.base_dir / f"broker-{node_id}"
+        self._mount_disk(log_dir)
         config = {
             "node.id": str(node_id),
             "listeners": f"PLAINTEXT://{host.address}:9092",
-            "log.dirs": str(self.base_dir / f"broker-{node_id}"),
+            "log.dirs": str(log_dir),
             "zookeeper.connect": f"{self.zookeeper.connect}/kafka",
             **self.overrides,
             **overrides,
@@ -112,6 +117,19 @@ class NetCluster:
         broker = BrokerProcess(config, prefix=host.command([]))
         self.brokers[node_id] = broker
         return broker
+
+    def _mount_disk(self, path: Path) -> None:
+        import subprocess
+
+        path.mkdir(parents=True, exist_ok=True)
+        if path in self.mounts:
+            return
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(path)],
+            capture_output=True,
+        )
+        if done.returncode == 0:
+            self.mounts.append(path)
 
     def log_dirs(self) -> dict[int, Path]:
         return {node_id: b.log_dir for node_id, b in self.brokers.items()}
@@ -132,6 +150,12 @@ class NetCluster:
         if self.zookeeper is not None:
             self.zookeeper.stop()
             self.zookeeper = None
+        import subprocess
+
+        for path in self.mounts:
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        self.mounts.clear()
 
 
 # -- the nemesis: faults a scenario injects ------------------------------------------------
@@ -260,6 +284,29 @@ def fault_leader_and_zookeeper(
     cluster.brokers[target].start_again()
 
 
+def fault_disk_full(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """Its log directory's disk filled to the last byte by another file, then freed."""
+    import os
+
+    log_dir = cluster.brokers[target].log_dir
+    if log_dir not in cluster.mounts:
+        raise RuntimeError(f"{log_dir} is not a disk of its own (tmpfs not mounted)")
+    filler = log_dir / "filler"
+    with open(filler, "ab") as f:
+        while True:  # the brokers write too: fill until the disk says no
+            st = os.statvfs(log_dir)
+            free = st.f_bavail * st.f_frsize
+            if free <= 0:
+                break
+            try:
+                f.write(b"\0" * min(free, 64 << 20))
+                f.flush()
+            except OSError:
+                break
+    _hold(hold_s)
+    filler.unlink()
+
+
 def fault_rolling_restart(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
     """Every broker stopped (SIGTERM) and started again, one after another."""
     for node_id in sorted(cluster.brokers):
@@ -281,6 +328,7 @@ FAULTS = {
     "zookeeper-restart": (fault_zookeeper_restart, "leader"),
     "kill-leader-zookeeper-down": (fault_leader_and_zookeeper, "leader"),
     "rolling-restart": (fault_rolling_restart, "leader"),
+    "disk-full-leader": (fault_disk_full, "leader"),
 }
 
 
