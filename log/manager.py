@@ -693,6 +693,11 @@ class LogManager:
         logger.info(
             "log manager closed %d logs in %.3f s", len(self.logs), time.perf_counter() - started
         )
+        # The closed logs go now, by reference counting, instead of by the cyclic collector
+        # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
+        for log in self.all_logs():
+            log.on_dir_failure = None
+        self.logs.clear()
 
     # -- background maintenance ------------------------------------------------------------
 
