@@ -6,6 +6,10 @@ kernel's socket buffer (or, already read, in the frame reader); that is Kafka's
 mute/unmute, made structural. Closing the connection (peer gone, bad frame, idle
 timeout, shutdown) cancels its scope, and with it everything waiting on its behalf.
 
+Small produces already read together (a pipelining client's) are sent to the handlers as
+one batch (requests.Batch) and answered as one, in order: then the request in flight is
+that batch, and its answers leave in one write.
+
 Idle connections are closed by the processor's sweep, as Kafka's Selector does, rather
 than by a timeout around every read: a deadline per request costs more than the sweep. As
 in Kafka, any byte read is activity (a large request sent slowly is not cut off), and a
