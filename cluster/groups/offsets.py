@@ -368,7 +368,11 @@ class GroupOffsets:
             return OffsetDeleteResponse(error_code=error)
         assert group is not None
         subscribed: set[str] = set()
-        if not group.is_(S.EMPTY):
+        if group.consumer is not None:
+            # A KIP-848 group (its shell stays Empty): its members' subscriptions, by name
+            # or by regular expression over the topics there are.
+            subscribed = group.consumer.subscribed_topics(self.coordinator.broker.metadata.topics)
+        elif not group.is_(S.EMPTY):
             found = group.subscribed_topics()
             if found is None:
                 return OffsetDeleteResponse(error_code=ErrorCode.NON_EMPTY_GROUP)

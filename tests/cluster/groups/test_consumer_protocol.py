@@ -291,3 +291,55 @@ def test_ten_members_on_sixty_partitions_and_one_leaves(kafka_broker_factory):
     assert sorted(len(parts) for parts in watch.owned()) == [6] * 3 + [7] * 6
     for c in consumers:
         c.close()
+
+
+def _offset_delete(bootstrap: str, group: str, topics: dict[str, list[int]]) -> dict:
+    """OffsetDelete (API 47) straight to the broker: {(topic, partition): error code}."""
+    from wire import request_of, roundtrip
+
+    from trio_broker.protocol._generated.offset_delete_request import (
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+
+    host, port = bootstrap.rsplit(":", 1)
+    request = request_of(
+        47,
+        group_id=group,
+        topics=[
+            OffsetDeleteRequestTopic(
+                name=t, partitions=[OffsetDeleteRequestPartition(partition_index=p) for p in ps]
+            )
+            for t, ps in topics.items()
+        ],
+    )
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        answer = roundtrip(sock, request, 0)
+    assert answer.error_code == 0, answer.error_code
+    return {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
+
+
+def test_offset_delete_refuses_a_topic_the_members_subscribe_to(broker):
+    """OffsetDelete on a live KIP-848 group: GROUP_SUBSCRIBED_TO_TOPIC for a topic its
+    members subscribe to (their offsets stay), and the offsets of another topic go."""
+    create_topic(broker.bootstrap, "kept848", 1)
+    create_topic(broker.bootstrap, "old848", 1)
+    produce_numbered(broker.bootstrap, "kept848", 1, 10)
+    member = _consumer(broker.bootstrap, "delete-g")
+    member.subscribe(["kept848"])
+    watch = Watch([member])
+    watch.poll(lambda: len(watch.records) >= 10)
+    member.commit(
+        offsets=[TopicPartition("kept848", 0, 10), TopicPartition("old848", 0, 3)],
+        asynchronous=False,
+    )
+    errors = _offset_delete(broker.bootstrap, "delete-g", {"kept848": [0], "old848": [0]})
+    assert errors == {
+        ("kept848", 0): KafkaError.GROUP_SUBSCRIBED_TO_TOPIC,
+        ("old848", 0): 0,
+    }
+    committed = member.committed(
+        [TopicPartition("kept848", 0), TopicPartition("old848", 0)], timeout=10
+    )
+    assert [(tp.topic, tp.offset) for tp in committed] == [("kept848", 10), ("old848", -1001)]
+    member.close()
