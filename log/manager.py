@@ -561,6 +561,8 @@ class LogManager:
         """The logs of each online log dir (an offline dir is not written to)."""
         # Grouped by the parent's string: Path.parent and Path hashing, per log, were most of
         # the time a checkpoint of 20,000 logs took.
+        if len(self.log_dirs) == 1:
+            return {d: self.all_logs() for d in self.online_dirs()}
         online = {str(d): d for d in self.online_dirs()}
         by_name: dict[str, list[PartitionLog]] = {name: [] for name in online}
         dirname = os.path.dirname
@@ -650,10 +652,12 @@ class LogManager:
         """
         unclean: set[Path] = set(self.offline_dirs)
         started = time.perf_counter()
-        for log in self.all_logs():
+
+        def close_one(log: PartitionLog) -> Path | None:
+            """Close one log; the log dir to leave unclean if that failed."""
             if log.offline:
                 log.close_handlers()
-                continue
+                return None
             try:
                 # Written without an fsync per file: one sync of each file system below
                 # makes them all durable before the recovery points say they are.
@@ -661,7 +665,12 @@ class LogManager:
             except OSError as exc:
                 # A full disk is no bug: one line, no traceback.
                 logger.error("error closing log %s: %s", log.name, exc)
-                unclean.add(log.dir.parent)
+                return log.dir.parent
+            return None
+
+        # One thread: closing in four was slower here (the GIL; each close is mostly Python).
+        failed = [close_one(log) for log in self.all_logs()]
+        unclean.update(d for d in failed if d is not None)
         for log_dir in self.online_dirs():
             try:
                 sync_filesystem(log_dir)
