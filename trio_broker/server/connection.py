@@ -121,6 +121,9 @@ class Connection:
     principal = "User:ANONYMOUS"
     # Client quotas (security/client_quotas.py): no request is read before this time.
     throttled_until = 0.0
+    # Once throttled, a connection's requests go one at a time (no batches): a quota mutes
+    # it after the answer to the request that went over, as Kafka does, not after a batch.
+    unbatched = False
 
     def __init__(
         self,
@@ -194,6 +197,7 @@ class Connection:
     def throttle(self, seconds: float) -> None:
         """Over its quota: once the current response is written, read nothing for this long."""
         self.throttled_until = max(self.throttled_until, trio.current_time() + seconds)
+        self.unbatched = True
 
     async def _mute(self) -> None:
         await trio.sleep_until(self.throttled_until)
@@ -416,7 +420,7 @@ class Connection:
                 # More requests already read behind this one go with it as one batch
                 # (requests.Batch): one handler wakeup, one answer, for all of them.
                 members = None
-                if hold and reader.buffered > 4 and _may_batch(parsed):
+                if hold and reader.buffered > 4 and not self.unbatched and _may_batch(parsed):
                     members, frames = [request], [frame]
                     while len(members) < _BATCH_MAX:
                         try:
