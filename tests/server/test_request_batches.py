@@ -172,3 +172,19 @@ def test_a_bad_request_behind_a_batch_closes_after_the_answers(kafka_broker):
         range(10)
     )
     assert is_closed(sock)
+
+
+def test_acks_all_produces_sent_together_on_a_lone_broker_answer_in_order(kafka_broker):
+    # A lone broker is its own ISR: acks=all is answered at once and batched like acks=1.
+    sock = connect(kafka_broker)
+    create_topics(sock, "order-all")
+    n = 100
+    sock.sendall(
+        b"".join(produce_frame("order-all", b"a%d" % i, cid=500 + i, acks=-1) for i in range(n))
+    )
+    answers = [read_response(sock, 0, PRODUCE_V) for _ in range(n)]
+    assert [cid for cid, _ in answers] == [500 + i for i in range(n)]
+    parts = [body.responses[0].partition_responses[0] for _, body in answers]
+    assert [(p.error_code, p.base_offset) for p in parts] == [(0, i) for i in range(n)]
+    assert fetch_values(sock, "order-all", cid=9) == [b"a%d" % i for i in range(n)]
+    sock.close()

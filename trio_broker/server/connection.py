@@ -98,17 +98,24 @@ class _Held:
 _BATCH_MAX = 32
 
 
-def _may_hold(parsed: ParsedRequest) -> bool:
-    # Produce with acks 0 or 1 is answered at once: holding its answer while its
-    # successor runs adds at most one short handler run to its latency. A request that
-    # may wait in the purgatory (a fetch, acks=all) must not delay the answers before it.
-    return parsed.api_key == 0 and parsed.body is not None and parsed.body.acks in (0, 1)
+# The acks of a produce answered at once. In a cluster (ZooKeeper) acks=all waits for the
+# ISR in the purgatory; a lone broker is its own ISR and answers it at once too (the
+# default of librdkafka and the Java client).
+AT_ONCE_ACKS = frozenset({0, 1})
+AT_ONCE_ACKS_LONE = frozenset({0, 1, -1})
 
 
-def _may_batch(parsed: ParsedRequest) -> bool:
+def _may_hold(parsed: ParsedRequest, at_once: frozenset[int]) -> bool:
+    # A produce answered at once: holding its answer while its successor runs adds at
+    # most one short handler run to its latency. A request that may wait in the purgatory
+    # (a fetch, acks=all in a cluster) must not delay the answers before it.
+    return parsed.api_key == 0 and parsed.body is not None and parsed.body.acks in at_once
+
+
+def _may_batch(parsed: ParsedRequest, at_once: frozenset[int]) -> bool:
     # As _may_hold, but never a transactional produce: in a cluster its first batch may
     # wait for the transaction coordinator, and would hold back its batch's answers.
-    return _may_hold(parsed) and not parsed.body.transactional_id
+    return _may_hold(parsed, at_once) and not parsed.body.transactional_id
 
 
 class Connection:
@@ -381,6 +388,7 @@ class Connection:
         held = _Held(self._send_bytes)
         reader = self.reader
         metrics = self.metrics
+        at_once = self.processor.at_once_acks
         # What gathering a batch (_gather) read and could not add to it: the request after
         # the batch, or the bad bytes or request that end the connection once the batch
         # is answered.
@@ -409,7 +417,7 @@ class Connection:
                     except (InvalidFrame, InvalidRequest) as exc:
                         self._log_bad("bad request", exc)
                         break
-                hold = _may_hold(parsed)
+                hold = _may_hold(parsed, at_once)
                 if not hold:
                     await held.flush(self.io)
                 self.client_id = parsed.client_id
@@ -420,7 +428,12 @@ class Connection:
                 # More requests already read behind this one go with it as one batch
                 # (requests.Batch): one handler wakeup, one answer, for all of them.
                 members = None
-                if hold and reader.buffered > 4 and not self.unbatched and _may_batch(parsed):
+                if (
+                    hold
+                    and reader.buffered > 4
+                    and not self.unbatched
+                    and _may_batch(parsed, at_once)
+                ):
                     members, frames = [request], [frame]
                     while len(members) < _BATCH_MAX:
                         try:
@@ -435,7 +448,7 @@ class Connection:
                         except (InvalidFrame, InvalidRequest) as exc:
                             bad_request = exc
                             break
-                        if not _may_batch(parsed):
+                        if not _may_batch(parsed, at_once):
                             after = (following, parsed)
                             break
                         member = Request(parsed, self)

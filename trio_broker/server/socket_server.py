@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from trio_broker.config import BrokerConfig, Listener
-from trio_broker.server.connection import Connection
+from trio_broker.server.connection import AT_ONCE_ACKS, AT_ONCE_ACKS_LONE, Connection
 from trio_broker.server.connection_quotas import ConnectionQuotas, normalize_host
 from trio_broker.server.log_limit import LogLimiter
 from trio_broker.server.memory_pool import MemoryPool
@@ -45,6 +45,8 @@ class Processor:
 
     # The broker's metrics.BrokerMetrics when metrics are on; its connections time requests.
     metrics: Any = None
+    # The acks of a produce its connections may batch and hold (connection.py _may_hold).
+    at_once_acks = AT_ONCE_ACKS
 
     def __init__(
         self,
@@ -61,6 +63,8 @@ class Processor:
     ) -> None:
         self.index = index
         self.draining = False  # shutting down: connections close once their request is done
+        if not config.zookeeper_connect:
+            self.at_once_acks = AT_ONCE_ACKS_LONE
         # Listener name -> what makes its connections, for listeners that are not
         # PLAINTEXT (security/listener.py, through Broker.secure_listener); Connection for the others.
         self._factories = factories or {}
