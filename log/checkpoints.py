@@ -141,7 +141,7 @@ class PendingSyncs:
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
     """Replace `path` with `data`: write a .tmp sibling, fsync, rename, fsync the dir."""
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -214,7 +214,7 @@ def write_offset_checkpoint(
 
 def read_offset_checkpoint(path: str | os.PathLike[str]) -> dict[tuple[str, int], int]:
     """Parse an offset checkpoint; a missing file reads as empty."""
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     text = _read_text(path)
     if text is None:
         return {}
@@ -234,7 +234,7 @@ def write_epoch_checkpoint(
 
 
 def read_epoch_checkpoint(path: str | os.PathLike[str]) -> list[tuple[int, int]]:
-    path = Path(path)
+    path = path if isinstance(path, Path) else Path(path)
     text = _read_text(path)
     if text is None:
         return []
@@ -259,13 +259,17 @@ def write_partition_metadata(
     """Write the partition's `partition.metadata`; with `sync=False` the caller fsyncs the
     file and its directory (returned) before anyone relies on them."""
     text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}"
-    path = Path(partition_dir) / PARTITION_METADATA
+    path = (partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)) / (
+        PARTITION_METADATA
+    )
     atomic_write(path, text.encode(), sync=sync)
     return path
 
 
 def read_partition_metadata(partition_dir: str | os.PathLike[str]) -> uuid.UUID | None:
-    path = Path(partition_dir) / PARTITION_METADATA
+    path = (partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)) / (
+        PARTITION_METADATA
+    )
     text = _read_text(path)
     if text is None:
         return None

@@ -205,8 +205,12 @@ class LogSegment:
         false for a torn write (a header announcing bytes past the end, or garbage)."""
         _, position = self.offset_index.lookup(2**62)
         end = position
+        nxt = self.base_offset
         for pos, header in self.batches_from(position):
             end = pos + header.size
+            nxt = header.next_offset
+        if end == self.size and self._next_offset is None:
+            self._next_offset = nxt  # the same walk as next_offset's: not done twice
         return end == self.size
 
     @property
