@@ -125,6 +125,9 @@ class LogManager:
         # Log dirs that failed I/O, with the error (Kafka's LogDirFailureChannel): offline
         # until a restart. Their logs answer KAFKA_STORAGE_ERROR; the other dirs go on.
         self.offline_dirs: dict[Path, str] = {}
+        # Dirs a write found full (ENOSPC), until `dirs_with_space` finds room: online.
+        self.full_dirs: dict[Path, str] = {}
+        self.dir_full_listeners: list[Callable[[Path], None]] = []
         # Called as (log dir, its logs) when a dir goes offline: in a cluster the replica
         # manager stops those replicas and tells the controller (Kafka's
         # ReplicaManager.handleLogDirFailure).
@@ -343,7 +346,40 @@ class LogManager:
 
     def _watch(self, log: PartitionLog) -> PartitionLog:
         log.on_dir_failure = self.mark_dir_offline
+        log.on_dir_full = self._dir_full
         return log
+
+    # -- full log dirs ---------------------------------------------------------------------
+
+    def _dir_full(self, log_dir: Path, exc: OSError) -> None:
+        """A write in `log_dir` failed for want of space and was undone: the dir stays
+        online (a lone broker heals once space is freed). Listeners hear of it once per
+        time it fills (a cluster's replica manager hands the dir's leaderships over);
+        `dirs_with_space()` says when it has room again."""
+        log_dir = Path(log_dir)
+        if log_dir in self.full_dirs:
+            return
+        self.full_dirs[log_dir] = f"{type(exc).__name__}: {exc}"
+        logger.warning("log dir %s is full: %s", log_dir, exc)
+        for listener in self.dir_full_listeners:
+            listener(log_dir)
+
+    def dirs_with_space(self, min_free: int) -> list[Path]:
+        """The full dirs that have `min_free` bytes free again; no longer counted full."""
+        freed = []
+        for log_dir in list(self.full_dirs):
+            try:
+                st = os.statvfs(log_dir)
+            except OSError:
+                continue
+            if st.f_bavail * st.f_frsize >= min_free:
+                del self.full_dirs[log_dir]
+                logger.info("log dir %s has room again", log_dir)
+                freed.append(log_dir)
+        return freed
+
+    def is_full(self, log: PartitionLog) -> bool:
+        return bool(self.full_dirs) and log.dir.parent in self.full_dirs
 
     def mark_dir_offline(self, log_dir: Path, exc: BaseException) -> None:
         """Take `log_dir` offline after an I/O error that left its files in doubt (Kafka's
@@ -706,6 +742,7 @@ class LogManager:
         # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
         for log in self.all_logs():
             log.on_dir_failure = None
+            log.on_dir_full = None
         self.logs.clear()
 
     # -- background maintenance ------------------------------------------------------------

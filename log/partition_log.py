@@ -58,7 +58,8 @@ __all__ = ["AppendResult", "PartitionLog", "wall_clock_ms"]
 logger = logging.getLogger(__name__)
 
 # Errors after which the log is exactly as it was: the request fails, the log dir stays up.
-_RECOVERABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT}) | DESCRIPTOR_ERRNOS
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_RECOVERABLE_ERRNOS = _FULL_ERRNOS | DESCRIPTOR_ERRNOS
 
 
 def wall_clock_ms() -> int:
@@ -115,6 +116,9 @@ class PartitionLog:
         # Called with (log dir, error) on an I/O error that leaves the log in an unknown
         # state (Kafka's LogDirFailureChannel); the LogManager takes the dir offline.
         self.on_dir_failure: Callable[[Path, OSError], None] | None = None
+        # Called with (log dir, error) when a write failed for want of space (ENOSPC,
+        # EDQUOT) and was undone: the log stays online; the LogManager tells listeners.
+        self.on_dir_full: Callable[[Path, OSError], None] | None = None
         # Counts truncations, so a copy of the log (a log dir move) sees one happen.
         self.truncations = 0
 
@@ -171,6 +175,8 @@ class PartitionLog:
         recoverable = exc.errno in _RECOVERABLE_ERRNOS and not isinstance(exc, SegmentStateUnknown)
         if recoverable:
             logger.warning("log %s: %s failed, nothing written: %s", self.name, what, exc)
+            if self.on_dir_full is not None and exc.errno in _FULL_ERRNOS:
+                self.on_dir_full(self.dir.parent, exc)
         else:
             logger.error("log %s: %s failed: %s", self.name, what, exc)
             if self.on_dir_failure is not None:

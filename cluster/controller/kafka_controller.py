@@ -680,11 +680,22 @@ class Controller:
         now = {tp for tp in known if not (tp in states and not states[tp])}
         now |= {tp for tp, offline in states.items() if offline and tp in ctx.states}
         new = sorted(now - known)
+        back = known - now  # online again (a full dir with room again)
         if now:
             ctx.replicas_on_offline_dirs[broker_id] = now
         else:
             ctx.replicas_on_offline_dirs.pop(broker_id, None)
         if not new:
+            if back:
+                logger.info(
+                    "controller epoch %d: broker %d's replicas of %s are online again",
+                    self.epoch,
+                    broker_id,
+                    ", ".join(f"{t}-{p}" for t, p in sorted(back)),
+                )
+                batch = self.batch()
+                batch.add_update_metadata(ctx.live_brokers)
+                batch.send(self.channel)
             return
         logger.warning(
             "controller epoch %d: broker %d's replicas of %s are in a failed log dir",

@@ -90,6 +90,7 @@ class ReplicaManager:
         self.on_become_leader: list[Any] = [self._coordinator_elected]
         self.on_resign: list[Any] = [self._coordinator_resigned]
         broker.log_manager.dir_failure_listeners.append(self._on_log_dir_failure)
+        broker.log_manager.dir_full_listeners.append(self._on_log_dir_full)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -101,6 +102,7 @@ class ReplicaManager:
                 await nursery.start(self.fetchers.run)
                 nursery.start_soon(self._isr_expiration)
                 nursery.start_soon(self._checkpoint_high_watermarks)
+                nursery.start_soon(self._watch_full_dirs)
                 if getattr(self.broker, "zk", None) is not None:
                     nursery.start_soon(self._watch_for_deposition)
                     nursery.start_soon(self._tick)
@@ -305,9 +307,10 @@ class ReplicaManager:
             )
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         existing = self.broker.log_manager.get_log(topic, index)
-        if existing is not None and existing.offline:
-            # Its log dir failed: the replica stays offline until a restart, and this
-            # answer is how the controller learns it (Kafka's HostedPartition.Offline).
+        if existing is not None and (existing.offline or self.broker.log_manager.is_full(existing)):
+            # Its log dir failed (offline until a restart) or is full (until it has room
+            # again): this answer is how the controller learns it (Kafka's
+            # HostedPartition.Offline).
             return ErrorCode.KAFKA_STORAGE_ERROR
         part = self.partitions.get(key)
         if part is not None:
@@ -473,6 +476,53 @@ class ReplicaManager:
             ", ".join(f"{t}-{p}" for t, p in resigned) or "none",
         )
         self.spawn(self._notify_log_dir_failure)
+
+    def _on_log_dir_full(self, log_dir: Any) -> None:
+        """A write in `log_dir` failed for want of space. Alone, a broker keeps such a dir
+        online and answers KAFKA_STORAGE_ERROR until space is freed; in a cluster that
+        would leave its partitions without acknowledgements while other replicas in the
+        ISR could lead them. So its replicas there stop (leading and fetching) and the
+        controller is told, as for a failed dir: the answers to its LeaderAndIsr name them
+        (KAFKA_STORAGE_ERROR) and it moves their leaderships (Kafka takes such a dir
+        offline until a restart). Once the dir has room again (`_watch_full_dirs`) the
+        controller is told again, and they come back as followers without a restart."""
+        from pathlib import Path
+
+        log_dir = Path(log_dir)
+        keys = sorted(
+            key
+            for key in self.partitions
+            if (log := self.broker.log_manager.get_log(*key)) is not None
+            and log.dir.parent == log_dir
+        )
+        resigned = []
+        for key in keys:
+            self.fetchers.remove_partition(key)
+            part = self.partitions[key]
+            if part.is_leader:
+                self._lead_nothing(key, part)
+                resigned.append(key)
+            self._wake(key)
+        logger.error(
+            "broker %s: log dir %s is full; its %d replica(s) stop (leader of %s) until it "
+            "has room; telling the controller",
+            self.node_id,
+            log_dir,
+            len(keys),
+            ", ".join(f"{t}-{p}" for t, p in resigned) or "none",
+        )
+        self.spawn(self._notify_log_dir_failure)
+
+    async def _watch_full_dirs(self) -> None:
+        min_free = max(2 * self.config.message_max_bytes, 4 << 20)
+        while True:
+            await trio.sleep(1)
+            if not self.broker.log_manager.full_dirs:
+                continue
+            if self.broker.log_manager.dirs_with_space(min_free):
+                # The controller's LeaderAndIsr for every replica here follows, and those
+                # in the dir now answer without an error: followers again.
+                await self._notify_log_dir_failure()
 
     async def _notify_log_dir_failure(self) -> None:
         """/log_dir_event_notification/log_dir_event_<seq>, until ZooKeeper takes it: the

@@ -286,13 +286,20 @@ def fault_leader_and_zookeeper(
 
 def fault_disk_full(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
     """Its log directory's disk filled to the last byte by another file, then freed."""
+    filler = fill_disk(cluster, target)
+    _hold(hold_s)
+    filler.unlink()
+
+
+def fill_disk(cluster: NetCluster, target: int) -> Path:
+    """Fill the broker's disk to the last byte; the filler file is returned, to delete."""
     import os
 
     log_dir = cluster.brokers[target].log_dir
     if log_dir not in cluster.mounts:
         raise RuntimeError(f"{log_dir} is not a disk of its own (tmpfs not mounted)")
     filler = log_dir / "filler"
-    with open(filler, "ab") as f:
+    with open(filler, "ab", buffering=0) as f:  # unbuffered: nothing left to fail at close
         while True:  # the brokers write too: fill until the disk says no
             st = os.statvfs(log_dir)
             free = st.f_bavail * st.f_frsize
@@ -300,11 +307,9 @@ def fault_disk_full(cluster: NetCluster, lab: NetLab, target: int, hold_s: float
                 break
             try:
                 f.write(b"\0" * min(free, 64 << 20))
-                f.flush()
             except OSError:
                 break
-    _hold(hold_s)
-    filler.unlink()
+    return filler
 
 
 def fault_rolling_restart(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:

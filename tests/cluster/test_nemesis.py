@@ -16,7 +16,7 @@ import time
 import pytest
 from clustertest_helpers import eventually
 from failover_helpers import create_topic, wait_for_leaders
-from nemesis import NetCluster, run_scenario, zk_state
+from nemesis import NetCluster, converged, fill_disk, run_scenario, zk_state
 from netlab import NetLab, skip_reason
 from wire import request_of, roundtrip
 
@@ -304,6 +304,55 @@ def test_a_coordinator_stopped_past_its_session_does_not_answer_from_before(lab,
         assert code == ErrorCode.NOT_COORDINATOR or offset == 9, (
             f"the resumed broker answered {ErrorCode(code).name}, offset {offset}"
         )
+
+
+def test_a_full_disk_hands_its_leaderships_over(lab, tmp_path):
+    """The leader's disk fills up (another file takes the last byte). Alone, a broker keeps
+    such a partition and answers KAFKA_STORAGE_ERROR until space is freed; in a cluster
+    that left the partition without acknowledgements while two in-sync replicas were
+    healthy, for as long as the disk stayed full. Now the controller moves its leadership
+    at once, acks=all produces succeed on the new leader while the disk is still full, and
+    once it has room the broker's replicas come back (no restart) and catch up."""
+    from confluent_kafka import Producer
+
+    with NetCluster(lab, tmp_path) as cluster:
+        create_topic(
+            cluster.bootstrap,
+            "spill",
+            replica_assignment=[[3, 1, 2]],
+            config={"min.insync.replicas": "2"},
+        )
+        wait_for_leaders(cluster.bootstrap, "spill", 1, isr_size=3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+        acked: list[int] = []
+
+        def produce(n: int) -> None:
+            def delivered(err, msg) -> None:  # noqa: ANN001
+                if err is None:
+                    acked.append(msg.offset())
+
+            for i in range(n):  # 10 kB each: new pages, which a full disk cannot give
+                producer.produce("spill", value=b"%d;" % i + b"x" * 10_000, on_delivery=delivered)
+            assert producer.flush(60) == 0
+
+        produce(100)
+        filler = fill_disk(cluster, 3)
+        try:
+            before = len(acked)
+            produce(100)  # on broker 3 until a write finds the disk full, then elsewhere
+            assert len(acked) == before + 100
+            state = zk_state(cluster, "spill", 0)
+            assert state["leader"] in (1, 2) and 3 not in state["isr"], state
+        finally:
+            filler.unlink()
+        produce(100)
+        eventually(
+            lambda: sorted(zk_state(cluster, "spill", 0)["isr"]) == [1, 2, 3],
+            budget_s=60,
+            what="broker 3 back in the ISR without a restart",
+        )
+        converged(cluster, {"spill": 1})
+        assert len(acked) == 300 and len(set(acked)) == 300
 
 
 def _fetch_answer_anywhere(b, group: str) -> int:  # noqa: ANN001
