@@ -242,12 +242,15 @@ class IsolatedBroker:
 
 def _assert_acks_all_refused(isolated: RawProducer, value: bytes, *, timeout_ms: int) -> None:
     """The cut-off leader cannot reach its followers, and without ZooKeeper its ISR cannot
-    shrink: an acks=all produce times out or finds too few replicas."""
+    shrink: an acks=all produce times out or finds too few replicas; or, once ZooKeeper
+    has been gone for half a session and the followers have stopped fetching, the broker
+    presumes itself deposed and answers NOT_LEADER_OR_FOLLOWER. Never acknowledged."""
     code, _ = isolated.produce("split", value, acks=-1, timeout_ms=timeout_ms)
     assert code in (
         ErrorCode.REQUEST_TIMED_OUT,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ), ErrorCode(code)
 
 
