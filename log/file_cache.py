@@ -56,12 +56,16 @@ class SegmentFile:
         self.path = path
         _COUNT.opened += 1
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Any = os.close) -> None:
+        # At the interpreter's exit the module's globals may already be None: `os.close`
+        # is bound as a default, and the count is skipped then.
         fd, self.fd = self.fd, -1
         if fd >= 0:
-            _COUNT.closed += 1
+            count = _COUNT
+            if count is not None:
+                count.closed += 1
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:  # pragma: no cover - the number was ours; nothing to do
                 pass
 
