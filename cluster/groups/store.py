@@ -107,6 +107,26 @@ class GroupStore:
             time.monotonic() - started,
         )
 
+    def write_difference(
+        self, group_id: str, written: dict[bytes, bytes], wanted: dict[bytes, bytes], what: str
+    ) -> dict[bytes, bytes]:
+        """Append what changed from the records `written` last to those `wanted` (and
+        tombstones for keys gone), so the partition holds the group's current word per key;
+        returns what is written now. On failure the group goes on in memory and the old
+        `written` is returned: the next change writes the difference again."""
+        changes: list[tuple[bytes, bytes | None]] = [
+            (k, v) for k, v in wanted.items() if written.get(k) != v
+        ]
+        changes += [(k, None) for k in written if k not in wanted]
+        if not changes:
+            return written
+        try:
+            self.append(group_id, changes)
+        except KafkaError as exc:
+            logger.warning("%s: cannot store it: %s", what, exc)
+            return written
+        return wanted
+
     def append(
         self,
         group_id: str,

@@ -41,7 +41,7 @@ from trio_broker.cluster.groups.group_config import (
     group_config_values,
 )
 from trio_broker.cluster.groups.group_metadata import GroupMetadata, GroupState
-from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.consumer_group_describe_response import (
     Assignment as DescribedAssignment,
 )
@@ -474,19 +474,9 @@ class ConsumerGroupCoordinator:
             return topic.topic_id if topic is not None else None
 
         wanted = group_records(group, topic_id) if group.group_epoch > 0 else {}
-        changes: list[tuple[bytes, bytes | None]] = [
-            (k, v) for k, v in wanted.items() if group.persisted.get(k) != v
-        ]
-        changes += [(k, None) for k in group.persisted if k not in wanted]
-        if not changes:
-            return
-        try:
-            self.coordinator.store.append(group.group_id, changes)
-        except KafkaError as exc:
-            # The group goes on in memory; the next change writes the difference again.
-            logger.warning("consumer group %s: cannot store it: %s", group.group_id, exc)
-            return
-        group.persisted = wanted
+        group.persisted = self.coordinator.store.write_difference(
+            group.group_id, group.persisted, wanted, f"consumer group {group.group_id}"
+        )
 
     def load(self, group_id: str, records: dict[bytes, bytes]) -> ConsumerGroup | None:
         """A group rebuilt from a replayed partition; its members' sessions start now, so

@@ -36,7 +36,7 @@ from trio_broker.cluster.groups.share.share_group import (
     simple_assign,
 )
 from trio_broker.cluster.groups.share.share_records import group_records, load_group
-from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.errors import ErrorCode
 from trio_broker.protocol._generated.share_group_describe_response import (
     Assignment as DescribedAssignment,
 )
@@ -300,19 +300,9 @@ class ShareGroupCoordinator:
             if g == group.group_id:
                 initialized.setdefault(topic, []).append(partition)
         wanted = group_records(group, topic_id, initialized)
-        changes: list[tuple[bytes, bytes | None]] = [
-            (k, v) for k, v in wanted.items() if group.persisted.get(k) != v
-        ]
-        changes += [(k, None) for k in group.persisted if k not in wanted]
-        if not changes:
-            return
-        try:
-            self.coordinator.store.append(group.group_id, changes)
-        except KafkaError as exc:
-            # The group goes on in memory; the next change writes the difference again.
-            logger.warning("share group %s: cannot store it: %s", group.group_id, exc)
-            return
-        group.persisted = wanted
+        group.persisted = self.coordinator.store.write_difference(
+            group.group_id, group.persisted, wanted, f"share group {group.group_id}"
+        )
 
     def load(self, group_id: str, records: dict[bytes, bytes]) -> ShareGroup | None:
         """A group rebuilt from a replayed partition: its assignment computed again, its
