@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import resource
 import signal
 import socket
@@ -41,46 +40,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trio_broker.protocol._generated import request_class, response_class
+# The same process and wire helpers as the connections benchmark beside it.
+from bench_connections import encode, open_fds, progress, rss_mb  # noqa: E402
+
+from trio_broker.protocol._generated import response_class
 from trio_broker.protocol._generated.create_topics_request import CreatableTopic
 from trio_broker.protocol._generated.list_offsets_request import (
     ListOffsetsPartition,
     ListOffsetsTopic,
 )
 from trio_broker.protocol._generated.produce_request import PartitionProduceData, TopicProduceData
-from trio_broker.protocol._generated.request_header import RequestHeader
 from trio_broker.protocol._generated.response_header import ResponseHeader
 from trio_broker.protocol.record_codec import build_batch
 from trio_broker.testing import free_port
 
-
-def progress(text: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
-
-
-def open_fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 # ---------------------------------------------------------------- the wire
-
-
-def encode(api_key: int, version: int, cid: int, **fields: Any) -> bytes:
-    cls = request_class(api_key)
-    flexible = cls.FLEXIBLE_MIN_VERSION is not None and version >= cls.FLEXIBLE_MIN_VERSION
-    body = bytearray()
-    RequestHeader(
-        request_api_key=api_key, request_api_version=version, correlation_id=cid, client_id="bench"
-    ).encode(2 if flexible else 1, body)
-    cls(**fields).encode(version, body)
-    return struct.pack(">i", len(body)) + bytes(body)
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes:
