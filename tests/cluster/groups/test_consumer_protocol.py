@@ -36,12 +36,13 @@ def test_three_members_share_six_partitions_and_one_leaves(broker):
     owned = watch.owned()
     assert sorted(p for parts in owned for p in parts) == list(range(6))
     assert [len(parts) for parts in owned] == [2, 2, 2]
-    # Every record, each from the member owning its partition. (While the members join, a
+    # Every record. (While the members join, a
     # partition moves from the first to a later one, which reads it again from the last
     # commit: none yet, so possibly twice. At least once, as in Kafka.)
     assert set(watch.records) == {(i % 6, b"%d" % i) for i in range(600)}
-    for i, recs in watch.by_consumer.items():
-        assert {p for p, _ in recs} <= owned[i]
+    # (Who read what is not compared with the final assignment: a member read partitions
+    # it owned before they moved on. That no partition is owned twice is checked at every
+    # poll, by Watch.)
 
     # The third member commits and leaves; the other two take its partitions (from its
     # commits: nothing read twice) and keep their own.
