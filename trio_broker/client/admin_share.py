@@ -150,6 +150,8 @@ class ShareGroupCalls:
             for p in t.partitions
             if p.error_code
         }
+        if response.error_code and not errors:
+            raise _error(response.error_code, response.error_message, f"share group {group_id!r}")
         _check("AlterShareGroupOffsets", errors)
 
     async def delete_share_group_offsets(self, group_id: str, topics: Iterable[str]) -> None:
@@ -163,11 +165,8 @@ class ShareGroupCalls:
         if response.error_code:
             raise _error(response.error_code, response.error_message, f"share group {group_id!r}")
         errors = {
-            TopicPartition(t.topic_name, p.partition_index): _error(
-                p.error_code, p.error_message, f"{t.topic_name}-{p.partition_index}"
-            )
+            t.topic_name: _error(t.error_code, t.error_message, t.topic_name)
             for t in response.responses
-            for p in t.partitions
-            if p.error_code
+            if t.error_code
         }
         _check("DeleteShareGroupOffsets", errors)

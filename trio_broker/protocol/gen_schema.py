@@ -452,6 +452,9 @@ SPEC_NEW_MESSAGES: dict[str, dict[str, Any]] = {
         "flexibleVersions": "0+",
         "fields": [
             _field("ThrottleTimeMs", "int32", "Quota throttle, in ms."),
+            # Kafka 4.1 released v0 with a top-level error (KAFKA-19440).
+            _field("ErrorCode", "int16", "The request's error, 0 for none."),
+            _nullable_string("ErrorMessage", "The request's error message, null for none."),
             _field(
                 "Responses",
                 "[]AlterShareGroupOffsetsResponseTopic",
@@ -499,16 +502,13 @@ SPEC_NEW_MESSAGES: dict[str, dict[str, Any]] = {
             _field(
                 "Responses",
                 "[]DeleteShareGroupOffsetsResponseTopic",
+                # Kafka 4.1's released v0 answers per topic, not per partition.
                 "One answer per topic.",
                 fields=[
                     _field("TopicName", "string", "The topic."),
                     _field("TopicId", "uuid", "The topic's id."),
-                    _field(
-                        "Partitions",
-                        "[]DeleteShareGroupOffsetsResponsePartition",
-                        "One answer per partition.",
-                        fields=_PARTITION_RESULT,
-                    ),
+                    _field("ErrorCode", "int16", "Its error, 0 for none."),
+                    _nullable_string("ErrorMessage", "Its error's message, null for none."),
                 ],
             ),
         ],

@@ -55,6 +55,15 @@ from trio_broker.security.authorize_data import (
     produce,
     txn_offset_commit,
 )
+from trio_broker.security.authorize_share import (
+    STATE_CHECKS,
+    alter_share_group_offsets,
+    delete_share_group_offsets,
+    describe_share_group_offsets,
+    share_group_describe,
+    share_group_heartbeat,
+    share_group_read,
+)
 
 if TYPE_CHECKING:
     from trio_broker.server.requests import Request
@@ -126,4 +135,12 @@ _CHECKS: dict[int, Check] = {
     61: describe_producers,
     65: describe_transactions,
     66: list_transactions,
+    76: share_group_heartbeat,
+    77: share_group_describe,
+    78: share_group_read,  # ShareFetch
+    79: share_group_read,  # ShareAcknowledge
+    **STATE_CHECKS,  # the share coordinator's, 83-87
+    90: describe_share_group_offsets,
+    91: alter_share_group_offsets,
+    92: delete_share_group_offsets,
 }

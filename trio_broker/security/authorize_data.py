@@ -364,6 +364,21 @@ async def find_coordinator(
     az: Authorizer, broker: Any, request: Request, dispatch: Dispatch
 ) -> Any:
     body = request.body
+    if request.api_version >= 6 and body.key_type == 2:
+        # A share coordinator's key ("group:topic id:partition"): brokers only (Kafka).
+        if az.allows(request, Op.CLUSTER_ACTION, C, CLUSTER_NAME):
+            return await dispatch(broker, request)
+        from trio_broker.protocol._generated.find_coordinator_response import (
+            Coordinator,
+            FindCoordinatorResponse,
+        )
+
+        return FindCoordinatorResponse(
+            coordinators=[
+                Coordinator(key=k, node_id=-1, host="", port=-1, error_code=CLUSTER_DENIED)
+                for k in body.coordinator_keys
+            ],
+        )
     txn = request.api_version >= 1 and body.key_type == 1
     rtype, code = (X, TXN_DENIED) if txn else (G, GROUP_DENIED)
     if request.api_version < 4:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -58,6 +58,7 @@ from trio_broker.protocol._generated.share_fetch_response import (
     ShareFetchableTopicResponse,
     ShareFetchResponse,
 )
+from trio_broker.security.acl import Op, Resource
 from trio_broker.server.requests import DELAYED
 
 if TYPE_CHECKING:
@@ -362,6 +363,21 @@ class SharePartitionManager:
                     )
         return acks
 
+    def _readable(self, request: Request) -> Callable[[str], bool]:
+        """Whether the request's principal may READ a topic (Kafka's per-partition check
+        of ShareFetch and ShareAcknowledge; the group's is security/authorize_share.py's).
+        Made here because a share session fetches partitions named in earlier requests."""
+        az = getattr(self.broker, "authorizer", None)
+        if az is None:
+            return _anything
+        return lambda topic: az.allows(request, Op.READ, Resource.TOPIC, topic)
+
+    @staticmethod
+    def _refuse_acks(acks: _Acks, readable: Callable[[str], bool]) -> None:
+        for key in acks.topic_ids:
+            if key not in acks.errors and not readable(key[0]):
+                acks.errors[key] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+
     def _apply_acks(self, group_id: str, member_id: str, acks: _Acks) -> None:
         limit = self._config(group_id)[SHARE_DELIVERY_COUNT_LIMIT]
         woken = []
@@ -431,6 +447,8 @@ class SharePartitionManager:
             for p in t.partitions:
                 if name is not None:
                     session.partitions[(name, p.partition_index)] = t.topic_id
+        readable = self._readable(request)
+        self._refuse_acks(acks, readable)
         self._apply_acks(group_id, member_id, acks)
         for f in body.forgotten_topics_data:
             name = self._names(f.topic_id)
@@ -447,8 +465,9 @@ class SharePartitionManager:
             answer = self._answer(session, acks, {}, lock_ms)
             self._close_session(group_id, member_id)
             return answer
-        fetch = _ShareFetch(self, session, acks, body, lock_ms)
-        if fetch.build() or body.max_wait_ms <= 0 or not session.partitions:
+        denied = {key for key in session.partitions if not readable(key[0])}
+        fetch = _ShareFetch(self, session, acks, body, lock_ms, denied)
+        if fetch.build() or body.max_wait_ms <= 0 or len(session.partitions) == len(denied):
             return fetch.response
         self.broker.fetch_purgatory.park(
             DelayedOperation(
@@ -571,6 +590,7 @@ class SharePartitionManager:
         if error:
             return ShareAcknowledgeResponse(error_code=error)
         acks = self._acks(body.topics)
+        self._refuse_acks(acks, self._readable(request))
         self._apply_acks(group_id, member_id, acks)
         if epoch == FINAL_EPOCH:
             self._close_session(group_id, member_id)
@@ -589,6 +609,10 @@ class SharePartitionManager:
         )
 
 
+def _anything(_topic: str) -> bool:
+    return True
+
+
 def _runs(first: int, types: list[int]) -> Iterator[tuple[int, int, int]]:
     """Per-offset acknowledge types as (first, last, type) runs."""
     start = 0
@@ -605,6 +629,7 @@ class _ShareFetch:
     acks: _Acks
     body: Any
     lock_ms: int
+    denied: set[TopicPartition]  # partitions of topics the principal may not READ
     response: ShareFetchResponse | None = None
 
     def build(self) -> bool:
@@ -618,12 +643,16 @@ class _ShareFetch:
             session.rotate += 1
         max_records = self.body.max_records if self.body.max_records > 0 else 500
         max_bytes = self.body.max_bytes if self.body.max_bytes > 0 else 2**31 - 1
-        acquired = {}
+        acquired: dict[TopicPartition, tuple[Any, list[tuple[int, int, int]], int]] = {
+            key: (b"", [], ErrorCode.TOPIC_AUTHORIZATION_FAILED) for key in self.denied
+        }
         total = 0
         ready = bool(self.acks.errors)
         for key in keys:
             if max_records <= 0:
                 break
+            if key in self.denied:
+                continue
             records, ranges, error = m.acquire(
                 session.group_id,
                 session.member_id,

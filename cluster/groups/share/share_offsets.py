@@ -24,7 +24,6 @@ from trio_broker.protocol._generated.alter_share_group_offsets_response import (
 )
 from trio_broker.protocol._generated.delete_share_group_offsets_response import (
     DeleteShareGroupOffsetsResponse,
-    DeleteShareGroupOffsetsResponsePartition,
     DeleteShareGroupOffsetsResponseTopic,
 )
 from trio_broker.protocol._generated.describe_share_group_offsets_response import (
@@ -149,7 +148,10 @@ class ShareGroupOffsets:
                     partitions=rows,
                 )
             )
-        return AlterShareGroupOffsetsResponse(responses=out)
+        # A group's error is the request's too (Kafka 4.1), and each partition's.
+        return AlterShareGroupOffsetsResponse(
+            error_code=error, error_message=message, responses=out
+        )
 
     # -- DeleteShareGroupOffsets -----------------------------------------------------------
 
@@ -169,18 +171,16 @@ class ShareGroupOffsets:
                     DeleteShareGroupOffsetsResponseTopic(
                         topic_name=t.topic_name,
                         topic_id=_zero(),
-                        partitions=[],
+                        error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     )
                 )
                 continue
-            rows = []
             for topic, partition in sorted(known):
                 if topic == t.topic_name:
                     manager.forget(body.group_id, topic, partition)
-                    rows.append(DeleteShareGroupOffsetsResponsePartition(partition_index=partition))
             out.append(
                 DeleteShareGroupOffsetsResponseTopic(
-                    topic_name=t.topic_name, topic_id=state.topic_id, partitions=rows
+                    topic_name=t.topic_name, topic_id=state.topic_id
                 )
             )
         return DeleteShareGroupOffsetsResponse(responses=out)

@@ -11,7 +11,6 @@ from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["AlterShareGroupOffsetsResponsePartition", "AlterShareGroupOffsetsResponseTopic", "AlterShareGroupOffsetsResponse"]
 
-_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -69,19 +68,23 @@ class AlterShareGroupOffsetsResponse(Message):
     LATEST_VERSION_UNSTABLE = False
     _SCHEMA = (
         ("throttle_time_ms", "int32", (0, 32767), None),
+        ("error_code", "int16", (0, 32767), None),
+        ("error_message", "string", (0, 32767), (0, 32767)),
         ("responses", "[]AlterShareGroupOffsetsResponseTopic", (0, 32767), None),
     )
 
-    __slots__ = ("throttle_time_ms", "responses")
+    __slots__ = ("throttle_time_ms", "error_code", "error_message", "responses")
 
-    def __init__(self, *, throttle_time_ms: int = 0, responses: list[AlterShareGroupOffsetsResponseTopic] = DEFAULT) -> None:
+    def __init__(self, *, throttle_time_ms: int = 0, error_code: int = 0, error_message: str | None = None, responses: list[AlterShareGroupOffsetsResponseTopic] = DEFAULT) -> None:
         self.throttle_time_ms = throttle_time_ms
+        self.error_code = error_code
+        self.error_message = error_message
         self.responses = [] if responses is DEFAULT else responses
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.throttle_time_ms, self.responses) == (other.throttle_time_ms, other.responses)  # type: ignore[attr-defined]
+        return (self.throttle_time_ms, self.error_code, self.error_message, self.responses) == (other.throttle_time_ms, other.error_code, other.error_message, other.responses)  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -127,8 +130,9 @@ def _dec_AlterShareGroupOffsetsResponseTopic_v0(data, pos, _AlterShareGroupOffse
     return o, pos
 
 
-def _enc_AlterShareGroupOffsetsResponse_v0(o, buf, regions, _enc_AlterShareGroupOffsetsResponseTopic_v0=_enc_AlterShareGroupOffsetsResponseTopic_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
-    buf += _pk_i(o.throttle_time_ms)
+def _enc_AlterShareGroupOffsetsResponse_v0(o, buf, regions, _enc_AlterShareGroupOffsetsResponseTopic_v0=_enc_AlterShareGroupOffsetsResponseTopic_v0, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
+    buf += _pk_ih(o.throttle_time_ms, o.error_code)
+    _write_compact_nullable_string(buf, o.error_message)
     lst = o.responses
     _write_compact_array_len(buf, len(lst))
     for e in lst:
@@ -136,9 +140,10 @@ def _enc_AlterShareGroupOffsetsResponse_v0(o, buf, regions, _enc_AlterShareGroup
     buf.append(0)
 
 
-def _dec_AlterShareGroupOffsetsResponse_v0(data, pos, _AlterShareGroupOffsetsResponse=AlterShareGroupOffsetsResponse, _dec_AlterShareGroupOffsetsResponseTopic_v0=_dec_AlterShareGroupOffsetsResponseTopic_v0, _read_compact_array_len=_p.read_compact_array_len, _skip_tagged_fields=_p.skip_tagged_fields, _up_i=_S_i.unpack_from):
-    (v_throttle_time_ms,) = _up_i(data, pos)
-    pos += 4
+def _dec_AlterShareGroupOffsetsResponse_v0(data, pos, _AlterShareGroupOffsetsResponse=AlterShareGroupOffsetsResponse, _dec_AlterShareGroupOffsetsResponseTopic_v0=_dec_AlterShareGroupOffsetsResponseTopic_v0, _read_compact_array_len=_p.read_compact_array_len, _read_compact_nullable_string=_p.read_compact_nullable_string, _skip_tagged_fields=_p.skip_tagged_fields, _up_ih=_S_ih.unpack_from):
+    (v_throttle_time_ms, v_error_code) = _up_ih(data, pos)
+    pos += 6
+    v_error_message, pos = _read_compact_nullable_string(data, pos)
     n, pos = _read_compact_array_len(data, pos)
     if n < 0:
         raise _p.DecodeError("null for non-nullable array responses")
@@ -147,7 +152,7 @@ def _dec_AlterShareGroupOffsetsResponse_v0(data, pos, _AlterShareGroupOffsetsRes
         for _ in range(n):
             e, pos = _dec_AlterShareGroupOffsetsResponseTopic_v0(data, pos)
             v_responses.append(e)
-    o = _AlterShareGroupOffsetsResponse(throttle_time_ms=v_throttle_time_ms, responses=v_responses)
+    o = _AlterShareGroupOffsetsResponse(throttle_time_ms=v_throttle_time_ms, error_code=v_error_code, error_message=v_error_message, responses=v_responses)
     pos = _skip_tagged_fields(data, pos)
     return o, pos
 

@@ -9,51 +9,32 @@ import uuid
 from trio_broker.protocol import primitives as _p
 from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
-__all__ = ["DeleteShareGroupOffsetsResponsePartition", "DeleteShareGroupOffsetsResponseTopic", "DeleteShareGroupOffsetsResponse"]
+__all__ = ["DeleteShareGroupOffsetsResponseTopic", "DeleteShareGroupOffsetsResponse"]
 
+_S_h = struct.Struct(">h")
 _S_ih = struct.Struct(">ih")
-
-
-class DeleteShareGroupOffsetsResponsePartition(Struct):
-    _SCHEMA = (
-        ("partition_index", "int32", (0, 32767), None),
-        ("error_code", "int16", (0, 32767), None),
-        ("error_message", "string", (0, 32767), (0, 32767)),
-    )
-
-    __slots__ = ("partition_index", "error_code", "error_message")
-
-    def __init__(self, *, partition_index: int = 0, error_code: int = 0, error_message: str | None = None) -> None:
-        self.partition_index = partition_index
-        self.error_code = error_code
-        self.error_message = error_message
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return (self.partition_index, self.error_code, self.error_message) == (other.partition_index, other.error_code, other.error_message)  # type: ignore[attr-defined]
-
-    __hash__ = None  # type: ignore[assignment]
 
 
 class DeleteShareGroupOffsetsResponseTopic(Struct):
     _SCHEMA = (
         ("topic_name", "string", (0, 32767), None),
         ("topic_id", "uuid", (0, 32767), None),
-        ("partitions", "[]DeleteShareGroupOffsetsResponsePartition", (0, 32767), None),
+        ("error_code", "int16", (0, 32767), None),
+        ("error_message", "string", (0, 32767), (0, 32767)),
     )
 
-    __slots__ = ("topic_name", "topic_id", "partitions")
+    __slots__ = ("topic_name", "topic_id", "error_code", "error_message")
 
-    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, partitions: list[DeleteShareGroupOffsetsResponsePartition] = DEFAULT) -> None:
+    def __init__(self, *, topic_name: str = "", topic_id: uuid.UUID = ZERO_UUID, error_code: int = 0, error_message: str | None = None) -> None:
         self.topic_name = topic_name
         self.topic_id = topic_id
-        self.partitions = [] if partitions is DEFAULT else partitions
+        self.error_code = error_code
+        self.error_message = error_message
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return (self.topic_name, self.topic_id, self.partitions) == (other.topic_name, other.topic_id, other.partitions)  # type: ignore[attr-defined]
+        return (self.topic_name, self.topic_id, self.error_code, self.error_message) == (other.topic_name, other.topic_id, other.error_code, other.error_message)  # type: ignore[attr-defined]
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -89,43 +70,21 @@ class DeleteShareGroupOffsetsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DeleteShareGroupOffsetsResponsePartition_v0(o, buf, regions, _pk_ih=_S_ih.pack, _write_compact_nullable_string=_p.write_compact_nullable_string):
-    buf += _pk_ih(o.partition_index, o.error_code)
+def _enc_DeleteShareGroupOffsetsResponseTopic_v0(o, buf, regions, _pk_h=_S_h.pack, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):
+    _write_compact_string(buf, o.topic_name)
+    buf += o.topic_id.bytes
+    buf += _pk_h(o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     buf.append(0)
 
 
-def _dec_DeleteShareGroupOffsetsResponsePartition_v0(data, pos, _DeleteShareGroupOffsetsResponsePartition=DeleteShareGroupOffsetsResponsePartition, _read_compact_nullable_string=_p.read_compact_nullable_string, _skip_tagged_fields=_p.skip_tagged_fields, _up_ih=_S_ih.unpack_from):
-    (v_partition_index, v_error_code) = _up_ih(data, pos)
-    pos += 6
-    v_error_message, pos = _read_compact_nullable_string(data, pos)
-    o = _DeleteShareGroupOffsetsResponsePartition(partition_index=v_partition_index, error_code=v_error_code, error_message=v_error_message)
-    pos = _skip_tagged_fields(data, pos)
-    return o, pos
-
-
-def _enc_DeleteShareGroupOffsetsResponseTopic_v0(o, buf, regions, _enc_DeleteShareGroupOffsetsResponsePartition_v0=_enc_DeleteShareGroupOffsetsResponsePartition_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
-    _write_compact_string(buf, o.topic_name)
-    buf += o.topic_id.bytes
-    lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    for e in lst:
-        _enc_DeleteShareGroupOffsetsResponsePartition_v0(e, buf, regions)
-    buf.append(0)
-
-
-def _dec_DeleteShareGroupOffsetsResponseTopic_v0(data, pos, _DeleteShareGroupOffsetsResponseTopic=DeleteShareGroupOffsetsResponseTopic, _dec_DeleteShareGroupOffsetsResponsePartition_v0=_dec_DeleteShareGroupOffsetsResponsePartition_v0, _read_compact_array_len=_p.read_compact_array_len, _read_compact_string=_p.read_compact_string, _read_uuid=_p.read_uuid, _skip_tagged_fields=_p.skip_tagged_fields):
+def _dec_DeleteShareGroupOffsetsResponseTopic_v0(data, pos, _DeleteShareGroupOffsetsResponseTopic=DeleteShareGroupOffsetsResponseTopic, _read_compact_nullable_string=_p.read_compact_nullable_string, _read_compact_string=_p.read_compact_string, _read_uuid=_p.read_uuid, _skip_tagged_fields=_p.skip_tagged_fields, _up_h=_S_h.unpack_from):
     v_topic_name, pos = _read_compact_string(data, pos)
     v_topic_id, pos = _read_uuid(data, pos)
-    n, pos = _read_compact_array_len(data, pos)
-    if n < 0:
-        raise _p.DecodeError("null for non-nullable array partitions")
-    else:
-        v_partitions = []
-        for _ in range(n):
-            e, pos = _dec_DeleteShareGroupOffsetsResponsePartition_v0(data, pos)
-            v_partitions.append(e)
-    o = _DeleteShareGroupOffsetsResponseTopic(topic_name=v_topic_name, topic_id=v_topic_id, partitions=v_partitions)
+    (v_error_code,) = _up_h(data, pos)
+    pos += 2
+    v_error_message, pos = _read_compact_nullable_string(data, pos)
+    o = _DeleteShareGroupOffsetsResponseTopic(topic_name=v_topic_name, topic_id=v_topic_id, error_code=v_error_code, error_message=v_error_message)
     pos = _skip_tagged_fields(data, pos)
     return o, pos
 
