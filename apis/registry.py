@@ -59,7 +59,7 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(0, "Produce", 0, 11, "produce"),
     ApiSpec(1, "Fetch", 0, 17, "fetch"),
     ApiSpec(22, "InitProducerId", 0, 5, "init_producer_id"),
-    ApiSpec(10, "FindCoordinator", 0, 5, "find_coordinator"),
+    ApiSpec(10, "FindCoordinator", 0, 6, "find_coordinator"),  # v6: share-partition keys
     ApiSpec(11, "JoinGroup", 0, 9, "join_group"),
     ApiSpec(12, "Heartbeat", 0, 4, "heartbeat"),
     ApiSpec(13, "LeaveGroup", 0, 5, "leave_group"),

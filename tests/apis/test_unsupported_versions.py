@@ -154,8 +154,9 @@ def test_a_version_of_no_known_layout_closes_the_connection_with_a_log_line(brok
 
 
 def test_a_version_above_ours_with_a_known_layout_gets_a_top_level_error(broker39):
-    # FindCoordinator v6 (Kafka 3.9's file defines it; this broker serves up to v5).
+    # AddOffsetsToTxn v4 (Kafka 3.9's file defines it; this broker serves up to v3).
     with connect(broker39) as sock:
-        sock.sendall(encode_request(request_of(10, key_type=0, coordinator_keys=["g"]), 6))
-        _, answer = read_response(sock, 10, 6)
-    assert [(c.key, c.error_code) for c in answer.coordinators] == [("g", 35)]
+        request = request_of(25, transactional_id="t", producer_id=1, group_id="g")
+        sock.sendall(encode_request(request, 4))
+        _, answer = read_response(sock, 25, 4)
+    assert answer.error_code == 35

@@ -4,14 +4,16 @@ record exactly once."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import time
 
 from confluent_kafka import Producer, ShareConsumer
-from failover_helpers import create_topic, wait_for_leaders
+from failover_helpers import create_topic, partitions, wait_for_leaders
 from wire import request_of, roundtrip
 
+from trio_broker.cluster.coordinator_log import partition_for
 from trio_broker.protocol._generated.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
@@ -65,3 +67,20 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
         t.join(60)
     everything = taken[0] + taken[1]
     assert len(everything) == len(set(everything)) == 3000
+
+    # FindCoordinator v6 with share-partition keys ("group:topic id:partition"), asked of
+    # every broker: the leader of the key's __share_group_state partition (Kafka's hash).
+    state = partitions(bootstrap, "__share_group_state")
+    first = next(iter(kafka_cluster.brokers.values()))
+    with socket.create_connection((first.host, first.port), timeout=30) as sock:
+        metadata = roundtrip(sock, request_of(3, topics=None), 12)
+    (topic_id,) = [t.topic_id for t in metadata.topics if t.name == "spread"]
+    text = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    keys = [f"pool:{text}:{p}" for p in range(6)]
+    want = [state[partition_for(k, len(state))].leader for k in keys]
+    for broker in kafka_cluster.brokers.values():
+        with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+            found = roundtrip(sock, request_of(10, key_type=2, coordinator_keys=keys), 6)
+        assert [(c.key, c.error_code, c.node_id) for c in found.coordinators] == [
+            (k, 0, node) for k, node in zip(keys, want, strict=True)
+        ]

@@ -26,6 +26,8 @@ partition (moving it with leadership is not done yet).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import struct
 import uuid
@@ -49,7 +51,10 @@ __all__ = [
     "append_record",
     "decode_snapshot",
     "encode_snapshot",
+    "parse_share_key",
     "replay_partition",
+    "share_key",
+    "state_partition",
 ]
 
 SHARE_STATE_TOPIC = "__share_group_state"
@@ -57,6 +62,37 @@ SNAPSHOT_TYPE = 0
 _KEY_HEAD = struct.Struct(">hh")
 _VALUE_HEAD = struct.Struct(">hHiiq")  # version, snapshot epoch, state epoch, leader epoch, start
 _BATCH = struct.Struct(">qqbh")
+
+
+def share_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
+    """Kafka's SharePartitionKey.asCoordinatorKey: "group:topic id:partition", the topic id
+    written as Kafka writes a Uuid (URL-safe base64, unpadded)."""
+    text = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+    return f"{group_id}:{text}:{partition}"
+
+
+def parse_share_key(key: str) -> tuple[str, uuid.UUID, int] | None:
+    """A share-partition key as FindCoordinator carries it, or None where Kafka's
+    SharePartitionKey.validate refuses it (three fields, a group, a Uuid, an int)."""
+    tokens = key.split(":")
+    while tokens and tokens[-1] == "":
+        tokens.pop()  # as Java's String.split drops trailing empty fields
+    if len(tokens) != 3 or not tokens[0].strip():
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(tokens[1] + "=" * (-len(tokens[1]) % 4))
+        partition = int(tokens[2])
+    except (ValueError, binascii.Error):
+        return None
+    if len(raw) != 16 or not -(2**31) <= partition < 2**31:
+        return None
+    return tokens[0].strip(), uuid.UUID(bytes=raw), partition
+
+
+def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, count: int) -> int:
+    """The `__share_group_state` partition of a share-partition's key (Kafka's
+    ShareCoordinatorService.partitionFor)."""
+    return partition_for(share_key(group_id, topic_id, partition), count)
 
 
 def encode_key(group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
@@ -188,7 +224,7 @@ class ShareStateStore:
             self.num_partitions = len(topic.partitions)
 
     def _partition_for(self, group_id: str, topic_id: uuid.UUID, partition: int) -> int:
-        return partition_for(f"{group_id}:{topic_id}:{partition}", self.num_partitions)
+        return state_partition(group_id, topic_id, partition, self.num_partitions)
 
     def _topic_id(self, topic: str) -> uuid.UUID | None:
         state = self.broker.metadata.topics.get(topic)

@@ -19,7 +19,6 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from trio_broker.cluster.coordinator_log import partition_for
 from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
 from trio_broker.cluster.groups.share.share_state import (
     SHARE_STATE_TOPIC,
@@ -27,6 +26,7 @@ from trio_broker.cluster.groups.share.share_state import (
     encode_key,
     encode_snapshot,
     replay_partition,
+    state_partition,
 )
 from trio_broker.cluster.replication.isr_wait import map_for_coordinator, replicated
 from trio_broker.errors import ErrorCode, KafkaError
@@ -52,11 +52,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["ShareStateCoordinator", "state_partition"]
 
 Key = tuple[str, uuid.UUID, int]
-
-
-def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, count: int) -> int:
-    """The `__share_group_state` partition of a share-partition's key (Kafka's)."""
-    return partition_for(f"{group_id}:{topic_id}:{partition}", count)
 
 
 class ShareStateCoordinator:

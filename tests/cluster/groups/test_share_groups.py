@@ -5,9 +5,11 @@ back, the share.* group configs, ListGroups and DeleteGroups."""
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import time
+import uuid
 
 from confluent_kafka import AcknowledgeType, KafkaError, Producer, ShareConsumer
 from confluent_kafka.admin import (
@@ -124,6 +126,22 @@ def test_share_configs_are_described_and_altered(kafka_broker_factory):
     assert configs["share.record.lock.duration.ms"] == "2000"
     assert configs["share.delivery.count.limit"] == "3"
     assert configs["share.session.timeout.ms"] == "45000"
+
+
+def test_find_coordinator_of_a_share_partition_key(kafka_broker_factory):
+    # FindCoordinator v6, key type 2: "group:topic id:partition", the topic id as Kafka
+    # writes a Uuid; a lone broker is every share-partition's share coordinator.
+    broker = kafka_broker_factory(BROKER)
+    key = "g:" + base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=") + ":3"
+    bad = ["g:3", "g:not-a-uuid:3", f"{key}x", ":" + key.split(":", 1)[1]]
+    found = _raw(broker, 10, 6, key_type=2, coordinator_keys=[key, *bad]).coordinators
+    assert [(c.key, c.error_code) for c in found] == [(key, 0)] + [
+        (k, ErrorCode.INVALID_REQUEST) for k in bad
+    ]
+    assert (found[0].node_id, found[0].port) == (broker.config.node_id, broker.port)
+    # Key type 2 came with v6.
+    older = _raw(broker, 10, 5, key_type=2, coordinator_keys=[key]).coordinators
+    assert [c.error_code for c in older] == [ErrorCode.INVALID_REQUEST]
 
 
 def test_one_then_four_consumers_accept_every_record_once(kafka_broker_factory):
