@@ -63,7 +63,8 @@ def apply_group_configs(
     broker: Broker, name: str, overrides: Mapping[str, str | None], validate_only: bool
 ) -> None:
     """Validate a group's complete new override set, then (unless validate_only) store it
-    in the cluster metadata, which persists it."""
+    in the cluster metadata, which persists it: a lone broker's in its metadata file, a
+    cluster's in ZooKeeper (cluster/zookeeper/group_configs.py), for every broker."""
     check_group_resource(name)
     configs = validate_group_configs(overrides, broker.config)
     if validate_only:
@@ -72,7 +73,11 @@ def apply_group_configs(
         broker.metadata.group_configs[name] = configs
     else:
         broker.metadata.group_configs.pop(name, None)
-    broker.metadata.save()
+    shared = getattr(broker, "zk_group_configs", None)
+    if shared is not None:
+        shared.write(name, configs)
+    else:
+        broker.metadata.save()
 
 
 def refuse_broker_change(broker: Broker, name: str, keys: Iterable[str]) -> None:
@@ -140,4 +145,5 @@ async def handle(broker: Broker, request: Request) -> AlterConfigsResponse:
     if broker.topics.zk_topics is not None:  # a cluster: the writes to ZooKeeper are done
         await broker.topics.zk_topics.config_writes_done()
         await broker.zk_broker_configs.writes_done()
+        await broker.zk_group_configs.writes_done()
     return AlterConfigsResponse(responses=responses)

@@ -167,4 +167,5 @@ async def handle(broker: Broker, request: Request) -> IncrementalAlterConfigsRes
     if broker.topics.zk_topics is not None:  # a cluster: the writes to ZooKeeper are done
         await broker.topics.zk_topics.config_writes_done()
         await broker.zk_broker_configs.writes_done()
+        await broker.zk_group_configs.writes_done()
     return IncrementalAlterConfigsResponse(responses=responses)

@@ -164,6 +164,11 @@ class Broker:
             # First: the dynamic broker configs apply before the other services read them.
             self.zk_broker_configs: Any = ZkBrokerConfigs(self)
             self.services.append(self.zk_broker_configs)
+            from trio_broker.cluster.zookeeper.group_configs import ZkGroupConfigs
+
+            # Before the group coordinator, which reads the groups' configs.
+            self.zk_group_configs: Any = ZkGroupConfigs(self)
+            self.services.append(self.zk_group_configs)
 
             self.controller_elector = ControllerElector(self, self.zk)
             self.membership = BrokerMembership(self, self.zk, self.controller_elector)

@@ -1,6 +1,7 @@
 """A share group (KIP-932) in a 3-broker cluster: partitions led by different brokers, each
 leader keeping its share-partitions, two confluent-kafka ShareConsumers accepting every
-record exactly once."""
+record exactly once; the group's configs, set through one broker, hold on all of them;
+FindCoordinator answers share-partition keys."""
 
 from __future__ import annotations
 
@@ -14,24 +15,43 @@ from failover_helpers import create_topic, partitions, wait_for_leaders
 from wire import request_of, roundtrip
 
 from trio_broker.cluster.coordinator_log import partition_for
+from trio_broker.protocol._generated.describe_configs_request import DescribeConfigsResource
 from trio_broker.protocol._generated.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
 )
 
 
-def _group_config_everywhere(cluster, group: str, name: str, value: str) -> None:
-    # Group configs are kept by the broker that is told them (not yet shared through
-    # ZooKeeper): each broker is told, as each leads share-partitions of the group.
+def _set_group_config(broker, group: str, name: str, value: str) -> None:
     resource = AlterConfigsResource(
         resource_type=32,
         resource_name=group,
         configs=[AlterableConfig(name=name, config_operation=0, value=value)],
     )
-    for broker in cluster.brokers.values():
-        with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
-            response = roundtrip(sock, request_of(44, resources=[resource]), 1)
-        assert response.responses[0].error_code == 0
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        response = roundtrip(sock, request_of(44, resources=[resource]), 1)
+    assert response.responses[0].error_code == 0
+
+
+def _group_config(broker, group: str, name: str) -> tuple[str, bool]:
+    """A group config as one broker describes it: (value, whether set for the group)."""
+    resource = DescribeConfigsResource(
+        resource_type=32, resource_name=group, configuration_keys=[name]
+    )
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        response = roundtrip(sock, request_of(32, resources=[resource]), 4)
+    (result,) = response.results
+    assert result.error_code == 0
+    (entry,) = [c for c in result.configs if c.name == name]
+    return entry.value, entry.config_source == 8  # GROUP_CONFIG
+
+
+def _everywhere(brokers, group: str, name: str, want: tuple[str, bool]) -> None:
+    deadline = time.monotonic() + 30
+    for broker in brokers:
+        while (got := _group_config(broker, group, name)) != want:
+            assert time.monotonic() < deadline, (got, want)
+            time.sleep(0.1)
 
 
 def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
@@ -39,7 +59,12 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
     create_topic(bootstrap, "spread", 6, 3)
     leaders = wait_for_leaders(bootstrap, "spread", 6, isr_size=3)
     assert len({p.leader for p in leaders.values()}) == 3  # every broker leads some
-    _group_config_everywhere(kafka_cluster, "pool", "share.auto.offset.reset", "earliest")
+    # A group config set through one broker holds on every broker (through ZooKeeper):
+    # each leads share-partitions of the group, and each must start them at the earliest.
+    brokers = list(kafka_cluster.brokers.values())
+    assert _group_config(brokers[1], "pool", "share.auto.offset.reset") == ("latest", False)
+    _set_group_config(brokers[0], "pool", "share.auto.offset.reset", "earliest")
+    _everywhere(brokers, "pool", "share.auto.offset.reset", ("earliest", True))
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
     for i in range(3000):
         producer.produce("spread", b"%d" % i, partition=i % 6)
@@ -84,3 +109,7 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
         assert [(c.key, c.error_code, c.node_id) for c in found.coordinators] == [
             (k, 0, node) for k, node in zip(keys, want, strict=True)
         ]
+
+    # A broker started later reads the group's configs from ZooKeeper.
+    later = kafka_cluster.add_broker(4)
+    _everywhere([later], "pool", "share.auto.offset.reset", ("earliest", True))

@@ -22,7 +22,8 @@ from trio_broker.testing import KafkaCluster
 
 
 def _group_configs_everywhere(cluster, group: str, **configs: str) -> None:
-    # Group configs are kept by the broker told them: each broker is told.
+    # Group configs are shared through ZooKeeper; each broker is told all the same, so
+    # that each has them before the consumers start (a change notification may lag).
     resource = AlterConfigsResource(
         resource_type=32,
         resource_name=group,
