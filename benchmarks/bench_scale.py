@@ -18,6 +18,21 @@ SIGTERM        stop: from the signal to the exit; first: from the new process's 
 kill -9        the same restart after SIGKILL (one more record produced to every partition
                first, so that recovery has something to read after the recovery point)
 
+With --cluster: ZooKeeper and three broker processes instead, --partitions partitions at
+replication factor 3 (topics of --per-topic), session timeout --session-ms; it prints:
+
+create         seconds for the CreateTopics requests (each answers once every partition
+               has a leader)
+kill -9        of a broker leading a third of the partitions (not the controller): until
+               both survivors' Metadata name a live leader for every partition
+rejoin         the killed broker started again: until it is in every partition's ISR
+preferred      ElectLeaders (preferred, all partitions): until its answer, and until
+               Metadata shows it leading its third again
+SIGTERM        of that broker (controlled shutdown): until it exited, and until both
+               survivors' Metadata name a live leader for every partition
+With --profile DIR, py-spy records the controller during each phase and the heaviest
+functions of each profile are printed (the raw profiles are kept in DIR).
+
 Raw Kafka wire from this process (no client library in the figures). It raises its own
 RLIMIT_NOFILE soft limit to the hard one; the broker raises its own at start. No
 assertion on figures: the machine is shared, so they are noisy.
@@ -149,7 +164,7 @@ class Broker:
         return time.perf_counter() - started
 
 
-def create(port: int, topics: list[str], per_topic: int) -> None:
+def create(port: int, topics: list[str], per_topic: int, replication_factor: int = 1) -> None:
     with connect(port, timeout=600) as sock:
         for i in range(0, len(topics), 20):
             body = call(
@@ -157,7 +172,9 @@ def create(port: int, topics: list[str], per_topic: int) -> None:
                 19,
                 5,
                 topics=[
-                    CreatableTopic(name=t, num_partitions=per_topic, replication_factor=1)
+                    CreatableTopic(
+                        name=t, num_partitions=per_topic, replication_factor=replication_factor
+                    )
                     for t in topics[i : i + 20]
                 ],
                 timeout_ms=600_000,
@@ -258,6 +275,207 @@ def restart(broker: Broker, sig: int, topics: list[str], per_topic: int) -> dict
     return {"stop": stop, "first": first, "all": every}
 
 
+# ---------------------------------------------------------------- a 3-broker cluster (--cluster)
+
+
+def leaders(port: int) -> tuple[int, dict[tuple[str, int], tuple[int, tuple[int, ...]]]]:
+    """(controller id, {(topic, partition): (leader, isr)}) from one broker's Metadata."""
+    with connect(port) as sock:
+        body = call(sock, 3, 12, topics=None, allow_auto_topic_creation=False)
+    return body.controller_id, {
+        (t.name, p.partition_index): (p.leader_id, tuple(p.isr_nodes))
+        for t in body.topics
+        if t.name.startswith("scale-")
+        for p in t.partitions
+    }
+
+
+def wait_for(what: str, check: Any, started: float, timeout: float = 900) -> float:
+    """Seconds from `started` (perf_counter) until `check()` is true, polled every 0.1 s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ConnectionError):
+            if check():
+                return time.perf_counter() - started
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out: {what}")
+
+
+def all_led(ports: list[int], live: set[int], count: int) -> bool:
+    """Every survivor's Metadata names a live leader for each of `count` partitions."""
+    for port in ports:
+        _, seen = leaders(port)
+        if len(seen) != count or any(leader not in live for leader, _ in seen.values()):
+            return False
+    return True
+
+
+class Profiler:
+    """py-spy recording one process (the controller) while a phase runs."""
+
+    def __init__(self, out_dir: str | None) -> None:
+        self.out_dir = Path(out_dir) if out_dir else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.path: Path | None = None
+
+    def start(self, pid: int, name: str) -> None:
+        if self.out_dir is None:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / f"{name}.txt"
+        py_spy = Path(sys.executable).with_name("py-spy")
+        self.proc = subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(pid), "--rate", "100", "--nonblocking"]
+            + ["--format", "raw", "--output", str(self.path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1)  # py-spy attaches
+
+    def stop(self) -> None:
+        if self.proc is None or self.path is None:
+            return
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(60)
+        self.proc = None
+        progress(f"profile {self.path}:\n" + summarize(self.path))
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def summarize(path: Path, top: int = 25) -> str:
+    """The heaviest project functions of a py-spy raw profile, by inclusive samples."""
+    inclusive: dict[str, int] = {}
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not count.isdigit():
+                continue
+            total += int(count)
+            seen = set()
+            for frame in stack.split(";"):
+                if "trio_broker" not in frame and "/cluster/" not in frame:
+                    continue
+                name = frame.split(" (")[0] + " " + frame.rsplit("/", 1)[-1].split(":")[0]
+                if name not in seen:
+                    seen.add(name)
+                    inclusive[name] = inclusive.get(name, 0) + int(count)
+    rows = sorted(inclusive.items(), key=lambda kv: -kv[1])[:top]
+    return "\n".join(f"  {n * 100 / max(total, 1):5.1f}%  {f}" for f, n in rows) + (
+        f"\n  ({total} samples)"
+    )
+
+
+def run_cluster(args: argparse.Namespace) -> None:
+    from trio_broker.testing import KafkaCluster, ZooKeeperServer
+
+    per_topic = args.per_topic
+    topics = [f"scale-{i:05d}" for i in range(args.partitions // per_topic)]
+    count = len(topics) * per_topic
+    row: dict[str, Any] = {"partitions": count}
+    profiler = Profiler(args.profile)
+    with tempfile.TemporaryDirectory(prefix="bench-scale-cluster-") as tmp:
+        base = Path(args.log_dir or tmp)
+        overrides = {
+            "zookeeper.session.timeout.ms": str(args.session_ms),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+        }
+        with (
+            ZooKeeperServer() as zk,
+            KafkaCluster(zk, base_dir=base, processes=True, overrides=overrides) as cluster,
+        ):
+            try:
+                ports = {b: broker.port for b, broker in cluster.brokers.items()}
+                controller, _ = leaders(ports[1])
+                progress(f"cluster up, controller {controller}; creating {count} partitions")
+                profiler.start(cluster.brokers[controller].proc.pid, "create")
+                started = time.perf_counter()
+                create(ports[controller], topics, per_topic, replication_factor=3)
+                row["create_s"] = time.perf_counter() - started
+                profiler.stop()
+                progress(f"created in {row['create_s']:.1f} s")
+                wait_for(
+                    "full ISRs",
+                    lambda: all(len(isr) == 3 for _, isr in leaders(ports[controller])[1].values()),
+                    time.perf_counter(),
+                )
+                row["rss_mb"] = [rss_mb(b.proc.pid) for b in cluster.brokers.values()]
+                row["fds"] = [open_fds(b.proc.pid) for b in cluster.brokers.values()]
+                victim = max(b for b in cluster.brokers if b != controller)
+                survivors = [p for b, p in ports.items() if b != victim]
+                live = set(ports) - {victim}
+                led = sum(
+                    1 for leader, _ in leaders(ports[controller])[1].values() if leader == victim
+                )
+                row["victim_led"] = led
+                progress(f"kill -9 of broker {victim}, leading {led}")
+                profiler.start(cluster.brokers[controller].proc.pid, "kill")
+                started = time.perf_counter()
+                cluster.brokers[victim].kill()
+                row["kill_s"] = wait_for(
+                    "leaders after kill -9", lambda: all_led(survivors, live, count), started
+                )
+                profiler.stop()
+                progress(f"all led again {row['kill_s']:.1f} s after kill -9")
+
+                started = time.perf_counter()
+                cluster.brokers[victim].start_again()
+                row["rejoin_s"] = wait_for(
+                    "the broker back in every ISR",
+                    lambda: all(victim in isr for _, isr in leaders(ports[controller])[1].values()),
+                    started,
+                )
+                progress(f"rejoined every ISR in {row['rejoin_s']:.1f} s")
+                profiler.start(cluster.brokers[controller].proc.pid, "preferred")
+                started = time.perf_counter()
+                with connect(ports[controller], timeout=600) as sock:
+                    call(sock, 43, 2, election_type=0, topic_partitions=None, timeout_ms=600_000)
+                row["elect_answer_s"] = time.perf_counter() - started
+
+                def back() -> bool:
+                    seen = leaders(ports[victim])[1].values()
+                    return sum(1 for leader, _ in seen if leader == victim) >= led
+
+                row["elect_s"] = wait_for("preferred leaders", back, started)
+                profiler.stop()
+                progress(f"preferred election {row['elect_s']:.1f} s")
+
+                progress(f"SIGTERM of broker {victim}")
+                profiler.start(cluster.brokers[controller].proc.pid, "sigterm")
+                started = time.perf_counter()
+                cluster.brokers[victim].stop(timeout_s=600)
+                row["term_stop_s"] = time.perf_counter() - started
+                row["term_s"] = wait_for(
+                    "leaders after SIGTERM", lambda: all_led(survivors, live, count), started
+                )
+                profiler.stop()
+                progress(f"SIGTERM: exited {row['term_stop_s']:.1f} s, led {row['term_s']:.1f} s")
+            except BaseException:
+                for b, broker in cluster.brokers.items():
+                    progress(f"broker {b}'s last lines:\n" + "".join(broker.lines[-20:]))
+                raise
+            finally:
+                profiler.close()
+    print(
+        "| partitions (RF 3) | create | RSS per broker | fds per broker | kill -9: led again "
+        "| rejoin: in every ISR | preferred: answer / led | SIGTERM: exit / led again |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {count:,} | {row['create_s']:.1f} s "
+        f"| {' / '.join(f'{m:.0f}' for m in row['rss_mb'])} MB "
+        f"| {' / '.join(f'{n:,}' for n in row['fds'])} "
+        f"| {row['kill_s']:.1f} s ({row['victim_led']:,} leaderships; session {args.session_ms} ms) "
+        f"| {row['rejoin_s']:.1f} s | {row['elect_answer_s']:.1f} s / {row['elect_s']:.1f} s "
+        f"| {row['term_stop_s']:.1f} s / {row['term_s']:.1f} s |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--levels", default="1000,5000,20000")
@@ -266,12 +484,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="levels 200,1000; 200 connections")
     parser.add_argument("--log-dir", help="default: a fresh temporary directory")
     parser.add_argument("--broker-log", help="append the broker's log lines to this file")
+    parser.add_argument("--cluster", action="store_true", help="ZooKeeper and 3 brokers, RF 3")
+    parser.add_argument("--partitions", type=int, default=10_000, help="with --cluster")
+    parser.add_argument("--session-ms", type=int, default=6000, help="with --cluster")
+    parser.add_argument("--profile", help="with --cluster: py-spy the controller into DIR")
     args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if args.cluster:
+        run_cluster(args)
+        return
     if args.quick:
         args.levels, args.connections = "200,1000", 200
     levels = [int(x) for x in args.levels.split(",")]
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     progress(f"RLIMIT_NOFILE soft {soft} -> {hard}, hard {hard}")
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:

@@ -43,14 +43,14 @@ async def controlled_shutdown(ctrl: Controller, broker_id: int) -> list[tuple[st
     mine = [tp for tp in ctx.partitions_on(broker_id) if len(ctx.replicas(*tp)) > 1]
     led = [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
     followed = [tp for tp in mine if tp in ctx.states and tp not in led]
-    changed = await psm.elect(ctx, ctrl.zk, led, psm.Election.SHUTDOWN)
-    changed += await psm.elect(ctx, ctrl.zk, followed, psm.Election.SHUTDOWN)
+    # One batch: new leaders for what it led, the ISRs it leaves for what it followed.
+    changed = await psm.elect(ctx, ctrl.zk, led + followed, psm.Election.SHUTDOWN)
     batch = ctrl.batch()
     for tp in changed:
         batch.add_leader_and_isr([r for r in ctx.replicas(*tp) if r != broker_id], *tp)
     for tp in followed:
         batch.add_stop_replica([broker_id], *tp, delete=False)
-    batch.add_update_metadata(ctx.live_brokers)
+    batch.add_update_metadata(ctx.live_brokers, mine)
     batch.send(ctrl.channel)
     return [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
 
@@ -88,7 +88,7 @@ async def elect_leaders(
     batch = ctrl.batch()
     for tp in changed:
         batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
-    batch.add_update_metadata(ctx.live_brokers)
+    batch.add_update_metadata(ctx.live_brokers, changed)
     batch.send(ctrl.channel)
     for tp in todo:
         if tp in changed:
@@ -131,7 +131,7 @@ async def check_imbalance(ctrl: Controller) -> None:
     batch = ctrl.batch()
     for tp in changed:
         batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
-    batch.add_update_metadata(ctx.live_brokers)
+    batch.add_update_metadata(ctx.live_brokers, changed)
     batch.send(ctrl.channel)
 
 

@@ -6,7 +6,8 @@
     └── RequestBatch                  what one controller decision sends: LeaderAndIsr per
                                       broker, UpdateMetadata to the brokers named,
                                       StopReplica; `send()` queues each broker's requests
-                                      in that order
+                                      in that order: one request of each kind per broker,
+                                      with all the partitions of the decision
 
 A broker's requests go out one at a time, in the order the controller made them (Kafka's
 RequestSendThread): the next LeaderAndIsr never overtakes the previous one. A request that
@@ -53,10 +54,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ControllerChannel", "RequestBatch", "UPDATE_METADATA_FULL"]
+__all__ = [
+    "UPDATE_METADATA_FULL",
+    "UPDATE_METADATA_INCREMENTAL",
+    "ControllerChannel",
+    "RequestBatch",
+]
 
 # UpdateMetadata v8's `type` (KIP-866): FULL means every live topic is in the request, so
-# a broker drops the topics it does not name. This controller always sends full updates.
+# a broker drops the topics it does not name; INCREMENTAL names only partitions that
+# changed, and a broker keeps the others as they were.
+UPDATE_METADATA_INCREMENTAL = 1
 UPDATE_METADATA_FULL = 2
 
 _RETRY_BACKOFF_S = 0.1
@@ -199,6 +207,8 @@ class RequestBatch:
     )
     stop_replica: dict[int, dict[tuple[str, int], bool]] = attrs.Factory(dict)
     update_metadata_brokers: set[int] = attrs.Factory(set)
+    # The partitions the UpdateMetadata names; None: all of them (a full update).
+    update_metadata_partitions: set[tuple[str, int]] | None = attrs.Factory(set)
 
     def add_leader_and_isr(
         self, brokers: Iterable[int], topic: str, partition: int, *, is_new: bool = False
@@ -227,15 +237,25 @@ class RequestBatch:
         for broker_id in brokers:
             if broker_id in ctx.live_brokers:
                 self.leader_and_isr.setdefault(broker_id, {})[(topic, partition)] = entry
-        self.update_metadata_brokers.update(ctx.live_brokers)
+        self.add_update_metadata(ctx.live_brokers, [(topic, partition)])
 
     def add_stop_replica(self, brokers: Iterable[int], topic: str, partition: int, delete: bool):
         for broker_id in brokers:
             if broker_id in self.context.live_brokers:
                 self.stop_replica.setdefault(broker_id, {})[(topic, partition)] = delete
 
-    def add_update_metadata(self, brokers: Iterable[int]) -> None:
+    def add_update_metadata(
+        self, brokers: Iterable[int], partitions: Iterable[tuple[str, int]] | None = None
+    ) -> None:
+        """UpdateMetadata to the live ones of `brokers`: of `partitions` only (incremental,
+        as Kafka's controller tells brokers what changed), or of every partition (None: a
+        full update, which also drops the topics a broker should no longer know). Either
+        way it lists every live broker."""
         self.update_metadata_brokers.update(b for b in brokers if b in self.context.live_brokers)
+        if partitions is None:
+            self.update_metadata_partitions = None
+        elif self.update_metadata_partitions is not None:
+            self.update_metadata_partitions.update(partitions)
 
     def send(self, channel: ControllerChannel) -> None:
         """Queue each broker's requests: LeaderAndIsr, UpdateMetadata, StopReplica. Each
@@ -250,7 +270,7 @@ class RequestBatch:
         for broker_id, entries in self.stop_replica.items():
             channel.enqueue(broker_id, self._to(broker_id, self._stop_replica_request(entries)))
         self.leader_and_isr, self.stop_replica = {}, {}
-        self.update_metadata_brokers = set()
+        self.update_metadata_brokers, self.update_metadata_partitions = set(), set()
 
     def _to(self, broker_id: int, request: Any) -> Any:
         node = self.context.live_brokers.get(broker_id)
@@ -290,9 +310,18 @@ class RequestBatch:
         ctx = self.context
         topic_states = []
         ungrouped = []
-        for topic in sorted(ctx.assignments):
+        named = self.update_metadata_partitions
+        by_topic: dict[str, list[int]] = {}
+        if named is None:
+            for topic, assignment in ctx.assignments.items():
+                by_topic[topic] = sorted(assignment.partitions)
+        else:
+            for topic, partition in named:
+                if topic in ctx.assignments:
+                    by_topic.setdefault(topic, []).append(partition)
+        for topic in sorted(by_topic):
             states = []
-            for partition in sorted(ctx.assignments[topic].partitions):
+            for partition in sorted(by_topic[topic]):
                 state = ctx.states.get((topic, partition))
                 if state is None:
                     continue  # no state znode yet: not described until it has one
@@ -346,7 +375,7 @@ class RequestBatch:
         return UpdateMetadataRequest(
             controller_id=ctx.controller_id,
             controller_epoch=ctx.epoch,
-            type=UPDATE_METADATA_FULL,
+            type=UPDATE_METADATA_FULL if named is None else UPDATE_METADATA_INCREMENTAL,
             ungrouped_partition_states=ungrouped,
             topic_states=topic_states,
             live_brokers=brokers,

@@ -435,14 +435,14 @@ class Controller:
         )
         ctx.topic_ids[topic] = ctx.assignments[topic].topic_id
         self._watch_topic(topic)
-        fresh = []
-        for partition in sorted(assignment.partitions):
-            if known is not None and partition in known.partitions:
-                continue
-            state = await psm.read_state(self.zk, topic, partition)
+        fresh = [
+            (topic, partition)
+            for partition in sorted(assignment.partitions)
+            if known is None or partition not in known.partitions
+        ]
+        for tp, state in zip(fresh, await psm.read_states(self.zk, fresh), strict=True):
             if state is not None:
-                ctx.states[(topic, partition)] = state
-            fresh.append((topic, partition))
+                ctx.states[tp] = state
         return fresh
 
     # --- brokers ----------------------------------------------------------------------------
@@ -506,7 +506,7 @@ class Controller:
     async def on_broker_failure(self, broker_ids: frozenset[int]) -> None:
         """Kafka's onBrokerFailure: partitions they led get a leader from the live ISR,
         partitions they followed lose them from the ISR; LeaderAndIsr to the remaining
-        replicas, UpdateMetadata to all."""
+        replicas, UpdateMetadata of their partitions to all."""
         from trio_broker.cluster.controller import partition_state_machine as psm
 
         ctx = self.ctx
@@ -528,7 +528,11 @@ class Controller:
         batch = self.batch()
         for tp in changed:
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
-        batch.add_update_metadata(ctx.live_brokers)
+        # Every partition with a replica on them: its offline replicas changed.
+        batch.add_update_metadata(
+            ctx.live_brokers,
+            [tp for tp in ctx.partitions() if broker_ids.intersection(ctx.replicas(*tp))],
+        )
         batch.send(self.channel)
 
     # --- topics -----------------------------------------------------------------------------
@@ -569,7 +573,7 @@ class Controller:
 
     async def _on_new_partitions(self, partitions: list[tuple[str, int]]) -> None:
         """Kafka's onNewPartitionCreation: NewPartition -> OnlinePartition, LeaderAndIsr
-        (is_new) to the replicas, UpdateMetadata to everyone."""
+        (is_new) to the replicas, UpdateMetadata of the new partitions to everyone."""
         from trio_broker.cluster.controller import partition_state_machine as psm
 
         ctx = self.ctx
@@ -579,7 +583,7 @@ class Controller:
         for tp in partitions:
             if tp in ctx.states:
                 batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
-        batch.add_update_metadata(ctx.live_brokers)
+        batch.add_update_metadata(ctx.live_brokers, partitions)
         batch.send(self.channel)
         if created:
             logger.info("controller epoch %d: new partitions %s online", self.epoch, created)
@@ -588,37 +592,40 @@ class Controller:
 
     async def _on_isr_change(self, children: list[str]) -> None:
         """Kafka's IsrChangeNotification: read and delete the notifications, re-read those
-        partitions' states, UpdateMetadata to every live broker."""
+        partitions' states, UpdateMetadata of those partitions to every live broker."""
         from kazoo.exceptions import NoNodeError
 
         from trio_broker.cluster.controller import partition_state_machine as psm
 
         ctx = self.ctx
         partitions: set[tuple[str, int]] = set()
-        for child in children:
-            if not child.startswith(zk_data.ISR_CHANGE_PREFIX):
+        paths = [
+            f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{child}"
+            for child in children
+            if child.startswith(zk_data.ISR_CHANGE_PREFIX)
+        ]
+        # All read, then all deleted, each pipelined (a leader writes one notification per
+        # batch of changes, but thousands of changes may be waiting).
+        for path, result in zip(paths, await self.zk.get_many(paths), strict=True):
+            if isinstance(result, NoNodeError):
                 continue
-            path = f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{child}"
+            if isinstance(result, Exception):
+                raise result
             try:
-                data, _ = await self.zk.get(path)
-                partitions.update(zk_data.decode_isr_change(data))
-            except NoNodeError:
-                continue
+                partitions.update(zk_data.decode_isr_change(result[0]))
             except (ValueError, KeyError, json.JSONDecodeError):
-                logger.warning("unreadable ISR change notification %s", child)
-            try:
-                await self.zk.delete(path)
-            except NoNodeError:
-                pass
+                logger.warning("unreadable ISR change notification %s", path)
+        for result in await self.zk.delete_many(paths):
+            if isinstance(result, Exception) and not isinstance(result, NoNodeError):
+                raise result
         if not partitions:
             return
-        for tp in sorted(partitions):
-            if tp in ctx.states:
-                state = await psm.read_state(self.zk, *tp)
-                if state is not None:
-                    ctx.states[tp] = state
+        known = sorted(tp for tp in partitions if tp in ctx.states)
+        for tp, state in zip(known, await psm.read_states(self.zk, known), strict=True):
+            if state is not None:
+                ctx.states[tp] = state
         batch = self.batch()
-        batch.add_update_metadata(ctx.live_brokers)
+        batch.add_update_metadata(ctx.live_brokers, known)
         batch.send(self.channel)
         from trio_broker.cluster.controller.reassignment import maybe_complete
 

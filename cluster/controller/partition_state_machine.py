@@ -19,6 +19,14 @@ Elections (`Election`):
 
 Every write is a ZooKeeper multi that first checks /controller_epoch at the version this
 controller wrote: a deposed controller's write fails as a whole (ControllerMovedError).
+
+Both work on many partitions at once, as Kafka's controller does through its zkClient's
+batch calls: the states are read with their requests pipelined (`read_states`), and
+written in multis of up to `_MULTI_OPS` partitions (`write_states`), so that a broker
+failure moving thousands of leaderships costs a few ZooKeeper round trips, not two per
+partition. A multi is all or nothing: when one of its partitions' writes fails (the
+leader changed its ISR meanwhile: a version conflict), that chunk is written again one
+multi per partition, pipelined, and each partition gets its own answer.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from trio_broker.cluster.controller.context import ControllerContext, PartitionLeadership
@@ -37,9 +45,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ControllerMovedError", "Election", "elect", "initialize", "read_state"]
+__all__ = [
+    "ControllerMovedError",
+    "Election",
+    "elect",
+    "initialize",
+    "read_state",
+    "read_states",
+    "write_states",
+]
 
 _WRITE_ATTEMPTS = 10
+# Partitions per ZooKeeper multi: a state write is ~200 bytes, so a multi stays far below
+# ZooKeeper's 1 MB request limit (jute.maxbuffer).
+_MULTI_OPS = 500
 
 
 class ControllerMovedError(Exception):
@@ -68,6 +87,67 @@ async def read_state(
         return None
 
 
+async def read_states(
+    zk: ZooKeeperSession, partitions: Sequence[tuple[str, int]]
+) -> list[PartitionLeadership | None]:
+    """The state znodes of `partitions` (None: missing or unreadable), read pipelined."""
+    from kazoo.exceptions import NoNodeError
+
+    paths = [zk_data.partition_state_path(t, p) for t, p in partitions]
+    out: list[PartitionLeadership | None] = []
+    for (topic, partition), result in zip(partitions, await zk.get_many(paths), strict=True):
+        if isinstance(result, NoNodeError):
+            out.append(None)
+            continue
+        if isinstance(result, Exception):
+            raise result
+        data, stat = result
+        try:
+            out.append(PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version))
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError):
+            logger.error("unreadable state of %s-%d: %r", topic, partition, data[:200])
+            out.append(None)
+    return out
+
+
+async def write_states(
+    ctx: ControllerContext,
+    zk: ZooKeeperSession,
+    ops: Mapping[tuple[str, int], list[tuple[str, tuple, dict]]],
+) -> dict[tuple[str, int], Exception | None]:
+    """Apply each partition's ZooKeeper ops (all of one partition's, or none), each behind
+    the controller epoch check: `_MULTI_OPS` partitions per multi, and a chunk whose multi
+    failed again one multi per partition. Returns per partition None (written) or the
+    error of its failed op; raises ControllerMovedError when the epoch moved on."""
+    from kazoo.exceptions import RolledBackError, RuntimeInconsistency
+
+    results: dict[tuple[str, int], Exception | None] = {}
+    keys = list(ops)
+    chunks = [keys[i : i + _MULTI_OPS] for i in range(0, len(keys), _MULTI_OPS)]
+    answers = await zk.transactions(
+        [[_epoch_check(ctx), *(op for tp in chunk for op in ops[tp])] for chunk in chunks]
+    )
+    retry: list[tuple[str, int]] = []
+    for chunk, answer in zip(chunks, answers, strict=True):
+        _raise_if_moved(ctx, answer)
+        if not any(isinstance(r, Exception) for r in answer):
+            results.update(dict.fromkeys(chunk))
+        else:
+            retry += chunk
+    if retry:
+        answers = await zk.transactions([[_epoch_check(ctx), *ops[tp]] for tp in retry])
+        for tp, answer in zip(retry, answers, strict=True):
+            _raise_if_moved(ctx, answer)
+            failed = [
+                r
+                for r in answer[1:]
+                if isinstance(r, Exception)
+                and not isinstance(r, RolledBackError | RuntimeInconsistency)
+            ]
+            results[tp] = failed[0] if failed else None
+    return results
+
+
 def _epoch_check(ctx: ControllerContext) -> tuple[str, tuple, dict]:
     return ("check", (zk_data.CONTROLLER_EPOCH_PATH,), {"version": ctx.epoch_zk_version})
 
@@ -86,7 +166,7 @@ async def initialize(
     with no live replica stays new until one of its brokers starts)."""
     from kazoo.exceptions import NodeExistsError
 
-    done: list[tuple[str, int]] = []
+    planned: dict[tuple[str, int], zk_data.LeaderIsrState] = {}
     for topic, partition in partitions:
         replicas = ctx.replicas(topic, partition)
         live = tuple(r for r in replicas if ctx.is_replica_online(r, (topic, partition)))
@@ -98,29 +178,52 @@ async def initialize(
                 list(replicas),
             )
             continue
-        state = zk_data.LeaderIsrState(
+        planned[(topic, partition)] = zk_data.LeaderIsrState(
             leader=live[0], leader_epoch=0, isr=live, controller_epoch=ctx.epoch
         )
-        await zk.create_if_missing(zk_data.partition_path(topic, partition))
-        results = await zk.transaction(
-            [
-                _epoch_check(ctx),
-                ("create", (zk_data.partition_state_path(topic, partition), state.encode()), {}),
-            ]
+    if not planned:
+        return []
+    for topic in sorted({t for t, _ in planned}):
+        await zk.ensure_path(f"{zk_data.topic_path(topic)}/partitions")
+    # Each partition's znode and its state znode in one go; a partition znode left by an
+    # earlier controller (one that died before it made the state) fails the first op:
+    # that partition is then made as before, its znode first.
+    ops = {
+        tp: [
+            ("create", (zk_data.partition_path(*tp), b""), {}),
+            ("create", (zk_data.partition_state_path(*tp), state.encode()), {}),
+        ]
+        for tp, state in planned.items()
+    }
+    results = await write_states(ctx, zk, ops)
+    again = [tp for tp, error in results.items() if isinstance(error, NodeExistsError)]
+    for tp in again:
+        await zk.create_if_missing(zk_data.partition_path(*tp))
+    if again:
+        retried = await write_states(
+            ctx,
+            zk,
+            {
+                tp: [("create", (zk_data.partition_state_path(*tp), planned[tp].encode()), {})]
+                for tp in again
+            },
         )
-        _raise_if_moved(ctx, results)
-        if isinstance(results[1], NodeExistsError):
+        results.update(retried)
+    existing = [tp for tp, error in results.items() if isinstance(error, NodeExistsError)]
+    found = dict(zip(existing, await read_states(zk, existing), strict=True))
+    done: list[tuple[str, int]] = []
+    for tp in planned:
+        error = results[tp]
+        if isinstance(error, NodeExistsError):
             # Made by an earlier controller that died before telling anyone: adopt it.
-            existing = await read_state(zk, topic, partition)
-            if existing is not None:
-                ctx.states[(topic, partition)] = existing
-                done.append((topic, partition))
-            continue
-        if isinstance(results[1], Exception):
-            logger.error("cannot create the state of %s-%d: %r", topic, partition, results[1])
-            continue
-        ctx.states[(topic, partition)] = PartitionLeadership.of(state, 0)
-        done.append((topic, partition))
+            if found[tp] is not None:
+                ctx.states[tp] = found[tp]
+                done.append(tp)
+        elif error is not None:
+            logger.error("cannot create the state of %s-%d: %r", *tp, error)
+        else:
+            ctx.states[tp] = PartitionLeadership.of(planned[tp], 0)
+            done.append(tp)
     return done
 
 
@@ -175,56 +278,68 @@ async def elect(
     *,
     unclean_default: bool = False,
 ) -> list[tuple[str, int]]:
-    """Elect leaders (or shrink ISRs) of `partitions`; returns those whose state changed."""
+    """Elect leaders (or shrink ISRs) of `partitions`; returns those whose state changed.
+    All are read at once, the new states written in multis; those whose state moved
+    meanwhile (a version conflict) are read and decided again."""
     from kazoo.exceptions import BadVersionError, NoNodeError
 
-    changed: list[tuple[str, int]] = []
-    for topic, partition in partitions:
-        replicas = ctx.replicas(topic, partition)
-        for _attempt in range(_WRITE_ATTEMPTS):
-            state = await read_state(zk, topic, partition)
+    changed: set[tuple[str, int]] = set()
+    order = list(dict.fromkeys(partitions))
+    todo = order
+    unclean_of: dict[str, bool] = {}
+    for _attempt in range(_WRITE_ATTEMPTS):
+        if not todo:
+            break
+        wanted: dict[tuple[str, int], tuple[PartitionLeadership, PartitionLeadership]] = {}
+        for tp, state in zip(todo, await read_states(zk, todo), strict=True):
             if state is None:
-                break
-            ctx.states[(topic, partition)] = state
+                continue
+            ctx.states[tp] = state
             unclean = False
-            if why is Election.OFFLINE and not any(
-                ctx.is_replica_online(r, (topic, partition)) for r in state.isr
-            ):
-                unclean = await _unclean_allowed(zk, topic, unclean_default)
-            choice = _choose(ctx, (topic, partition), replicas, state, why, unclean)
-            if choice is None:
-                break
-            leader, isr = choice
-            new = state.succeeded_by(leader, isr, ctx.epoch)
-            path = zk_data.partition_state_path(topic, partition)
-            results = await zk.transaction(
-                [
-                    _epoch_check(ctx),
-                    ("set_data", (path, new.znode().encode()), {"version": state.zk_version}),
+            if why is Election.OFFLINE and not any(ctx.is_replica_online(r, tp) for r in state.isr):
+                if tp[0] not in unclean_of:
+                    unclean_of[tp[0]] = await _unclean_allowed(zk, tp[0], unclean_default)
+                unclean = unclean_of[tp[0]]
+            choice = _choose(ctx, tp, ctx.replicas(*tp), state, why, unclean)
+            if choice is not None:
+                wanted[tp] = (state, state.succeeded_by(*choice, ctx.epoch))
+        results = await write_states(
+            ctx,
+            zk,
+            {
+                tp: [
+                    (
+                        "set_data",
+                        (zk_data.partition_state_path(*tp), new.znode().encode()),
+                        {"version": old.zk_version},
+                    )
                 ]
-            )
-            _raise_if_moved(ctx, results)
-            if isinstance(results[1], BadVersionError):
-                continue  # the leader changed the ISR meanwhile: read again
-            if isinstance(results[1], NoNodeError):
-                break
-            if isinstance(results[1], Exception):
-                logger.error("cannot write the state of %s-%d: %r", topic, partition, results[1])
-                break
-            ctx.states[(topic, partition)] = new
-            changed.append((topic, partition))
+                for tp, (old, new) in wanted.items()
+            },
+        )
+        todo = []
+        for tp, (old, new) in wanted.items():
+            error = results[tp]
+            if isinstance(error, BadVersionError):
+                todo.append(tp)  # the leader changed the ISR meanwhile: read again
+                continue
+            if isinstance(error, NoNodeError):
+                continue
+            if error is not None:
+                logger.error("cannot write the state of %s-%d: %r", *tp, error)
+                continue
+            ctx.states[tp] = new
+            changed.add(tp)
             logger.info(
                 "%s election of %s-%d: leader %d -> %d, epoch %d, isr %s",
                 why.value,
-                topic,
-                partition,
-                state.leader,
-                leader,
+                *tp,
+                old.leader,
+                new.leader,
                 new.leader_epoch,
-                list(isr),
+                list(new.isr),
             )
-            break
-    return changed
+    return [tp for tp in order if tp in changed]
 
 
 async def _unclean_allowed(zk: ZooKeeperSession, topic: str, default: bool) -> bool:

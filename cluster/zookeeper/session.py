@@ -32,7 +32,8 @@ cancelled when that session ends.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import attrs
@@ -43,6 +44,11 @@ from trio_broker.errors import FatalBrokerError
 logger = logging.getLogger(__name__)
 
 __all__ = ["ZkConnect", "ZooKeeperSession", "ZooKeeperTimeout"]
+
+# Requests a pipelined call (`get_many`, `transactions`) has on the wire at once: the
+# answers of one wave are awaited before the next is sent, which bounds what is queued
+# in kazoo and in ZooKeeper's request processors.
+_PIPELINE = 1000
 
 
 class ZooKeeperTimeout(FatalBrokerError):
@@ -78,6 +84,27 @@ class _Call:
             self.token.run_sync_soon(self.done.set)
         except trio.RunFinishedError:
             pass
+
+
+@attrs.define
+class _Calls:
+    """Many kazoo async results, awaited from Trio together: the event is set (on the
+    event loop) once the last of `count` has completed."""
+
+    token: trio.lowlevel.TrioToken
+    count: int
+    done: trio.Event = attrs.Factory(trio.Event)
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+
+    def on_done(self, _result: Any) -> None:  # on kazoo's callback thread
+        with self.lock:
+            self.count -= 1
+            last = self.count == 0
+        if last:
+            try:
+                self.token.run_sync_soon(self.done.set)
+            except trio.RunFinishedError:
+                pass
 
 
 class ZooKeeperSession:
@@ -329,6 +356,71 @@ class ZooKeeperSession:
         for name, args, kwargs in ops:
             getattr(tx, name)(self._path(args[0]), *args[1:], **kwargs)
         return await self._call(tx.commit_async)
+
+    async def get_many(self, paths: Sequence[str]) -> list[Any]:
+        """Read many znodes with their requests pipelined on the one connection (as Kafka's
+        ZooKeeperClient sends a batch of requests before awaiting the answers): N reads
+        cost a few round trips, not N. One result per path, in order: (data, stat), or
+        kazoo's exception instance (NoNodeError, ...)."""
+        get = self._client.get_async
+        return await self._pipelined([(get, (self._path(p),)) for p in paths])
+
+    async def delete_many(self, paths: Sequence[str]) -> list[Any]:
+        """Delete many znodes, pipelined; one result per path: True, or the exception."""
+        delete = self._client.delete_async
+        return await self._pipelined([(delete, (self._path(p),)) for p in paths])
+
+    async def transactions(
+        self, batches: Sequence[list[tuple[str, tuple[Any, ...], dict[str, Any]]]]
+    ) -> list[list[Any]]:
+        """Many ZooKeeper multis (each as `transaction` takes it), pipelined and applied
+        in order; one result list per multi, as `transaction` returns it."""
+        calls = []
+        for ops in batches:
+            tx = self._client.transaction()
+            for name, args, kwargs in ops:
+                getattr(tx, name)(self._path(args[0]), *args[1:], **kwargs)
+            calls.append((tx.commit_async, ()))
+        results = await self._pipelined(calls)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result  # the multi itself failed (not one of its ops)
+        return results
+
+    async def _pipelined(self, calls: Sequence[tuple[Callable[..., Any], tuple[Any, ...]]]) -> list:
+        """Start kazoo async calls `_PIPELINE` at a time and await each wave's answers;
+        calls lost with the connection (or session) are sent again once a session is
+        live, as `_call` does. One result per call: its value or its exception."""
+        from kazoo.exceptions import ConnectionLoss, SessionExpiredError
+
+        assert self._token is not None
+        results: list[Any] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        while todo:
+            lost: list[int] = []
+            for first in range(0, len(todo), _PIPELINE):
+                wave = todo[first : first + _PIPELINE]
+                waiter = _Calls(self._token, len(wave))
+                started = []
+                for i in wave:
+                    start, args = calls[i]
+                    result = start(*args)
+                    result.rawlink(waiter.on_done)
+                    started.append((i, result))
+                await waiter.done.wait()
+                for i, result in started:
+                    try:
+                        results[i] = result.get_nowait()
+                    except (ConnectionLoss, SessionExpiredError):
+                        lost.append(i)
+                    except Exception as exc:
+                        results[i] = exc
+            if lost:
+                if self.connected:
+                    await trio.sleep(0.01)
+                await self.wait_connected()
+            todo = lost
+        return results
 
     # --- watches into channels --------------------------------------------------------------
 
