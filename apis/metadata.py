@@ -3,7 +3,9 @@
 In a cluster everything comes from this broker's cache, which the controller's
 UpdateMetadata fills: leaders, leader epochs, replicas, ISR and offline replicas of every
 partition, whichever broker hosts it. A topic created by auto-creation answers
-LEADER_NOT_AVAILABLE until the controller has elected its leaders, as Kafka's does.
+LEADER_NOT_AVAILABLE until the controller has elected its leaders, as Kafka's does. On a
+lone broker the Metadata that auto-creates a topic answers LEADER_NOT_AVAILABLE without
+partitions too, as Kafka 3.9's always does; the next one lists them.
 """
 
 from __future__ import annotations
