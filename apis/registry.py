@@ -77,8 +77,10 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(78, "ShareFetch", 1, 1, "share_fetch"),
     ApiSpec(79, "ShareAcknowledge", 1, 1, "share_acknowledge"),
     # The share coordinator's, between brokers (CLUSTER_ACTION): version 0 of Kafka 4.0.
+    ApiSpec(83, "InitializeShareGroupState", 0, 0, "initialize_share_group_state"),
     ApiSpec(84, "ReadShareGroupState", 0, 0, "read_share_group_state"),
     ApiSpec(85, "WriteShareGroupState", 0, 0, "write_share_group_state"),
+    ApiSpec(86, "DeleteShareGroupState", 0, 0, "delete_share_group_state"),
     ApiSpec(90, "DescribeShareGroupOffsets", 0, 0, "describe_share_group_offsets"),
     ApiSpec(91, "AlterShareGroupOffsets", 0, 0, "alter_share_group_offsets"),
     ApiSpec(92, "DeleteShareGroupOffsets", 0, 0, "delete_share_group_offsets"),

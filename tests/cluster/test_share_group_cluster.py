@@ -1,7 +1,8 @@
 """A share group (KIP-932) in a 3-broker cluster: partitions led by different brokers, each
 leader keeping its share-partitions, two confluent-kafka ShareConsumers accepting every
 record exactly once; the group's configs, set through one broker, hold on all of them;
-FindCoordinator answers share-partition keys."""
+FindCoordinator answers share-partition keys; deleting and altering the group's state acts
+at the share coordinators and the partition leaders follow."""
 
 from __future__ import annotations
 
@@ -15,11 +16,25 @@ from failover_helpers import create_topic, partitions, wait_for_leaders
 from wire import request_of, roundtrip
 
 from trio_broker.cluster.coordinator_log import partition_for
+from trio_broker.errors import ErrorCode
+from trio_broker.protocol._generated.alter_share_group_offsets_request import (
+    AlterShareGroupOffsetsRequestPartition as AlterPartition,
+)
+from trio_broker.protocol._generated.alter_share_group_offsets_request import (
+    AlterShareGroupOffsetsRequestTopic as AlterTopic,
+)
+from trio_broker.protocol._generated.delete_share_group_offsets_request import (
+    DeleteShareGroupOffsetsRequestTopic as DeleteTopic,
+)
 from trio_broker.protocol._generated.describe_configs_request import DescribeConfigsResource
 from trio_broker.protocol._generated.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
 )
+from trio_broker.protocol._generated.read_share_group_state_request import (
+    PartitionData as ReadPartition,
+)
+from trio_broker.protocol._generated.read_share_group_state_request import ReadStateData
 
 
 def _set_group_config(broker, group: str, name: str, value: str) -> None:
@@ -52,6 +67,26 @@ def _everywhere(brokers, group: str, name: str, want: tuple[str, bool]) -> None:
         while (got := _group_config(broker, group, name)) != want:
             assert time.monotonic() < deadline, (got, want)
             time.sleep(0.1)
+
+
+def _raw(broker, api_key: int, version: int, **fields):
+    with socket.create_connection((broker.host, broker.port), timeout=30) as sock:
+        return roundtrip(sock, request_of(api_key, **fields), version)
+
+
+def _until_empty(call):
+    """Call until the group is no longer refused NON_EMPTY_GROUP (its members are leaving);
+    the answer."""
+    deadline = time.monotonic() + 30
+    while True:
+        answer = call()
+        codes = [getattr(answer, "error_code", 0)] + [
+            r.error_code for r in getattr(answer, "results", [])
+        ]
+        if ErrorCode.NON_EMPTY_GROUP not in codes or time.monotonic() > deadline:
+            assert not any(codes), codes
+            return answer
+        time.sleep(0.2)
 
 
 def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
@@ -109,6 +144,50 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
         assert [(c.key, c.error_code, c.node_id) for c in found.coordinators] == [
             (k, 0, node) for k, node in zip(keys, want, strict=True)
         ]
+
+    # Once the group is empty, DeleteShareGroupOffsets and AlterShareGroupOffsets act at the
+    # share coordinators, and the partition leaders, which still hold the old state in
+    # memory, follow: the topic is read again, partition 0 from offset 400 only.
+    (coordinator,) = [
+        kafka_cluster.brokers[c.node_id]
+        for c in _raw(first, 10, 4, key_type=0, coordinator_keys=["pool"]).coordinators
+    ]
+
+    def start_offsets() -> list[int]:
+        out = []
+        for p, node in enumerate(want):
+            data = ReadStateData(topic_id=topic_id, partitions=[ReadPartition(partition=p)])
+            answer = _raw(kafka_cluster.brokers[node], 84, 0, group_id="pool", topics=[data])
+            (row,) = answer.results[0].partitions
+            assert row.error_code == 0
+            out.append(row.start_offset)
+        return out
+
+    assert start_offsets() == [500] * 6
+    topics = [DeleteTopic(topic_name="spread")]
+    deleted = _until_empty(lambda: _raw(coordinator, 92, 0, group_id="pool", topics=topics))
+    assert [(t.topic_name, t.error_code) for t in deleted.responses] == [("spread", 0)]
+    assert start_offsets() == [-1] * 6
+    alter = AlterTopic(
+        topic_name="spread", partitions=[AlterPartition(partition_index=0, start_offset=400)]
+    )
+    altered = _raw(coordinator, 91, 0, group_id="pool", topics=[alter])
+    assert (altered.error_code, altered.responses[0].partitions[0].error_code) == (0, 0)
+    assert start_offsets() == [400] + [-1] * 5
+    again = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "pool"})
+    again.subscribe(["spread"])
+    got: set[tuple[int, int]] = set()
+    deadline = time.monotonic() + 60
+    while len(got) < 2600 and time.monotonic() < deadline:
+        got |= {(m.partition(), m.offset()) for m in again.poll(0.5) if m.error() is None}
+    again.close()
+    assert got == {(0, o) for o in range(400, 500)} | {
+        (p, o) for p in range(1, 6) for o in range(500)
+    }
+    # DeleteGroups: the group's state goes at every share coordinator.
+    gone = _until_empty(lambda: _raw(coordinator, 42, 2, groups_names=["pool"]))
+    assert [(r.group_id, r.error_code) for r in gone.results] == [("pool", 0)]
+    assert start_offsets() == [-1] * 6
 
     # A broker started later reads the group's configs from ZooKeeper.
     later = kafka_cluster.add_broker(4)

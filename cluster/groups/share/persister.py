@@ -10,6 +10,12 @@ and one task sends the marked ones' whole state (a snapshot), again after a fail
 handler that has applied acknowledgements waits (`flush`) until they are written before
 answering, so an acknowledged record is never delivered again after a failover; an
 acquisition is written without waiting (lost, the records are only delivered again).
+
+The group coordinator's side uses it too: AlterShareGroupOffsets initializes the
+share-partitions at their share coordinators (InitializeShareGroupState, a state epoch one
+higher), DeleteGroups and DeleteShareGroupOffsets delete their state there
+(DeleteShareGroupState). A leader whose write is then refused FENCED_STATE_EPOCH forgets
+the share-partition (`on_fenced`) and reads it again on the next fetch.
 """
 
 from __future__ import annotations
@@ -24,6 +30,20 @@ from trio_broker.cluster.groups.share.share_partition import RecordState, ShareP
 from trio_broker.cluster.groups.share.share_state import SHARE_STATE_TOPIC
 from trio_broker.cluster.groups.share.state_coordinator import state_partition
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.delete_share_group_state_request import (
+    DeleteShareGroupStateRequest,
+    DeleteStateData,
+)
+from trio_broker.protocol._generated.delete_share_group_state_request import (
+    PartitionData as DeletePartition,
+)
+from trio_broker.protocol._generated.initialize_share_group_state_request import (
+    InitializeShareGroupStateRequest,
+    InitializeStateData,
+)
+from trio_broker.protocol._generated.initialize_share_group_state_request import (
+    PartitionData as InitializePartition,
+)
 from trio_broker.protocol._generated.read_share_group_state_request import (
     PartitionData as ReadPartition,
 )
@@ -41,6 +61,8 @@ from trio_broker.protocol._generated.write_share_group_state_request import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from trio_broker.broker import Broker
 
 logger = logging.getLogger(__name__)
@@ -60,6 +82,8 @@ class SharePersister:
         self._written: dict[Key, int] = {}
         self._wake = trio.Event()
         self._progress = trio.Event()
+        # Told when a write is refused FENCED_STATE_EPOCH: (key, the state refused).
+        self.on_fenced: Callable[[Key, SharePartition], None] | None = None
 
     # -- the inter-broker client and the writer task ----------------------------------------
 
@@ -101,7 +125,10 @@ class SharePersister:
     async def _send(self, node: int, request: Any) -> Any:
         local = self.broker.group_coordinator.share_state_coordinator
         if node == self.broker.node_id:
-            return local.read(request) if request.API_KEY == 84 else await local.write(request)
+            if request.API_KEY == 84:
+                return local.read(request)
+            serve = {83: local.initialize, 85: local.write, 86: local.delete}[request.API_KEY]
+            return await serve(request)
         client = self._client
         if client is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -120,9 +147,10 @@ class SharePersister:
 
     async def read(
         self, group_id: str, topic: str, partition: int, leader_epoch: int
-    ) -> SharePartition | None:
-        """The share-partition's durable state, None when it has none; raises KafkaError
-        when the share coordinator cannot say (the fetch delivers nothing from it then)."""
+    ) -> tuple[SharePartition | None, int]:
+        """The share-partition's durable state (None when it has none) and its state
+        epoch; raises KafkaError when the share coordinator cannot say (the fetch delivers
+        nothing from it then)."""
         state = self.broker.metadata.topics.get(topic)
         if state is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
@@ -130,7 +158,7 @@ class SharePersister:
         node = self._coordinator(group_id, topic_id, partition)
         if node is None:
             if SHARE_STATE_TOPIC not in self.broker.metadata.topics:
-                return None  # no state topic yet: no state anywhere
+                return None, 0  # no state topic yet: no state anywhere
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         request = ReadShareGroupStateRequest(
             group_id=group_id,
@@ -146,7 +174,7 @@ class SharePersister:
         if row.error_code:
             raise KafkaError(ErrorCode(row.error_code))
         if row.start_offset < 0:
-            return None
+            return None, row.state_epoch
         sp = SharePartition(topic, partition, row.start_offset, state_epoch=row.state_epoch)
         sp.spans = [
             Span(b.first_offset, b.last_offset, RecordState(b.delivery_state), b.delivery_count)
@@ -155,7 +183,7 @@ class SharePersister:
         ]
         sp.end_offset = max([s.last + 1 for s in sp.spans], default=row.start_offset)
         sp._advance()
-        return sp
+        return sp, sp.state_epoch
 
     # -- writing -------------------------------------------------------------------------
 
@@ -231,7 +259,14 @@ class SharePersister:
                 logger.info("share state write to broker %s failed: %s", node, exc)
                 errors = {(tid, row.partition): exc.code for _, _, tid, row in rows}
             for key, version, topic_id, row in rows:
-                if errors.get((topic_id, row.partition), ErrorCode.UNKNOWN_SERVER_ERROR):
+                error = errors.get((topic_id, row.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
+                if error == ErrorCode.FENCED_STATE_EPOCH:
+                    # The state moved on (altered, deleted): what this broker holds is old.
+                    logger.info("share state of %s fenced: it is read again", key)
+                    self._written[key] = max(self._written.get(key, 0), version)
+                    if self.on_fenced is not None:
+                        self.on_fenced(key, taken[key])
+                elif error:
                     self._pending.setdefault(key, taken[key])  # again, unless newer is queued
                     retry = True
                 else:
@@ -241,6 +276,92 @@ class SharePersister:
         if retry:
             await trio.sleep(_RETRY_S)
             self._wake.set()
+
+    # -- the group coordinator's: initialize and delete at the share coordinators ----------
+
+    async def _each_coordinator(
+        self, group_id: str, keys: list[tuple[uuid.UUID, int]], build: Any
+    ) -> dict[tuple[uuid.UUID, int], int]:
+        """Send `build(group_id, {topic id: [partition]})` to each key's share coordinator;
+        the error code of every key (COORDINATOR_NOT_AVAILABLE where none is known)."""
+        codes: dict[tuple[uuid.UUID, int], int] = {}
+        by_node: dict[int, dict[uuid.UUID, list[int]]] = {}
+        for topic_id, partition in keys:
+            node = self._coordinator(group_id, topic_id, partition)
+            if node is None:
+                if SHARE_STATE_TOPIC not in self.broker.metadata.topics:
+                    codes[(topic_id, partition)] = ErrorCode.NONE  # no state anywhere
+                else:
+                    codes[(topic_id, partition)] = ErrorCode.COORDINATOR_NOT_AVAILABLE
+                continue
+            by_node.setdefault(node, {}).setdefault(topic_id, []).append(partition)
+        for node, topics in by_node.items():
+            try:
+                response = await self._send(node, build(group_id, topics))
+                for t in response.results:
+                    for p in t.partitions:
+                        codes[(t.topic_id, p.partition)] = p.error_code
+            except KafkaError as exc:
+                for topic_id, partitions in topics.items():
+                    for partition in partitions:
+                        codes[(topic_id, partition)] = exc.code
+        return codes
+
+    async def delete(
+        self, group_id: str, keys: list[tuple[uuid.UUID, int]]
+    ) -> dict[tuple[uuid.UUID, int], int]:
+        """DeleteShareGroupState for these share-partitions: each one's error code."""
+
+        def build(group_id: str, topics: dict[uuid.UUID, list[int]]) -> Any:
+            return DeleteShareGroupStateRequest(
+                group_id=group_id,
+                topics=[
+                    DeleteStateData(
+                        topic_id=t, partitions=[DeletePartition(partition=p) for p in ps]
+                    )
+                    for t, ps in topics.items()
+                ],
+            )
+
+        return await self._each_coordinator(group_id, keys, build)
+
+    async def initialize(
+        self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int
+    ) -> int:
+        """InitializeShareGroupState: the share-partition starts over at `start_offset`, its
+        state epoch one above the one its share coordinator has; the error code."""
+        node = self._coordinator(group_id, topic_id, partition)
+        if node is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        read = ReadShareGroupStateRequest(
+            group_id=group_id,
+            topics=[
+                ReadStateData(topic_id=topic_id, partitions=[ReadPartition(partition=partition)])
+            ],
+        )
+        try:
+            row = (await self._send(node, read)).results[0].partitions[0]
+            if row.error_code:
+                return row.error_code
+            request = InitializeShareGroupStateRequest(
+                group_id=group_id,
+                topics=[
+                    InitializeStateData(
+                        topic_id=topic_id,
+                        partitions=[
+                            InitializePartition(
+                                partition=partition,
+                                state_epoch=row.state_epoch + 1,
+                                start_offset=start_offset,
+                            )
+                        ],
+                    )
+                ],
+            )
+            response = await self._send(node, request)
+        except KafkaError as exc:
+            return exc.code
+        return response.results[0].partitions[0].error_code
 
     def forget(self, key: Key) -> None:
         self._pending.pop(key, None)

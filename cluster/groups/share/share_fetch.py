@@ -39,6 +39,7 @@ from trio_broker.cluster.groups.group_config import (
     SHARE_RECORD_LOCK_DURATION,
     duration_ms,
 )
+from trio_broker.cluster.groups.group_metadata import GroupState
 from trio_broker.cluster.groups.share.persister import SharePersister
 from trio_broker.cluster.groups.share.share_partition import AckType, SharePartition
 from trio_broker.cluster.groups.share.share_reader import Selection, acquire_new, redeliver
@@ -107,6 +108,8 @@ class SharePartitionManager:
         clustered = getattr(self.broker, "zk", None) is not None
         self.state: ShareStateStore | None = None if clustered else self.store
         self.persister: SharePersister | None = SharePersister(self.broker) if clustered else None
+        if self.persister is not None:
+            self.persister.on_fenced = self._fenced
         self._loading: dict[tuple[str, str, int], trio.Event] = {}
 
     # -- the lock timer ------------------------------------------------------------------
@@ -239,6 +242,59 @@ class SharePartitionManager:
         if sp is not None and self.state is not None:
             self.state.delete(group_id, sp)
 
+    async def delete_state(self, group_id: str, topics: list[str] | None) -> dict[str, int]:
+        """A cluster: DeleteShareGroupState at the share coordinators for every partition
+        of these topics (None: every topic, as which share-partitions a group has is known
+        only to their leaders); the error code of each topic that has one."""
+        if self.persister is None:
+            return {}
+        meta = self.broker.metadata.topics
+        names = [t for t, state in meta.items() if not state.internal] if topics is None else topics
+        keys = [
+            (meta[t].topic_id, p) for t in names if t in meta for p in sorted(meta[t].partitions)
+        ]
+        codes = await self.persister.delete(group_id, keys)
+        by_id = {meta[t].topic_id: t for t in names if t in meta}
+        failed: dict[str, int] = {}
+        for (topic_id, _), code in codes.items():
+            if code and by_id[topic_id] not in failed:
+                failed[by_id[topic_id]] = code
+        return failed
+
+    async def delete_groups_state(self, names: list[str]) -> dict[str, int]:
+        """A cluster, DeleteGroups: the state of each empty share group among `names` that
+        this broker coordinates, deleted at the share coordinators; the groups whose state
+        could not be, with the error."""
+        failed: dict[str, int] = {}
+        if self.persister is None:
+            return failed
+        for group_id in names:
+            group = self.coordinator.groups.get(group_id)
+            if (
+                group is None
+                or group.share is None
+                or self.coordinator.check_group(group_id)
+                or not group.is_(GroupState.EMPTY)
+                or group.has_consumer_members()
+            ):
+                continue  # DeleteGroups answers it
+            errors = await self.delete_state(group_id, None)
+            if errors:
+                failed[group_id] = next(iter(errors.values()))
+        return failed
+
+    async def initialize_state(
+        self, group_id: str, topic: str, partition: int, start_offset: int
+    ) -> int:
+        """A cluster: AlterShareGroupOffsets at the share-partition's share coordinator."""
+        assert self.persister is not None
+        state = self.broker.metadata.topics.get(topic)
+        if state is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        self.persister.forget((group_id, topic, partition))
+        self.partitions.pop((group_id, topic, partition), None)
+        return await self.persister.initialize(group_id, state.topic_id, partition, start_offset)
+
     def forget_group(self, group_id: str) -> None:
         """DeleteGroups: the group's share-partitions and sessions go."""
         for key in self.group_partitions(group_id):
@@ -250,10 +306,18 @@ class SharePartitionManager:
 
     # -- a cluster: the share-partitions read from their share coordinators ---------------
 
+    def _fenced(self, key: tuple[str, str, int], sp: SharePartition) -> None:
+        """A write of this share-partition was refused FENCED_STATE_EPOCH: its state was
+        altered or deleted at the share coordinator; the next fetch reads it again."""
+        if self.partitions.get(key) is sp:
+            del self.partitions[key]
+
     async def prepare(self, body: Any) -> None:
         """Before a ShareFetch in a cluster: every share-partition it may touch (the
         request's and its session's) that this broker leads is read from its share
-        coordinator, unless it is in memory from this leadership (its leader epoch)."""
+        coordinator, unless it is in memory from this leadership (its leader epoch). A new
+        share session (epoch 0) also asks whether the state moved on (AlterShareGroupOffsets,
+        DeleteGroups: a newer state epoch) where no record of it is acquired."""
         if self.persister is None or not body.group_id:
             return
         group_id = body.group_id
@@ -266,36 +330,52 @@ class SharePartitionManager:
         if session is not None:
             keys.update(session.partitions)
         replicas = self.broker.replica_manager
+        check = body.share_session_epoch == INITIAL_EPOCH
         for topic, partition in sorted(keys):
             own = replicas.leader_partition(topic, partition)
             if own is None:
                 continue
-            await self._load(group_id, topic, partition, own)
+            await self._load(group_id, topic, partition, own, check=check)
 
-    async def _load(self, group_id: str, topic: str, partition: int, own: Any) -> None:
+    async def _load(
+        self, group_id: str, topic: str, partition: int, own: Any, *, check: bool = False
+    ) -> None:
         key = (group_id, topic, partition)
         while (loading := self._loading.get(key)) is not None:
             await loading.wait()
         sp = self.partitions.get(key)
-        if sp is not None and sp.generation == own.leader_generation:
+        held = sp is not None and sp.generation == own.leader_generation
+        if held and not (check and sp.acquired_count() == 0):
             return
         epoch = own.leader_epoch
         self._loading[key] = done = trio.Event()
         try:
             assert self.persister is not None
             try:
-                loaded = await self.persister.read(group_id, topic, partition, epoch)
+                loaded, state_epoch = await self.persister.read(group_id, topic, partition, epoch)
             except KafkaError as exc:
+                if held:
+                    return  # asked only whether it moved on: carry on with what is held
                 logger.info(
                     "share group %s: state of %s-%d not read: %s", group_id, topic, partition, exc
                 )
                 self.partitions.pop(key, None)  # nothing served from it until it is read
                 return
+            if held and sp is not None and state_epoch <= sp.state_epoch:
+                # Not moved on. (This broker's own changes raise the state epoch as the
+                # start offset advances, and may not be written yet: only a higher one
+                # comes from elsewhere.)
+                return
             log = self.broker.topics.get_log(topic, partition)
             if log is None:
                 return
             if loaded is None:
-                loaded = SharePartition(topic, partition, self._reset_offset(group_id, log))
+                loaded = SharePartition(
+                    topic,
+                    partition,
+                    self._reset_offset(group_id, log),
+                    state_epoch=state_epoch,
+                )
                 self.persister.mark(group_id, loaded)
             loaded.leader_epoch = epoch
             loaded.generation = own.leader_generation

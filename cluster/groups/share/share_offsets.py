@@ -116,7 +116,7 @@ class ShareGroupOffsets:
 
     # -- AlterShareGroupOffsets ------------------------------------------------------------
 
-    def alter(self, body: Any) -> AlterShareGroupOffsetsResponse:
+    async def alter(self, body: Any) -> AlterShareGroupOffsetsResponse:
         error, message = self._group_error(body.group_id, empty=True)
         manager = self.coordinator.share_partitions
         if not error:
@@ -131,7 +131,14 @@ class ShareGroupOffsets:
                     code, text = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
                 if not code and p.start_offset < 0:
                     code, text = ErrorCode.INVALID_REQUEST, "The start offset must not be negative."
-                if not code:
+                if not code and manager.persister is not None:
+                    # A cluster: at the share coordinator, which fences the leader's state.
+                    code = ErrorCode(
+                        await manager.initialize_state(
+                            body.group_id, t.topic_name, p.partition_index, p.start_offset
+                        )
+                    )
+                elif not code:
                     manager.replace(
                         body.group_id,
                         SharePartition(t.topic_name, p.partition_index, p.start_offset),
@@ -155,7 +162,7 @@ class ShareGroupOffsets:
 
     # -- DeleteShareGroupOffsets -----------------------------------------------------------
 
-    def delete(self, body: Any) -> DeleteShareGroupOffsetsResponse:
+    async def delete(self, body: Any) -> DeleteShareGroupOffsetsResponse:
         error, message = self._group_error(body.group_id, empty=True)
         if not error and self.coordinator.share.group(body.group_id) is None:
             error, message = ErrorCode.GROUP_ID_NOT_FOUND, f"Group {body.group_id} not found."
@@ -178,9 +185,13 @@ class ShareGroupOffsets:
             for topic, partition in sorted(known):
                 if topic == t.topic_name:
                     manager.forget(body.group_id, topic, partition)
+            # A cluster: the state at the share coordinators goes too.
+            failed = await manager.delete_state(body.group_id, [t.topic_name])
             out.append(
                 DeleteShareGroupOffsetsResponseTopic(
-                    topic_name=t.topic_name, topic_id=state.topic_id
+                    topic_name=t.topic_name,
+                    topic_id=state.topic_id,
+                    error_code=failed.get(t.topic_name, ErrorCode.NONE),
                 )
             )
         return DeleteShareGroupOffsetsResponse(responses=out)

@@ -1,5 +1,6 @@
-"""The share coordinator of a cluster: ReadShareGroupState and WriteShareGroupState served by
-the leader of the key's `__share_group_state` partition (Kafka's ShareCoordinatorService).
+"""The share coordinator of a cluster: Read, Write, Initialize and DeleteShareGroupState
+served by the leader of the key's `__share_group_state` partition (Kafka's
+ShareCoordinatorService).
 
 A share-partition's state belongs to the key "group:topic id:partition", which maps to one
 partition of `__share_group_state` as a group id maps to one of `__consumer_offsets`. Its
@@ -9,6 +10,12 @@ new leader replays what the old one wrote and its followers fetched). A write re
 key's state with the one sent (the share-partition's leader always sends its whole
 in-flight state, so a write is a snapshot) and is appended as a ShareSnapshot record before
 it is answered; a read answers the last snapshot, or StartOffset -1 when there is none.
+Initialize writes a fresh snapshot (a state epoch, a start offset, no records: what
+AlterShareGroupOffsets sets); Delete writes the key's tombstone (DeleteGroups,
+DeleteShareGroupOffsets). A write carrying an older state epoch than the key's is refused
+FENCED_STATE_EPOCH, as Kafka refuses it: the share-partition's leader then forgets what it
+holds and reads the state again. A deleted key keeps a fence (its state epoch + 1, in
+memory), so that a leader still holding the deleted state cannot write it back.
 On a lone broker the share-partitions write to the store directly (`share_state`) and this
 is not used.
 """
@@ -30,6 +37,20 @@ from trio_broker.cluster.groups.share.share_state import (
 )
 from trio_broker.cluster.replication.isr_wait import map_for_coordinator, replicated
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.protocol._generated.delete_share_group_state_response import (
+    DeleteShareGroupStateResponse,
+    DeleteStateResult,
+)
+from trio_broker.protocol._generated.delete_share_group_state_response import (
+    PartitionResult as DeletePartitionResult,
+)
+from trio_broker.protocol._generated.initialize_share_group_state_response import (
+    InitializeShareGroupStateResponse,
+    InitializeStateResult,
+)
+from trio_broker.protocol._generated.initialize_share_group_state_response import (
+    PartitionResult as InitializePartitionResult,
+)
 from trio_broker.protocol._generated.read_share_group_state_response import (
     PartitionResult,
     ReadShareGroupStateResponse,
@@ -60,6 +81,8 @@ class ShareStateCoordinator:
         self._states: dict[int, dict[Key, SharePartition]] = {}
         self._epochs: dict[int, int] = {}  # the leader epoch each partition was read at
         self._snapshot_epochs: dict[Key, int] = {}
+        # Deleted keys: the state epoch a write must carry at least (module docstring).
+        self._fences: dict[Key, int] = {}
 
     def _count(self) -> int:
         topic = self.broker.metadata.topics.get(SHARE_STATE_TOPIC)
@@ -101,7 +124,9 @@ class ShareStateCoordinator:
                     row.error_code = exc.code
                     rows.append(row)
                     continue
-                sp = states.get((body.group_id, t.topic_id, p.partition))
+                key = (body.group_id, t.topic_id, p.partition)
+                row.state_epoch = self._fences.get(key, 0)
+                sp = states.get(key)
                 if sp is not None:
                     row.state_epoch = sp.state_epoch
                     row.start_offset = sp.start_offset
@@ -134,6 +159,7 @@ class ShareStateCoordinator:
                         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
                     sp_partition = state_partition(body.group_id, t.topic_id, p.partition, count)
                     states = self._partition_states(sp_partition)
+                    self._check_state_epoch(key, states.get(key), p.state_epoch)
                     sp = SharePartition("", p.partition, p.start_offset, state_epoch=p.state_epoch)
                     sp.spans = [
                         Span(
@@ -161,6 +187,16 @@ class ShareStateCoordinator:
                     row.error_code = ErrorCode.INVALID_REQUEST
                 rows.append(row)
             results.append(WriteStateResult(topic_id=t.topic_id, partitions=rows))
+        await self._replicated(appended)
+        return WriteShareGroupStateResponse(results=results)
+
+    def _check_state_epoch(self, key: Key, current: SharePartition | None, epoch: int) -> None:
+        floor = current.state_epoch if current is not None else self._fences.get(key, 0)
+        if epoch != -1 and epoch < floor:
+            raise KafkaError(ErrorCode.FENCED_STATE_EPOCH)
+
+    async def _replicated(self, appended: dict[int, list[Any]]) -> None:
+        """Answer the rows appended to each state partition once its ISR has them."""
         if appended and getattr(self.broker, "replica_manager", None) is not None:
             codes = await replicated(
                 self.broker,
@@ -171,7 +207,69 @@ class ShareStateCoordinator:
                 code = map_for_coordinator(codes.get((SHARE_STATE_TOPIC, p), ErrorCode.NONE))
                 for row in rows:
                     row.error_code = code
-        return WriteShareGroupStateResponse(results=results)
+
+    async def initialize(self, body: Any) -> InitializeShareGroupStateResponse:
+        """A fresh snapshot of each share-partition: its state epoch and start offset, no
+        records in flight (Kafka's initializeState)."""
+        count = self._count()
+        results = []
+        appended: dict[int, list[Any]] = {}
+        for t in body.topics:
+            rows = []
+            for p in t.partitions:
+                row = InitializePartitionResult(partition=p.partition)
+                key = (body.group_id, t.topic_id, p.partition)
+                try:
+                    if not count:
+                        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    if p.partition < 0 or p.start_offset < -1:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST)
+                    sp_partition = state_partition(body.group_id, t.topic_id, p.partition, count)
+                    states = self._partition_states(sp_partition)
+                    self._check_state_epoch(key, states.get(key), p.state_epoch)
+                    sp = SharePartition("", p.partition, p.start_offset, state_epoch=p.state_epoch)
+                    epoch = self._snapshot_epochs[key] = self._snapshot_epochs.get(key, -1) + 1
+                    append_record(
+                        self.broker, sp_partition, encode_key(*key), encode_snapshot(sp, epoch)
+                    )
+                    states[key] = sp
+                    self._fences.pop(key, None)
+                    appended.setdefault(sp_partition, []).append(row)
+                except KafkaError as exc:
+                    row.error_code = exc.code
+                rows.append(row)
+            results.append(InitializeStateResult(topic_id=t.topic_id, partitions=rows))
+        await self._replicated(appended)
+        return InitializeShareGroupStateResponse(results=results)
+
+    async def delete(self, body: Any) -> DeleteShareGroupStateResponse:
+        """Each share-partition's tombstone, where it has state (Kafka's deleteState)."""
+        count = self._count()
+        results = []
+        appended: dict[int, list[Any]] = {}
+        for t in body.topics:
+            rows = []
+            for p in t.partitions:
+                row = DeletePartitionResult(partition=p.partition)
+                key = (body.group_id, t.topic_id, p.partition)
+                try:
+                    if not count:
+                        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    sp_partition = state_partition(body.group_id, t.topic_id, p.partition, count)
+                    states = self._partition_states(sp_partition)
+                    sp = states.get(key)
+                    if sp is not None:
+                        append_record(self.broker, sp_partition, encode_key(*key), None)
+                        del states[key]
+                        self._snapshot_epochs.pop(key, None)
+                        self._fences[key] = sp.state_epoch + 1
+                        appended.setdefault(sp_partition, []).append(row)
+                except KafkaError as exc:
+                    row.error_code = exc.code
+                rows.append(row)
+            results.append(DeleteStateResult(topic_id=t.topic_id, partitions=rows))
+        await self._replicated(appended)
+        return DeleteShareGroupStateResponse(results=results)
 
 
 def _state(code: int) -> RecordState:
