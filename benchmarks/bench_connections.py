@@ -1,14 +1,16 @@
 """What connections cost the broker: idle ones in memory, hostile ones in others' latency.
 
     .venv/bin/python benchmarks/bench_connections.py idle [--connections 10000] [--batch 500]
-        [--after-request]
+        [--after-request] [--rounds 1]
     .venv/bin/python benchmarks/bench_connections.py hostile [--hostile 50] [--seconds 20]
     .venv/bin/python benchmarks/bench_connections.py --smoke
 
 idle      one broker process at rest, then N connections that send nothing (or, with
           --after-request, one ApiVersions each and nothing more), opened in batches by a
           separate process so that the broker's RSS is measured alone; then all closed.
-          Prints the broker's RSS at rest, with N open, after close, and per connection.
+          Prints the broker's RSS at rest, with N open, after close, and per connection;
+          with --rounds R, opens and closes them R times and prints each round's figures
+          (what closing keeps is reused by the next round, not added to).
 hostile   (issue 34 item 4) a normal producer (Produce v9, acks=1, one 100-byte record per
           request, paced at 100 requests/s on one connection) and a fresh connection's
           ApiVersions every second, first alone, then beside --hostile connections that
@@ -22,6 +24,7 @@ broker inherits it). Progress goes to stderr, the table to stdout. No assertion 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import socket
@@ -145,7 +148,7 @@ def settle(pid: int, seconds: float = 2.0) -> float:
     return rss_mb(pid)
 
 
-def run_idle(n: int, batch: int, after_request: bool) -> list[tuple[str, str]]:
+def run_idle(n: int, batch: int, after_request: bool, rounds: int = 1) -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory(prefix="bench-conn-") as tmp:
         broker = BrokerProcess({"log.dirs": str(Path(tmp) / "logs")})
         try:
@@ -158,37 +161,52 @@ def run_idle(n: int, batch: int, after_request: bool) -> list[tuple[str, str]]:
             base_fds = open_fds(pid)
             rest = settle(pid)
             progress(f"broker at rest: {rest:.1f} MB, {base_fds} fds")
-            client = subprocess.Popen(
-                [sys.executable, __file__, "_hold", str(broker.port), str(n), str(batch)]
-                + (["--after-request"] if after_request else []),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert client.stdout is not None and client.stdin is not None
-            started = time.perf_counter()
-            for line in client.stdout:
-                if line.startswith("opened"):
-                    progress(line.strip())
-                if line.strip() == "ready":
-                    break
-            wait_fds(pid, base_fds + n, above=True)
-            opened_s = time.perf_counter() - started
-            with_n = settle(pid)
-            progress(f"{n} open: {with_n:.1f} MB")
-            client.stdin.write("close\n")
-            client.stdin.flush()
-            client.wait(120)
-            wait_fds(pid, base_fds, above=False)
-            after = settle(pid, 3.0)
-            progress(f"after close: {after:.1f} MB")
-            later = settle(pid, 7.0)
-            progress(f"10 s after close: {later:.1f} MB")
+            rows: list[tuple[float, float, float, float]] = []
+            closed_at = -math.inf
+            for _round in range(rounds):
+                # The broker reclaims at most once a minute: let the previous round's pass.
+                time.sleep(max(0.0, closed_at + 62 - time.monotonic()))
+                client = subprocess.Popen(
+                    [sys.executable, __file__, "_hold", str(broker.port), str(n), str(batch)]
+                    + (["--after-request"] if after_request else []),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                assert client.stdout is not None and client.stdin is not None
+                started = time.perf_counter()
+                for line in client.stdout:
+                    if line.startswith("opened"):
+                        progress(line.strip())
+                    if line.strip() == "ready":
+                        break
+                wait_fds(pid, base_fds + n, above=True)
+                opened_s = time.perf_counter() - started
+                with_n = settle(pid)
+                progress(f"{n} open: {with_n:.1f} MB")
+                client.stdin.write("close\n")
+                client.stdin.flush()
+                client.wait(120)
+                wait_fds(pid, base_fds, above=False)
+                closed_at = time.monotonic()
+                after = settle(pid, 3.0)
+                progress(f"after close: {after:.1f} MB")
+                later = settle(pid, 7.0)
+                progress(f"10 s after close: {later:.1f} MB")
+                rows.append((with_n, after, later, opened_s))
         finally:
             broker.stop()
     reclaimed = [line.split(": ", 1)[-1].strip() for line in broker.lines if "reclaimed" in line]
     kind = "idle after one ApiVersions" if after_request else "idle, nothing sent"
+    with_n, after, later, opened_s = rows[0]
     per_kb = (with_n - rest) * 1024 / n
+    more = [
+        (
+            f"round {k}: open / closed / 10 s later, MB",
+            f"{w:.1f} / {a:.1f} / {lt:.1f} ({lt - rest:.1f} over rest)",
+        )
+        for k, (w, a, lt, _) in enumerate(rows[1:], start=2)
+    ]
     return [
         ("connections", f"{n:,} ({kind})"),
         ("broker RSS at rest, MB", f"{rest:.1f}"),
@@ -200,6 +218,7 @@ def run_idle(n: int, batch: int, after_request: bool) -> list[tuple[str, str]]:
         ("broker RSS 10 s after close, MB", f"{later:.1f} ({later - rest:.1f} over rest)"),
         ("broker said", "; ".join(reclaimed) or "-"),
         ("time to open them all, s", f"{opened_s:.1f}"),
+        *more,
     ]
 
 
@@ -405,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--after-request", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1, help="open and close them R times")
     parser.add_argument("--hostile", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, both modes")
@@ -416,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.mode == "idle":
         n = min(args.connections, limit - 100)
-        table(run_idle(n, args.batch, args.after_request))
+        table(run_idle(n, args.batch, args.after_request, args.rounds))
     else:
         table(run_hostile(args.hostile, args.seconds))
     return 0
