@@ -80,6 +80,9 @@ _SHARE_GROUP_CONFIGS: tuple[ConfigKey, ...] = (
         "Largest record lock duration.", acts=True),
     key("group.share.partition.max.record.locks", "INT", 200, _between(100, 10000),
         "Records of one partition a share group may hold locked at once.", acts=True),
+    key("share.coordinator.snapshot.update.records.per.snapshot", "INT", 500, _between(0, 500),
+        "ShareUpdate records the share coordinator writes between ShareSnapshot records of "
+        "a share-partition (0: every write a snapshot).", acts=True),
 )  # fmt: skip
 
 

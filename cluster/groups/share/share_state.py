@@ -1,21 +1,30 @@
 """Durable share-partition state: `__share_group_state`, as Kafka's share coordinator keeps it.
 
 Every change to a share-partition (an acquisition, an acknowledgement, a release, a lock
-that ran out) is written as a ShareSnapshot record keyed by (group, topic id, partition):
+that ran out) is written as a record keyed by (group, topic id, partition): a ShareSnapshot
+(the whole state), then ShareUpdate records, a new snapshot once
+`share.coordinator.snapshot.update.records.per.snapshot` updates (Kafka's 500) followed
+the last one (`StateWriter`):
 
-    key    int16 record type 0 (ShareSnapshot), then the non-flexible ShareSnapshotKey v0:
-           GroupId string, TopicId uuid, Partition int32
+    key    int16 record type (0 ShareSnapshot, 1 ShareUpdate), then the non-flexible
+           ShareSnapshotKey / ShareUpdateKey v0: GroupId string, TopicId uuid,
+           Partition int32
     value  int16 version 0, then the flexible ShareSnapshotValue v0: SnapshotEpoch uint16,
            StateEpoch int32, LeaderEpoch int32, StartOffset int64, StateBatches compact
            array of (FirstOffset int64, LastOffset int64, DeliveryState int8,
-           DeliveryCount int16, tags), tags
+           DeliveryCount int16, tags), tags; or ShareUpdateValue v0: SnapshotEpoch uint16
+           (the snapshot's it follows), LeaderEpoch int32, StartOffset int64,
+           StateBatches, tags
 
-(the layout of Kafka's share-coordinator message definitions). As in Kafka, the batches
-hold only the states a restart keeps: an acquired record is written as available with its
-delivery count, so it is delivered again after a restart; acknowledged and archived ones
-are not. The topic is compacted: the last snapshot of each key is what a restart reads.
-Kafka also writes ShareUpdate deltas between snapshots; here every write is a snapshot.
-A deleted group's keys get tombstones.
+(the layout of Kafka's first share-coordinator message definitions). As in Kafka, the
+batches hold only the states a restart keeps: an acquired record is written as available
+with its delivery count, so it is delivered again after a restart; acknowledged and
+archived ones are not. An update carries the batches that differ, laid over the snapshot
+it follows. The topic is compacted here (Kafka deletes, and prunes what precedes each
+key's snapshot), which keeps a key's last update only: so each update carries the
+difference from its snapshot, not from the previous update. A restart reads the last
+snapshot of each key with the last update of the same snapshot epoch after it. A deleted
+share-partition's keys (both types) get tombstones.
 
 The partition of a key is Kafka's: the Java hash of "group:topicId:partition" modulo the
 topic's partition count (`offsets.topic.num.partitions` here, where Kafka has its own
@@ -31,7 +40,7 @@ import binascii
 import logging
 import struct
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trio_broker.cluster.coordinator_log import iter_log_batches, partition_for
 from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
@@ -49,8 +58,12 @@ __all__ = [
     "SHARE_STATE_TOPIC",
     "ShareStateStore",
     "append_record",
+    "StateWriter",
     "decode_snapshot",
+    "difference",
     "encode_snapshot",
+    "encode_update",
+    "overlay",
     "parse_share_key",
     "replay_partition",
     "share_key",
@@ -59,9 +72,14 @@ __all__ = [
 
 SHARE_STATE_TOPIC = "__share_group_state"
 SNAPSHOT_TYPE = 0
+UPDATE_TYPE = 1
 _KEY_HEAD = struct.Struct(">hh")
 _VALUE_HEAD = struct.Struct(">hHiiq")  # version, snapshot epoch, state epoch, leader epoch, start
+_UPDATE_HEAD = struct.Struct(">hHiq")  # version, snapshot epoch, leader epoch, start
 _BATCH = struct.Struct(">qqbh")
+PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
+
+Batch = tuple[int, int, int, int]  # first offset, last offset, delivery state, count
 
 
 def share_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
@@ -95,14 +113,11 @@ def state_partition(group_id: str, topic_id: uuid.UUID, partition: int, count: i
     return partition_for(share_key(group_id, topic_id, partition), count)
 
 
-def encode_key(group_id: str, topic_id: uuid.UUID, partition: int) -> bytes:
+def encode_key(
+    group_id: str, topic_id: uuid.UUID, partition: int, kind: int = SNAPSHOT_TYPE
+) -> bytes:
     group = group_id.encode()
-    return (
-        _KEY_HEAD.pack(SNAPSHOT_TYPE, len(group))
-        + group
-        + topic_id.bytes
-        + struct.pack(">i", partition)
-    )
+    return _KEY_HEAD.pack(kind, len(group)) + group + topic_id.bytes + struct.pack(">i", partition)
 
 
 def decode_key(key: bytes) -> tuple[int, str, uuid.UUID, int] | None:
@@ -118,16 +133,18 @@ def decode_key(key: bytes) -> tuple[int, str, uuid.UUID, int] | None:
     return kind, group, topic_id, partition
 
 
-def encode_snapshot(sp: SharePartition, snapshot_epoch: int, leader_epoch: int = 0) -> bytes:
-    buf = bytearray(
-        _VALUE_HEAD.pack(0, snapshot_epoch & 0xFFFF, sp.state_epoch, leader_epoch, sp.start_offset)
-    )
+def written_batches(sp: SharePartition) -> list[Batch]:
+    """The batches a record keeps of a share-partition (acquired ones as available)."""
     batches = []
     for span in sp.spans:
         state = RecordState.AVAILABLE if span.state is RecordState.ACQUIRED else span.state
         batches.append((span.first, span.last, int(state), span.delivery_count))
     if sp.end_offset > sp.start_offset and not batches:
         batches.append((sp.start_offset, sp.end_offset - 1, int(RecordState.ARCHIVED), 0))
+    return batches
+
+
+def _encode_batches(buf: bytearray, batches: list[Batch]) -> bytes:
     write_uvarint(buf, len(batches) + 1)
     for first, last, state, count in batches:
         buf += _BATCH.pack(first, last, state, count)
@@ -136,48 +153,204 @@ def encode_snapshot(sp: SharePartition, snapshot_epoch: int, leader_epoch: int =
     return bytes(buf)
 
 
-def decode_snapshot(value: bytes, topic: str, partition: int) -> SharePartition:
-    _, _, state_epoch, _, start = _VALUE_HEAD.unpack_from(value)
-    pos = _VALUE_HEAD.size
+def _decode_batches(value: bytes, pos: int) -> list[Batch]:
     count, pos = read_uvarint(value, pos)
-    spans = []
+    batches = []
     for _ in range(count - 1):
-        first, last, state, delivered = _BATCH.unpack_from(value, pos)
+        batches.append(_BATCH.unpack_from(value, pos))
         pos += _BATCH.size
         tags, pos = read_uvarint(value, pos)
         for _ in range(tags):
             _, pos = read_uvarint(value, pos)
             size, pos = read_uvarint(value, pos)
             pos += size
-        spans.append(Span(first, last, RecordState(state), delivered))
+    return batches
+
+
+def encode_snapshot(sp: SharePartition, snapshot_epoch: int, leader_epoch: int = 0) -> bytes:
+    head = _VALUE_HEAD.pack(
+        0, snapshot_epoch & 0xFFFF, sp.state_epoch, leader_epoch, sp.start_offset
+    )
+    return _encode_batches(bytearray(head), written_batches(sp))
+
+
+def encode_update(
+    snapshot_epoch: int, leader_epoch: int, start_offset: int, batches: list[Batch]
+) -> bytes:
+    head = _UPDATE_HEAD.pack(0, snapshot_epoch & 0xFFFF, leader_epoch, start_offset)
+    return _encode_batches(bytearray(head), batches)
+
+
+def build_partition(
+    topic: str, partition: int, start: int, state_epoch: int, batches: list[Batch]
+) -> SharePartition:
     sp = SharePartition(topic, partition, start, state_epoch=state_epoch)
-    sp.spans = [s for s in spans if s.last >= start]
+    sp.spans = [
+        Span(first, last, RecordState(state), count)
+        for first, last, state, count in batches
+        if last >= start
+    ]
+    if sp.spans and sp.spans[0].first < start:
+        sp.spans[0].first = start
     sp.end_offset = max([s.last + 1 for s in sp.spans], default=start)
     sp._advance()
     return sp
 
 
+def decode_snapshot(value: bytes, topic: str, partition: int) -> SharePartition:
+    _, _, state_epoch, _, start = _VALUE_HEAD.unpack_from(value)
+    batches = _decode_batches(value, _VALUE_HEAD.size)
+    return build_partition(topic, partition, start, state_epoch, batches)
+
+
+def _pieces(base: list[Batch], first: int, last: int) -> list[tuple[int, int, Batch | None]]:
+    """[first, last] cut where `base` (sorted, apart) changes: (from, to, base batch or None)."""
+    out: list[tuple[int, int, Batch | None]] = []
+    at = first
+    for b in base:
+        if b[1] < at or b[0] > last:
+            continue
+        if b[0] > at:
+            out.append((at, b[0] - 1, None))
+            at = b[0]
+        end = min(b[1], last)
+        out.append((at, end, b))
+        at = end + 1
+        if at > last:
+            break
+    if at <= last:
+        out.append((at, last, None))
+    return out
+
+
+def difference(base: list[Batch], start: int, end: int, new: list[Batch]) -> list[Batch] | None:
+    """The batches of `new` (a share-partition's state from `start` to `end`) that differ
+    from `base`: what an update laid over `base` carries. None when an update cannot say
+    it (`new` leaves a gap, or `base` reaches past `end`): a snapshot is written then."""
+    at = start
+    for first, last, _, _ in new:
+        if first != at or last < first:
+            return None
+        at = last + 1
+    if at != end and new or (not new and end != start):
+        return None
+    if base and base[-1][1] >= end:
+        return None
+    out: list[Batch] = []
+    for first, last, state, count in new:
+        for lo, hi, old in _pieces(base, first, last):
+            if old is not None and (old[2], old[3]) == (state, count):
+                continue
+            if out and out[-1][1] + 1 == lo and out[-1][2:] == (state, count):
+                out[-1] = (out[-1][0], hi, state, count)
+            else:
+                out.append((lo, hi, state, count))
+    return out
+
+
+def overlay(base: list[Batch], start: int, batches: list[Batch]) -> list[Batch]:
+    """`base` with `batches` laid over it, from `start` on (an update read back)."""
+    out: list[Batch] = []
+    for b in base:
+        pieces = [(b[0], b[1])]
+        for first, last, _, _ in batches:
+            cut = []
+            for lo, hi in pieces:
+                if last < lo or first > hi:
+                    cut.append((lo, hi))
+                    continue
+                if lo < first:
+                    cut.append((lo, first - 1))
+                if hi > last:
+                    cut.append((last + 1, hi))
+            pieces = cut
+        out.extend((lo, hi, b[2], b[3]) for lo, hi in pieces)
+    out.extend(batches)
+    out.sort()
+    return [(max(f, start), last, st, c) for f, last, st, c in out if last >= start]
+
+
+class StateWriter:
+    """The records of each share-partition's writes (`key` is any hashable name of it):
+    a ShareSnapshot, then ShareUpdates, a snapshot again once `per_snapshot()` updates
+    followed the last (0: every write a snapshot), or when an update cannot say it."""
+
+    def __init__(self, per_snapshot: Any) -> None:
+        self.per_snapshot = per_snapshot
+        self._base: dict[Any, tuple[int, list[Batch]]] = {}  # snapshot epoch, its batches
+        self._updates: dict[Any, int] = {}
+        self._epochs: dict[Any, int] = {}  # the last snapshot epoch, carried on
+
+    def record(
+        self, key: Any, sp: SharePartition, leader_epoch: int = 0, *, snapshot: bool = False
+    ) -> tuple[int, bytes]:
+        """(record type, value) of one write of `sp`."""
+        batches = written_batches(sp)
+        base = self._base.get(key)
+        if base is not None and not snapshot and self._updates[key] < int(self.per_snapshot()):
+            diff = difference(base[1], sp.start_offset, sp.end_offset, batches)
+            if diff is not None:
+                self._updates[key] += 1
+                return UPDATE_TYPE, encode_update(base[0], leader_epoch, sp.start_offset, diff)
+        epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) & 0xFFFF
+        self._base[key] = (epoch, batches)
+        self._updates[key] = 0
+        return SNAPSHOT_TYPE, encode_snapshot(sp, epoch, leader_epoch)
+
+    def forget(self, key: Any, snapshot_epoch: int | None = None) -> None:
+        """The next write of `key` is a snapshot (after its snapshot epoch, if given)."""
+        self._base.pop(key, None)
+        self._updates.pop(key, None)
+        if snapshot_epoch is not None:
+            self._epochs[key] = snapshot_epoch
+
+
 def replay_partition(
-    broker: Broker, partition: int
+    broker: Broker, partition: int, epochs: dict[Any, int] | None = None
 ) -> dict[tuple[str, uuid.UUID, int], SharePartition]:
-    """The last snapshot of every key in one `__share_group_state` partition of this
-    broker's log, by (group, topic id, partition); the share-partitions' `topic` is left
-    empty (the caller names it)."""
-    found: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+    """The state of every key in one `__share_group_state` partition of this broker's log
+    (its last snapshot, with the last update of that snapshot after it), by (group, topic
+    id, partition); the share-partitions' `topic` is left empty (the caller names it).
+    `epochs`, if given, receives each key's last snapshot epoch."""
+    bases: dict[tuple[str, uuid.UUID, int], tuple[int, int, int, list[Batch]]] = {}
+    updates: dict[tuple[str, uuid.UUID, int], tuple[int, list[Batch]]] = {}
     log = broker.topics.get_log(SHARE_STATE_TOPIC, partition)
     if log is None:
-        return found
+        return {}
     for batch in iter_log_batches(log):
         for record in iter_records(batch):
             decoded = decode_key(record.key or b"")
-            if decoded is None or decoded[0] != SNAPSHOT_TYPE:
+            if decoded is None or decoded[0] not in (SNAPSHOT_TYPE, UPDATE_TYPE):
                 continue
-            _, group_id, topic_id, index = decoded
+            kind, group_id, topic_id, index = decoded
             key = (group_id, topic_id, index)
-            if record.value is None:
-                found.pop(key, None)
+            value = bytes(record.value) if record.value is not None else None
+            if kind == SNAPSHOT_TYPE:
+                updates.pop(key, None)
+                if value is None:
+                    bases.pop(key, None)
+                else:
+                    _, epoch, state_epoch, _, start = _VALUE_HEAD.unpack_from(value)
+                    bases[key] = (
+                        epoch,
+                        state_epoch,
+                        start,
+                        _decode_batches(value, _VALUE_HEAD.size),
+                    )
+            elif value is None:
+                updates.pop(key, None)
             else:
-                found[key] = decode_snapshot(bytes(record.value), "", index)
+                _, epoch, _, start = _UPDATE_HEAD.unpack_from(value)
+                if key in bases and bases[key][0] == epoch:
+                    updates[key] = (start, _decode_batches(value, _UPDATE_HEAD.size))
+    found: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
+    for key, (epoch, state_epoch, start, batches) in bases.items():
+        if key in updates:
+            start, diff = updates[key]
+            batches = overlay(batches, start, diff)
+        found[key] = build_partition("", key[2], start, state_epoch, batches)
+        if epochs is not None:
+            epochs[key] = epoch
     return found
 
 
@@ -218,7 +391,8 @@ class ShareStateStore:
         self.broker = broker
         self.num_partitions: int = broker.config.offsets_topic_num_partitions
         self._loaded: dict[tuple[str, str, int], SharePartition] | None = None
-        self._epochs: dict[tuple[str, str, int], int] = {}
+        self.writer = StateWriter(lambda: broker.config.value(PER_SNAPSHOT))
+        self._snapshot_epochs: dict[Any, int] = {}
         topic = broker.metadata.topics.get(SHARE_STATE_TOPIC)
         if topic is not None:
             self.num_partitions = len(topic.partitions)
@@ -238,7 +412,10 @@ class ShareStateStore:
         if state is None or getattr(self.broker, "replica_manager", None) is not None:
             return found
         for p in range(len(state.partitions)):
-            for (group_id, topic_id, partition), sp in replay_partition(self.broker, p).items():
+            epochs = self._snapshot_epochs
+            for (group_id, topic_id, partition), sp in replay_partition(
+                self.broker, p, epochs
+            ).items():
                 topic = self.broker.metadata.topic_by_id(topic_id)
                 if topic is not None:
                     sp.topic = topic.name
@@ -265,23 +442,27 @@ class ShareStateStore:
         topic_id = self._topic_id(sp.topic)
         if topic_id is None:
             return
-        key = (group_id, sp.topic, sp.partition)
-        epoch = self._epochs[key] = self._epochs.get(key, -1) + 1
+        key = (group_id, topic_id, sp.partition)
+        if key in self._snapshot_epochs:  # read back at start: the epochs carry on
+            self.writer.forget(key, self._snapshot_epochs.pop(key))
+        kind, value = self.writer.record(key, sp)
         self._append(
             self._partition_for(group_id, topic_id, sp.partition),
-            encode_key(group_id, topic_id, sp.partition),
-            encode_snapshot(sp, epoch),
+            encode_key(group_id, topic_id, sp.partition, kind),
+            value,
         )
         sp.dirty = False
 
     def delete(self, group_id: str, sp: SharePartition) -> None:
         topic_id = self._topic_id(sp.topic)
         if topic_id is not None:
-            self._append(
-                self._partition_for(group_id, topic_id, sp.partition),
-                encode_key(group_id, topic_id, sp.partition),
-                None,
-            )
+            self.writer.forget((group_id, topic_id, sp.partition))
+            for kind in (UPDATE_TYPE, SNAPSHOT_TYPE):
+                self._append(
+                    self._partition_for(group_id, topic_id, sp.partition),
+                    encode_key(group_id, topic_id, sp.partition, kind),
+                    None,
+                )
 
     def _ensure_topic(self) -> None:
         if SHARE_STATE_TOPIC in self.broker.metadata.topics:

@@ -8,8 +8,8 @@ leader keeps the last snapshot of every key of the partitions it leads, read fro
 the first time a request needs a partition at its current leader epoch (after a move, the
 new leader replays what the old one wrote and its followers fetched). A write replaces the
 key's state with the one sent (the share-partition's leader always sends its whole
-in-flight state, so a write is a snapshot) and is appended as a ShareSnapshot record before
-it is answered; a read answers the last snapshot, or StartOffset -1 when there is none.
+in-flight state) and is appended before it is answered, as a ShareSnapshot record or a
+ShareUpdate of what changed since the last snapshot (`share_state.StateWriter`); a read answers the last snapshot, or StartOffset -1 when there is none.
 Initialize writes a fresh snapshot (a state epoch, a start offset, no records: what
 AlterShareGroupOffsets sets); Delete writes the key's tombstone (DeleteGroups,
 DeleteShareGroupOffsets). A write carrying an older state epoch than the key's is refused
@@ -28,10 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from trio_broker.cluster.groups.share.share_partition import RecordState, SharePartition, Span
 from trio_broker.cluster.groups.share.share_state import (
+    PER_SNAPSHOT,
     SHARE_STATE_TOPIC,
+    SNAPSHOT_TYPE,
+    UPDATE_TYPE,
+    StateWriter,
     append_record,
     encode_key,
-    encode_snapshot,
     replay_partition,
     state_partition,
 )
@@ -80,7 +83,7 @@ class ShareStateCoordinator:
         self.broker = broker
         self._states: dict[int, dict[Key, SharePartition]] = {}
         self._epochs: dict[int, int] = {}  # the leader epoch each partition was read at
-        self._snapshot_epochs: dict[Key, int] = {}
+        self.writer = StateWriter(lambda: broker.config.value(PER_SNAPSHOT))
         # Deleted keys: the state epoch a write must carry at least (module docstring).
         self._fences: dict[Key, int] = {}
 
@@ -96,7 +99,10 @@ class ShareStateCoordinator:
         if own is None:
             raise KafkaError(ErrorCode.NOT_COORDINATOR)
         if self._epochs.get(p) != own.leader_epoch:
-            self._states[p] = replay_partition(self.broker, p)
+            snapshot_epochs: dict[Any, int] = {}
+            self._states[p] = replay_partition(self.broker, p, snapshot_epochs)
+            for key, epoch in snapshot_epochs.items():
+                self.writer.forget(key, epoch)  # a snapshot first, its epoch the next one
             self._epochs[p] = own.leader_epoch
             logger.info(
                 "share coordinator: %s-%d read at leader epoch %d: %d share-partition(s)",
@@ -172,13 +178,8 @@ class ShareStateCoordinator:
                         if b.last_offset >= p.start_offset
                     ]
                     sp.end_offset = max([s.last + 1 for s in sp.spans], default=p.start_offset)
-                    epoch = self._snapshot_epochs[key] = self._snapshot_epochs.get(key, -1) + 1
-                    append_record(
-                        self.broker,
-                        sp_partition,
-                        encode_key(*key),
-                        encode_snapshot(sp, epoch, p.leader_epoch),
-                    )
+                    kind, value = self.writer.record(key, sp, p.leader_epoch)
+                    append_record(self.broker, sp_partition, encode_key(*key, kind), value)
                     states[key] = sp
                     appended.setdefault(sp_partition, []).append(row)
                 except KafkaError as exc:
@@ -228,10 +229,8 @@ class ShareStateCoordinator:
                     states = self._partition_states(sp_partition)
                     self._check_state_epoch(key, states.get(key), p.state_epoch)
                     sp = SharePartition("", p.partition, p.start_offset, state_epoch=p.state_epoch)
-                    epoch = self._snapshot_epochs[key] = self._snapshot_epochs.get(key, -1) + 1
-                    append_record(
-                        self.broker, sp_partition, encode_key(*key), encode_snapshot(sp, epoch)
-                    )
+                    kind, value = self.writer.record(key, sp, snapshot=True)
+                    append_record(self.broker, sp_partition, encode_key(*key, kind), value)
                     states[key] = sp
                     self._fences.pop(key, None)
                     appended.setdefault(sp_partition, []).append(row)
@@ -259,9 +258,10 @@ class ShareStateCoordinator:
                     states = self._partition_states(sp_partition)
                     sp = states.get(key)
                     if sp is not None:
-                        append_record(self.broker, sp_partition, encode_key(*key), None)
+                        for kind in (UPDATE_TYPE, SNAPSHOT_TYPE):
+                            append_record(self.broker, sp_partition, encode_key(*key, kind), None)
                         del states[key]
-                        self._snapshot_epochs.pop(key, None)
+                        self.writer.forget(key)
                         self._fences[key] = sp.state_epoch + 1
                         appended.setdefault(sp_partition, []).append(row)
                 except KafkaError as exc:

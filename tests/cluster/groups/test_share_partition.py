@@ -1,18 +1,25 @@
 """SharePartition's state machine on its own (no broker, no clock): acquisition,
 acknowledgement, release, lock expiry, delivery limits, the start offset moving, and the
-ShareSnapshot record that keeps it across a restart."""
+ShareSnapshot and ShareUpdate records that keep it across a restart."""
 
 from __future__ import annotations
 
+import random
 import uuid
 
 from trio_broker.cluster.groups.share.share_group import simple_assign
 from trio_broker.cluster.groups.share.share_partition import AckType, RecordState, SharePartition
 from trio_broker.cluster.groups.share.share_state import (
+    SNAPSHOT_TYPE,
+    UPDATE_TYPE,
+    StateWriter,
     decode_key,
     decode_snapshot,
+    difference,
     encode_key,
     encode_snapshot,
+    overlay,
+    written_batches,
 )
 
 S = RecordState
@@ -109,6 +116,54 @@ def test_snapshot_round_trip_keeps_states_and_gives_back_acquired():
     assert decode_key(key) == (0, "g", topic_id, 3)
     # int16 version 0, uint16 snapshot epoch 7, then the state epoch, leader epoch, start.
     assert value[:4] == b"\x00\x00\x00\x07"
+
+
+def test_an_update_laid_over_its_snapshot_gives_the_state_written():
+    # Random acquisitions and acknowledgements; after each, the difference from the last
+    # snapshot, laid over it, is exactly the state a snapshot would hold.
+    for seed in range(20):
+        rng = random.Random(seed)
+        sp = SharePartition("t", 0, 0)
+        base = written_batches(sp)
+        for step in range(60):
+            if rng.random() < 0.4:
+                first = sp.end_offset
+                sp.acquire_new("a", first, first + rng.randrange(1, 6), deadline=1.0)
+            elif rng.random() < 0.2:
+                sp.acquire_available("a", rng.randrange(1, 5), deadline=1.0)
+            elif sp.end_offset > sp.start_offset:
+                lo = rng.randrange(sp.start_offset, sp.end_offset)
+                hi = min(sp.end_offset - 1, lo + rng.randrange(0, 4))
+                sp.acknowledge("a", lo, hi, AckType(rng.choice([1, 2, 3])), LIMIT)
+            new = written_batches(sp)
+            diff = difference(base, sp.start_offset, sp.end_offset, new)
+            assert diff is not None, (seed, step)
+            assert len(diff) <= len(new)
+            laid = overlay(base, sp.start_offset, diff)
+            assert _offsets(laid) == _offsets(new), (seed, step)
+            if step % 17 == 0:
+                base = new  # a new snapshot
+
+
+def _offsets(batches):
+    return {o: (state, count) for f, last, state, count in batches for o in range(f, last + 1)}
+
+
+def test_the_writer_snapshots_then_updates_then_snapshots_again():
+    per_snapshot = [2]
+    writer = StateWriter(lambda: per_snapshot[0])
+    sp = _partition()
+    kinds = []
+    for i in range(6):
+        sp.acknowledge("a", 100 + i, 100 + i, AckType.ACCEPT, LIMIT)
+        kind, value = writer.record("k", sp)
+        kinds.append(kind)
+    S_, U_ = SNAPSHOT_TYPE, UPDATE_TYPE
+    assert kinds == [S_, U_, U_, S_, U_, U_]
+    # An update names its snapshot's epoch (the second snapshot is epoch 1).
+    assert value[2:4] == b"\x00\x01"
+    per_snapshot[0] = 0  # every write a snapshot
+    assert writer.record("k", sp)[0] == S_
 
 
 def test_simple_assignor_spreads_then_shares_partitions():
