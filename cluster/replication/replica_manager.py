@@ -10,7 +10,9 @@
 
 ISR changes are the leader's conditional writes of the partition's state znode at the
 version it holds (Kafka before AlterPartition), followed by a sequential
-/isr_change_notification/isr_change_ znode for the controller. A write that finds the znode
+/isr_change_notification/isr_change_ znode for the controller. Changes written while
+one notification is on its way gather into the next, as Kafka's leaders gather theirs:
+a broker rejoining thousands of ISRs makes a handful of notifications, not thousands. A write that finds the znode
 changed re-reads it: if the leader epoch moved on, the controller decided and this leader
 stops; otherwise it adopts what is there and tries again on the next round.
 
@@ -38,6 +40,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["ReplicaManager"]
+
+# Partitions named in one ISR change notification at most (~40 bytes each: far below a
+# znode's 1 MB). Kafka's leaders gather theirs for 2.5 s; here a notification goes at
+# once, and what changes while it is written goes in the next.
+_ISR_CHANGES_PER_NOTIFICATION = 1000
 
 TopicPartition = tuple[str, int]
 
@@ -85,6 +92,10 @@ class ReplicaManager:
         self._resigned_in_session: int | None = None
         self._unsure = False  # see `_on_stall`
         self.isr_expands = 0
+        # ISR changes written but not yet announced to the controller, and whether a task
+        # is about to announce them (`_announce_isr_changes`).
+        self._isr_changes: set[TopicPartition] = set()
+        self._isr_announcing = False
         # Callbacks (topic, partition, leader_epoch) on leadership gained / lost; the
         # group and transaction coordinators load and unload their partitions.
         self.on_become_leader: list[Any] = [self._coordinator_elected]
@@ -928,11 +939,10 @@ class ReplicaManager:
                 self._hw_moved(part)
             # Answer delayed produces that may now complete (or fail: min.insync).
             self.produce_purgatory.wake((part.key,))
-            await zk.create(
-                f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}",
-                zk_data.encode_isr_change([part.key]),
-                sequence=True,
-            )
+            self._isr_changes.add(part.key)
+            if not self._isr_announcing:
+                self._isr_announcing = True
+                self.spawn(self._announce_isr_changes)
         except NoNodeError:
             logger.warning("no state znode %s: ISR change dropped", path)
         except Exception:
@@ -940,6 +950,26 @@ class ReplicaManager:
         finally:
             if part.leader_epoch == epoch:
                 part.isr_change_in_flight = False
+
+    async def _announce_isr_changes(self) -> None:
+        """The ISR changes written so far, in one sequential
+        /isr_change_notification/isr_change_ znode (or a few) for the controller; again
+        for those written meanwhile."""
+        changed: list[TopicPartition] = []
+        try:
+            while self._isr_changes:
+                changed = sorted(self._isr_changes)
+                self._isr_changes.clear()
+                for i in range(0, len(changed), _ISR_CHANGES_PER_NOTIFICATION):
+                    await self.broker.zk.create(
+                        f"{zk_data.ISR_CHANGE_NOTIFICATION_PATH}/{zk_data.ISR_CHANGE_PREFIX}",
+                        zk_data.encode_isr_change(changed[i : i + _ISR_CHANGES_PER_NOTIFICATION]),
+                        sequence=True,
+                    )
+        except Exception:
+            logger.exception("ISR change notification of %d partitions failed", len(changed))
+        finally:
+            self._isr_announcing = False
 
     # -- checkpoints -----------------------------------------------------------------------
 
