@@ -10,4 +10,4 @@ if TYPE_CHECKING:
 
 
 async def handle(broker: Broker, request: Request) -> Any:
-    return broker.group_coordinator.share_offsets.describe(request.body)
+    return await broker.group_coordinator.share_offsets.describe(request.body)

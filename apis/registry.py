@@ -81,6 +81,7 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(84, "ReadShareGroupState", 0, 0, "read_share_group_state"),
     ApiSpec(85, "WriteShareGroupState", 0, 0, "write_share_group_state"),
     ApiSpec(86, "DeleteShareGroupState", 0, 0, "delete_share_group_state"),
+    ApiSpec(87, "ReadShareGroupStateSummary", 0, 0, "read_share_group_state_summary"),
     ApiSpec(90, "DescribeShareGroupOffsets", 0, 0, "describe_share_group_offsets"),
     ApiSpec(91, "AlterShareGroupOffsets", 0, 0, "alter_share_group_offsets"),
     ApiSpec(92, "DeleteShareGroupOffsets", 0, 0, "delete_share_group_offsets"),

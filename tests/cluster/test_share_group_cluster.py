@@ -27,6 +27,9 @@ from trio_broker.protocol._generated.delete_share_group_offsets_request import (
     DeleteShareGroupOffsetsRequestTopic as DeleteTopic,
 )
 from trio_broker.protocol._generated.describe_configs_request import DescribeConfigsResource
+from trio_broker.protocol._generated.describe_share_group_offsets_request import (
+    DescribeShareGroupOffsetsRequestGroup as DescribeGroup,
+)
 from trio_broker.protocol._generated.incremental_alter_configs_request import (
     AlterableConfig,
     AlterConfigsResource,
@@ -164,6 +167,14 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
         return out
 
     assert start_offsets() == [500] * 6
+
+    def described() -> dict[int, int]:
+        group = DescribeGroup(group_id="pool", topics=None)
+        (answer,) = _raw(coordinator, 90, 0, groups=[group]).groups
+        assert answer.error_code == 0
+        return {p.partition_index: p.start_offset for t in answer.topics for p in t.partitions}
+
+    assert described() == dict.fromkeys(range(6), 500)  # from the share coordinators
     topics = [DeleteTopic(topic_name="spread")]
     deleted = _until_empty(lambda: _raw(coordinator, 92, 0, group_id="pool", topics=topics))
     assert [(t.topic_name, t.error_code) for t in deleted.responses] == [("spread", 0)]
@@ -174,6 +185,7 @@ def test_share_group_reads_partitions_led_by_every_broker(kafka_cluster):
     altered = _raw(coordinator, 91, 0, group_id="pool", topics=[alter])
     assert (altered.error_code, altered.responses[0].partitions[0].error_code) == (0, 0)
     assert start_offsets() == [400] + [-1] * 5
+    assert described() == {0: 400}
     again = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": "pool"})
     again.subscribe(["spread"])
     got: set[tuple[int, int]] = set()

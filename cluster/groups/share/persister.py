@@ -51,6 +51,13 @@ from trio_broker.protocol._generated.read_share_group_state_request import (
     ReadShareGroupStateRequest,
     ReadStateData,
 )
+from trio_broker.protocol._generated.read_share_group_state_summary_request import (
+    PartitionData as SummaryPartition,
+)
+from trio_broker.protocol._generated.read_share_group_state_summary_request import (
+    ReadShareGroupStateSummaryRequest,
+    ReadStateSummaryData,
+)
 from trio_broker.protocol._generated.write_share_group_state_request import (
     PartitionData as WritePartition,
 )
@@ -127,6 +134,8 @@ class SharePersister:
         if node == self.broker.node_id:
             if request.API_KEY == 84:
                 return local.read(request)
+            if request.API_KEY == 87:
+                return local.read_summary(request)
             serve = {83: local.initialize, 85: local.write, 86: local.delete}[request.API_KEY]
             return await serve(request)
         client = self._client
@@ -284,7 +293,15 @@ class SharePersister:
     ) -> dict[tuple[uuid.UUID, int], int]:
         """Send `build(group_id, {topic id: [partition]})` to each key's share coordinator;
         the error code of every key (COORDINATOR_NOT_AVAILABLE where none is known)."""
-        codes: dict[tuple[uuid.UUID, int], int] = {}
+        rows = await self._rows_of_each(group_id, keys, build)
+        return {k: (row if isinstance(row, int) else row.error_code) for k, row in rows.items()}
+
+    async def _rows_of_each(
+        self, group_id: str, keys: list[tuple[uuid.UUID, int]], build: Any
+    ) -> dict[tuple[uuid.UUID, int], Any]:
+        """As `_each_coordinator`, each key's answer row (or the error code where there is
+        none: 0 when no state topic exists yet)."""
+        codes: dict[tuple[uuid.UUID, int], Any] = {}
         by_node: dict[int, dict[uuid.UUID, list[int]]] = {}
         for topic_id, partition in keys:
             node = self._coordinator(group_id, topic_id, partition)
@@ -300,7 +317,7 @@ class SharePersister:
                 response = await self._send(node, build(group_id, topics))
                 for t in response.results:
                     for p in t.partitions:
-                        codes[(t.topic_id, p.partition)] = p.error_code
+                        codes[(t.topic_id, p.partition)] = p
             except KafkaError as exc:
                 for topic_id, partitions in topics.items():
                     for partition in partitions:
@@ -324,6 +341,29 @@ class SharePersister:
             )
 
         return await self._each_coordinator(group_id, keys, build)
+
+    async def start_offsets(
+        self, group_id: str, keys: list[tuple[uuid.UUID, int]]
+    ) -> dict[tuple[uuid.UUID, int], tuple[int, int]]:
+        """ReadShareGroupStateSummary: each share-partition's (error code, start offset),
+        the offset -1 where it has no state."""
+
+        def build(group_id: str, topics: dict[uuid.UUID, list[int]]) -> Any:
+            return ReadShareGroupStateSummaryRequest(
+                group_id=group_id,
+                topics=[
+                    ReadStateSummaryData(
+                        topic_id=t, partitions=[SummaryPartition(partition=p) for p in ps]
+                    )
+                    for t, ps in topics.items()
+                ],
+            )
+
+        rows = await self._rows_of_each(group_id, keys, build)
+        return {
+            k: (row, -1) if isinstance(row, int) else (row.error_code, row.start_offset)
+            for k, row in rows.items()
+        }
 
     async def initialize(
         self, group_id: str, topic_id: uuid.UUID, partition: int, start_offset: int

@@ -16,7 +16,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from trio_broker.cluster.groups.share.share_partition import SharePartition
-from trio_broker.errors import ErrorCode
+from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.alter_share_group_offsets_response import (
     AlterShareGroupOffsetsResponse,
     AlterShareGroupOffsetsResponsePartition,
@@ -63,7 +63,7 @@ class ShareGroupOffsets:
 
     # -- DescribeShareGroupOffsets ---------------------------------------------------------
 
-    def describe(self, body: Any) -> DescribeShareGroupOffsetsResponse:
+    async def describe(self, body: Any) -> DescribeShareGroupOffsetsResponse:
         manager = self.coordinator.share_partitions
         groups = []
         for g in body.groups:
@@ -75,7 +75,11 @@ class ShareGroupOffsets:
                     )
                 )
                 continue
-            known = manager.group_partitions(g.group_id)
+            if manager.persister is not None:
+                # A cluster: the start offsets are the share coordinators'.
+                known = await self._durable(g.group_id, g.topics)
+            else:
+                known = manager.group_partitions(g.group_id)
             if g.topics is None:
                 wanted: dict[str, list[int]] = {}
                 for topic, partition in sorted(known):
@@ -88,6 +92,13 @@ class ShareGroupOffsets:
                 rows = []
                 for p in partitions:
                     sp = known.get((name, p))
+                    if isinstance(sp, KafkaError):
+                        rows.append(
+                            DescribeShareGroupOffsetsResponsePartition(
+                                partition_index=p, start_offset=-1, error_code=sp.code
+                            )
+                        )
+                        continue
                     code = (
                         ErrorCode.NONE
                         if state is not None and p in state.partitions
@@ -113,6 +124,28 @@ class ShareGroupOffsets:
                 DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=topics)
             )
         return DescribeShareGroupOffsetsResponse(groups=groups)
+
+    async def _durable(self, group_id: str, topics: list[Any] | None) -> dict[Any, Any]:
+        """A cluster: the share-partitions with state at their share coordinators
+        (ReadShareGroupStateSummary), of these topics (None: every topic), as the start
+        offset each has (in a SharePartition), or the KafkaError of one that cannot say."""
+        meta = self._topics()
+        if topics is None:
+            wanted = {n: sorted(t.partitions) for n, t in meta.items() if not t.internal}
+        else:
+            wanted = {t.topic_name: list(t.partitions) for t in topics if t.topic_name in meta}
+        keys = [(meta[n].topic_id, p) for n, ps in wanted.items() for p in ps]
+        persister = self.coordinator.share_partitions.persister
+        assert persister is not None
+        found = await persister.start_offsets(group_id, keys)
+        names = {meta[n].topic_id: n for n in wanted}
+        out: dict[Any, Any] = {}
+        for (topic_id, p), (code, start) in found.items():
+            if code:
+                out[(names[topic_id], p)] = KafkaError(ErrorCode(code))
+            elif start >= 0:
+                out[(names[topic_id], p)] = SharePartition(names[topic_id], p, start)
+        return out
 
     # -- AlterShareGroupOffsets ------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The share coordinator of a cluster: Read, Write, Initialize and DeleteShareGroupState
-served by the leader of the key's `__share_group_state` partition (Kafka's
+"""The share coordinator of a cluster: Read, Write, Initialize, Delete and
+ReadShareGroupStateSummary served by the leader of the key's `__share_group_state` partition (Kafka's
 ShareCoordinatorService).
 
 A share-partition's state belongs to the key "group:topic id:partition", which maps to one
@@ -59,6 +59,13 @@ from trio_broker.protocol._generated.read_share_group_state_response import (
     ReadShareGroupStateResponse,
     ReadStateResult,
     StateBatch,
+)
+from trio_broker.protocol._generated.read_share_group_state_summary_response import (
+    PartitionResult as SummaryPartitionResult,
+)
+from trio_broker.protocol._generated.read_share_group_state_summary_response import (
+    ReadShareGroupStateSummaryResponse,
+    ReadStateSummaryResult,
 )
 from trio_broker.protocol._generated.write_share_group_state_response import (
     PartitionResult as WritePartitionResult,
@@ -148,6 +155,34 @@ class ShareStateCoordinator:
                 rows.append(row)
             results.append(ReadStateResult(topic_id=t.topic_id, partitions=rows))
         return ReadShareGroupStateResponse(results=results)
+
+    def read_summary(self, body: Any) -> ReadShareGroupStateSummaryResponse:
+        """Each share-partition's state epoch and start offset (-1: no state), for
+        DescribeShareGroupOffsets (Kafka's readStateSummary)."""
+        count = self._count()
+        results = []
+        for t in body.topics:
+            rows = []
+            for p in t.partitions:
+                key = (body.group_id, t.topic_id, p.partition)
+                row = SummaryPartitionResult(
+                    partition=p.partition, start_offset=-1, state_epoch=self._fences.get(key, 0)
+                )
+                try:
+                    if not count:
+                        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                    states = self._partition_states(
+                        state_partition(body.group_id, t.topic_id, p.partition, count)
+                    )
+                except KafkaError as exc:
+                    row.error_code = exc.code
+                else:
+                    sp = states.get(key)
+                    if sp is not None:
+                        row.state_epoch, row.start_offset = sp.state_epoch, sp.start_offset
+                rows.append(row)
+            results.append(ReadStateSummaryResult(topic_id=t.topic_id, partitions=rows))
+        return ReadShareGroupStateSummaryResponse(results=results)
 
     async def write(self, body: Any) -> WriteShareGroupStateResponse:
         """Append each share-partition's new state, then answer once the ISR of its
