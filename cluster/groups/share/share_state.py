@@ -9,14 +9,17 @@ the last one (`StateWriter`):
     key    int16 record type (0 ShareSnapshot, 1 ShareUpdate), then the non-flexible
            ShareSnapshotKey / ShareUpdateKey v0: GroupId string, TopicId uuid,
            Partition int32
-    value  int16 version 0, then the flexible ShareSnapshotValue v0: SnapshotEpoch uint16,
-           StateEpoch int32, LeaderEpoch int32, StartOffset int64, StateBatches compact
-           array of (FirstOffset int64, LastOffset int64, DeliveryState int8,
-           DeliveryCount int16, tags), tags; or ShareUpdateValue v0: SnapshotEpoch uint16
-           (the snapshot's it follows), LeaderEpoch int32, StartOffset int64,
-           StateBatches, tags
+    value  int16 version 0, then the flexible ShareSnapshotValue v0: SnapshotEpoch int32,
+           StateEpoch int32, LeaderEpoch int32, StartOffset int64, CreateTimestamp int64,
+           WriteTimestamp int64, StateBatches compact array of (FirstOffset int64,
+           LastOffset int64, DeliveryState int8, DeliveryCount int16, tags), tags; or
+           ShareUpdateValue v0: SnapshotEpoch int32 (the snapshot's it follows),
+           LeaderEpoch int32, StartOffset int64, StateBatches, tags
 
-(the layout of Kafka's first share-coordinator message definitions). As in Kafka, the
+(the layout of Kafka 4.1's share-coordinator message definitions; the early-access layout,
+with a uint16 SnapshotEpoch and no timestamps, which this broker wrote before, is read
+too: a value is read in the layout that reads it whole, and the two differ in length by
+an amount that no list of fewer than 16,000 batches makes up). As in Kafka, the
 batches hold only the states a restart keeps: an acquired record is written as available
 with its delivery count, so it is delivered again after a restart; acknowledged and
 archived ones are not. An update carries the batches that differ, laid over the snapshot
@@ -60,6 +63,8 @@ __all__ = [
     "append_record",
     "StateWriter",
     "decode_snapshot",
+    "decode_snapshot_value",
+    "decode_update_value",
     "difference",
     "encode_snapshot",
     "encode_update",
@@ -74,8 +79,12 @@ SHARE_STATE_TOPIC = "__share_group_state"
 SNAPSHOT_TYPE = 0
 UPDATE_TYPE = 1
 _KEY_HEAD = struct.Struct(">hh")
-_VALUE_HEAD = struct.Struct(">hHiiq")  # version, snapshot epoch, state epoch, leader epoch, start
-_UPDATE_HEAD = struct.Struct(">hHiq")  # version, snapshot epoch, leader epoch, start
+# version, snapshot epoch, state epoch, leader epoch, start offset, create and write times
+_SNAPSHOT_HEAD = struct.Struct(">hiiiqqq")
+_UPDATE_HEAD = struct.Struct(">hiiq")  # version, snapshot epoch, leader epoch, start offset
+# The early-access layouts (read only): uint16 snapshot epoch, no timestamps.
+_EARLY_SNAPSHOT_HEAD = struct.Struct(">hHiiq")
+_EARLY_UPDATE_HEAD = struct.Struct(">hHiq")
 _BATCH = struct.Struct(">qqbh")
 PER_SNAPSHOT = "share.coordinator.snapshot.update.records.per.snapshot"
 
@@ -153,23 +162,55 @@ def _encode_batches(buf: bytearray, batches: list[Batch]) -> bytes:
     return bytes(buf)
 
 
-def _decode_batches(value: bytes, pos: int) -> list[Batch]:
+def _decode_batches(value: bytes, pos: int) -> tuple[list[Batch], int]:
     count, pos = read_uvarint(value, pos)
     batches = []
     for _ in range(count - 1):
         batches.append(_BATCH.unpack_from(value, pos))
         pos += _BATCH.size
-        tags, pos = read_uvarint(value, pos)
-        for _ in range(tags):
-            _, pos = read_uvarint(value, pos)
-            size, pos = read_uvarint(value, pos)
-            pos += size
-    return batches
+        pos = _skip_tags(value, pos)
+    return batches, _skip_tags(value, pos)
 
 
-def encode_snapshot(sp: SharePartition, snapshot_epoch: int, leader_epoch: int = 0) -> bytes:
-    head = _VALUE_HEAD.pack(
-        0, snapshot_epoch & 0xFFFF, sp.state_epoch, leader_epoch, sp.start_offset
+def _skip_tags(value: bytes, pos: int) -> int:
+    tags, pos = read_uvarint(value, pos)
+    for _ in range(tags):
+        _, pos = read_uvarint(value, pos)
+        size, pos = read_uvarint(value, pos)
+        pos += size
+    return pos
+
+
+def _parse(value: bytes, heads: tuple[struct.Struct, ...]) -> tuple[tuple[int, ...], list[Batch]]:
+    """The head fields and batches of a value, in the first layout that reads it whole."""
+    for head in heads:
+        try:
+            fields = head.unpack_from(value)
+            batches, end = _decode_batches(value, head.size)
+        except (struct.error, IndexError, ValueError):
+            continue
+        if end == len(value):
+            return fields, batches
+    raise ValueError("not a share state value of a known layout")
+
+
+def decode_snapshot_value(value: bytes) -> tuple[int, int, int, list[Batch]]:
+    """(snapshot epoch, state epoch, start offset, batches) of a ShareSnapshot value."""
+    fields, batches = _parse(value, (_SNAPSHOT_HEAD, _EARLY_SNAPSHOT_HEAD))
+    return fields[1], fields[2], fields[4], batches
+
+
+def decode_update_value(value: bytes) -> tuple[int, int, list[Batch]]:
+    """(snapshot epoch, start offset, batches) of a ShareUpdate value."""
+    fields, batches = _parse(value, (_UPDATE_HEAD, _EARLY_UPDATE_HEAD))
+    return fields[1], fields[3], batches
+
+
+def encode_snapshot(
+    sp: SharePartition, snapshot_epoch: int, leader_epoch: int = 0, now_ms: int = 0
+) -> bytes:
+    head = _SNAPSHOT_HEAD.pack(
+        0, snapshot_epoch, sp.state_epoch, leader_epoch, sp.start_offset, now_ms, now_ms
     )
     return _encode_batches(bytearray(head), written_batches(sp))
 
@@ -177,7 +218,7 @@ def encode_snapshot(sp: SharePartition, snapshot_epoch: int, leader_epoch: int =
 def encode_update(
     snapshot_epoch: int, leader_epoch: int, start_offset: int, batches: list[Batch]
 ) -> bytes:
-    head = _UPDATE_HEAD.pack(0, snapshot_epoch & 0xFFFF, leader_epoch, start_offset)
+    head = _UPDATE_HEAD.pack(0, snapshot_epoch, leader_epoch, start_offset)
     return _encode_batches(bytearray(head), batches)
 
 
@@ -198,8 +239,7 @@ def build_partition(
 
 
 def decode_snapshot(value: bytes, topic: str, partition: int) -> SharePartition:
-    _, _, state_epoch, _, start = _VALUE_HEAD.unpack_from(value)
-    batches = _decode_batches(value, _VALUE_HEAD.size)
+    _, state_epoch, start, batches = decode_snapshot_value(value)
     return build_partition(topic, partition, start, state_epoch, batches)
 
 
@@ -275,8 +315,9 @@ class StateWriter:
     a ShareSnapshot, then ShareUpdates, a snapshot again once `per_snapshot()` updates
     followed the last (0: every write a snapshot), or when an update cannot say it."""
 
-    def __init__(self, per_snapshot: Any) -> None:
+    def __init__(self, per_snapshot: Any, now_ms: Any = lambda: 0) -> None:
         self.per_snapshot = per_snapshot
+        self.now_ms = now_ms
         self._base: dict[Any, tuple[int, list[Batch]]] = {}  # snapshot epoch, its batches
         self._updates: dict[Any, int] = {}
         self._epochs: dict[Any, int] = {}  # the last snapshot epoch, carried on
@@ -292,10 +333,10 @@ class StateWriter:
             if diff is not None:
                 self._updates[key] += 1
                 return UPDATE_TYPE, encode_update(base[0], leader_epoch, sp.start_offset, diff)
-        epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) & 0xFFFF
+        epoch = self._epochs[key] = (self._epochs.get(key, -1) + 1) % 2**31
         self._base[key] = (epoch, batches)
         self._updates[key] = 0
-        return SNAPSHOT_TYPE, encode_snapshot(sp, epoch, leader_epoch)
+        return SNAPSHOT_TYPE, encode_snapshot(sp, epoch, leader_epoch, int(self.now_ms()))
 
     def forget(self, key: Any, snapshot_epoch: int | None = None) -> None:
         """The next write of `key` is a snapshot (after its snapshot epoch, if given)."""
@@ -325,24 +366,23 @@ def replay_partition(
             kind, group_id, topic_id, index = decoded
             key = (group_id, topic_id, index)
             value = bytes(record.value) if record.value is not None else None
-            if kind == SNAPSHOT_TYPE:
-                updates.pop(key, None)
-                if value is None:
-                    bases.pop(key, None)
+            try:
+                if kind == SNAPSHOT_TYPE:
+                    updates.pop(key, None)
+                    if value is None:
+                        bases.pop(key, None)
+                    else:
+                        bases[key] = decode_snapshot_value(value)
+                elif value is None:
+                    updates.pop(key, None)
                 else:
-                    _, epoch, state_epoch, _, start = _VALUE_HEAD.unpack_from(value)
-                    bases[key] = (
-                        epoch,
-                        state_epoch,
-                        start,
-                        _decode_batches(value, _VALUE_HEAD.size),
-                    )
-            elif value is None:
-                updates.pop(key, None)
-            else:
-                _, epoch, _, start = _UPDATE_HEAD.unpack_from(value)
-                if key in bases and bases[key][0] == epoch:
-                    updates[key] = (start, _decode_batches(value, _UPDATE_HEAD.size))
+                    epoch, start, diff = decode_update_value(value)
+                    if key in bases and bases[key][0] == epoch:
+                        updates[key] = (start, diff)
+            except ValueError:
+                logger.warning(
+                    "%s-%d: unreadable share state of %s", SHARE_STATE_TOPIC, partition, key
+                )
     found: dict[tuple[str, uuid.UUID, int], SharePartition] = {}
     for key, (epoch, state_epoch, start, batches) in bases.items():
         if key in updates:
@@ -391,7 +431,9 @@ class ShareStateStore:
         self.broker = broker
         self.num_partitions: int = broker.config.offsets_topic_num_partitions
         self._loaded: dict[tuple[str, str, int], SharePartition] | None = None
-        self.writer = StateWriter(lambda: broker.config.value(PER_SNAPSHOT))
+        self.writer = StateWriter(
+            lambda: broker.config.value(PER_SNAPSHOT), lambda: broker.group_coordinator.now_ms()
+        )
         self._snapshot_epochs: dict[Any, int] = {}
         topic = broker.metadata.topics.get(SHARE_STATE_TOPIC)
         if topic is not None:

@@ -90,7 +90,9 @@ class ShareStateCoordinator:
         self.broker = broker
         self._states: dict[int, dict[Key, SharePartition]] = {}
         self._epochs: dict[int, int] = {}  # the leader epoch each partition was read at
-        self.writer = StateWriter(lambda: broker.config.value(PER_SNAPSHOT))
+        self.writer = StateWriter(
+            lambda: broker.config.value(PER_SNAPSHOT), lambda: broker.group_coordinator.now_ms()
+        )
         # Deleted keys: the state epoch a write must carry at least (module docstring).
         self._fences: dict[Key, int] = {}
 

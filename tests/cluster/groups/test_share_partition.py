@@ -114,8 +114,15 @@ def test_snapshot_round_trip_keeps_states_and_gives_back_acquired():
     # int16 type 0, int16 length + "g", 16 bytes of topic id, int32 partition
     assert key == b"\x00\x00\x00\x01g" + topic_id.bytes + b"\x00\x00\x00\x03"
     assert decode_key(key) == (0, "g", topic_id, 3)
-    # int16 version 0, uint16 snapshot epoch 7, then the state epoch, leader epoch, start.
-    assert value[:4] == b"\x00\x00\x00\x07"
+    # int16 version 0, int32 snapshot epoch 7, then the state epoch, leader epoch, start,
+    # creation and write times (Kafka 4.1's ShareSnapshotValue).
+    assert value[:6] == b"\x00\x00\x00\x00\x00\x07"
+    # The early-access layout (uint16 snapshot epoch, no times) is still read.
+    early = b"\x00\x00\x00\x07" + value[6:22] + value[38:]
+    old = decode_snapshot(early, "t", 0)
+    assert [(x.first, x.last, x.state, x.delivery_count) for x in old.spans] == [
+        (x.first, x.last, x.state, x.delivery_count) for x in again.spans
+    ]
 
 
 def test_an_update_laid_over_its_snapshot_gives_the_state_written():
@@ -161,7 +168,7 @@ def test_the_writer_snapshots_then_updates_then_snapshots_again():
     S_, U_ = SNAPSHOT_TYPE, UPDATE_TYPE
     assert kinds == [S_, U_, U_, S_, U_, U_]
     # An update names its snapshot's epoch (the second snapshot is epoch 1).
-    assert value[2:4] == b"\x00\x01"
+    assert value[2:6] == b"\x00\x00\x00\x01"
     per_snapshot[0] = 0  # every write a snapshot
     assert writer.record("k", sp)[0] == S_
 
