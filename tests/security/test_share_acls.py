@@ -114,13 +114,17 @@ def test_share_group_acls(kafka_broker_factory):
     consumer.close()
     assert sorted(got) == [f"job-{i}".encode() for i in range(6)]
 
-    # bob may not use the group.
-    refused = ShareConsumer(conf(broker, "bob", **{"group.id": "crew"}))
-    refused.subscribe(["jobs"])
-    try:
-        assert _poll_error(refused) == KafkaError.GROUP_AUTHORIZATION_FAILED
-    finally:
-        refused.close()
+    # bob may not use the group; alice may describe "secret" but not read it.
+    for user, topic, code in (
+        ("bob", "jobs", KafkaError.GROUP_AUTHORIZATION_FAILED),
+        ("alice", "secret", KafkaError.TOPIC_AUTHORIZATION_FAILED),  # ShareFetch's, for p0
+    ):
+        refused = ShareConsumer(conf(broker, user, **{"group.id": "crew"}))
+        refused.subscribe([topic])
+        try:
+            assert _poll_error(refused) == code, (user, topic)
+        finally:
+            refused.close()
 
     raw = _Raw(broker, "alice")
     ids = {t.name: t.topic_id for t in raw(3, 12, topics=None).topics}
