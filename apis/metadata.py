@@ -11,6 +11,7 @@ partitions too, as Kafka 3.9's always does; the next one lists them.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from trio_broker.apis.endpoints import node_on_listener
@@ -30,44 +31,60 @@ if TYPE_CHECKING:
 _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
+def _offline_here(broker: Broker, p: PartitionState) -> MetadataResponsePartition:
+    # Its log dir failed: this replica is offline and, being the only one, there is no
+    # leader (what Kafka's controller reports once the broker told it of the failure).
+    return MetadataResponsePartition(
+        error_code=ErrorCode.LEADER_NOT_AVAILABLE,
+        partition_index=p.partition,
+        leader_id=-1,
+        leader_epoch=p.leader_epoch,
+        replica_nodes=list(p.replicas),
+        isr_nodes=[r for r in p.isr if r != broker.node_id],
+        offline_replicas=[broker.node_id],
+    )
+
+
 def _partition(broker: Broker, topic: str, p: PartitionState) -> MetadataResponsePartition:
+    """One partition as Metadata describes it (DescribeTopicPartitions too)."""
+    return _partitions(broker, topic, (p,))[0]
+
+
+def _partitions(
+    broker: Broker, name: str, states: Iterable[PartitionState]
+) -> list[MetadataResponsePartition]:
+    # Per partition this is the hot part of a Metadata of every topic (20,000 partitions
+    # on one broker): what does not change between partitions is looked up once.
+    logs = broker.log_manager
     # A log not loaded yet (log/log_loading.py) is not loaded for this: a Metadata of every
     # topic would load them all on the event loop. Only a failed log dir has offline logs:
     # without one, no log is looked up (20,000 lookups were a tenth of a Metadata of all).
-    logs = broker.log_manager
-    log = logs.loaded_log(topic, p.partition) if logs.offline_dirs else None
-    if log is not None and log.offline and p.leader == broker.node_id:
-        # Its log dir failed: this replica is offline and, being the only one, there is no
-        # leader (what Kafka's controller reports once the broker told it of the failure).
-        return MetadataResponsePartition(
-            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
-            partition_index=p.partition,
-            leader_id=-1,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas),
-            isr_nodes=[r for r in p.isr if r != broker.node_id],
-            offline_replicas=[broker.node_id],
-        )
-    if broker.metadata.zk_mode and p.leader not in broker.metadata.brokers:
+    offline_dirs = bool(logs.offline_dirs)
+    node_id = broker.node_id
+    meta = broker.metadata
+    live = meta.brokers if meta.zk_mode else None
+    none = ErrorCode.NONE
+    partitions = []
+    for p in states:
+        if offline_dirs and p.leader == node_id:
+            log = logs.loaded_log(name, p.partition)
+            if log is not None and log.offline:
+                partitions.append(_offline_here(broker, p))
+                continue
         # No leader (offline), or one this broker does not know alive yet: clients retry.
-        return MetadataResponsePartition(
-            error_code=ErrorCode.LEADER_NOT_AVAILABLE,
-            partition_index=p.partition,
-            leader_id=-1,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=list(p.replicas),
-            isr_nodes=list(p.isr),
-            offline_replicas=list(p.offline_replicas),
+        unled = live is not None and p.leader not in live
+        partitions.append(
+            MetadataResponsePartition(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE if unled else none,
+                partition_index=p.partition,
+                leader_id=-1 if unled else p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas),
+                isr_nodes=list(p.isr),
+                offline_replicas=list(p.offline_replicas),
+            )
         )
-    return MetadataResponsePartition(
-        error_code=ErrorCode.NONE,
-        partition_index=p.partition,
-        leader_id=p.leader,
-        leader_epoch=p.leader_epoch,
-        replica_nodes=list(p.replicas),
-        isr_nodes=list(p.isr),
-        offline_replicas=list(p.offline_replicas),
-    )
+    return partitions
 
 
 def _topic(broker: Broker, topic: TopicState) -> MetadataResponseTopic:
@@ -76,11 +93,14 @@ def _topic(broker: Broker, topic: TopicState) -> MetadataResponseTopic:
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=[
-            _partition(broker, topic.name, p)
-            for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
-        ],
+        partitions=_partitions(
+            broker, topic.name, sorted(topic.partitions.values(), key=_by_index)
+        ),
     )
+
+
+def _by_index(p: PartitionState) -> int:
+    return p.partition
 
 
 async def handle(broker: Broker, request: Request) -> MetadataResponse:

@@ -116,6 +116,18 @@ def read_compact_array_len(data: memoryview, pos: int) -> tuple[int, int]:
     return n, pos
 
 
+_ARRAY_STRUCTS: dict[str, list[Callable[..., bytes]]] = {}
+
+
+def array_structs(code: str, count: int = 16) -> list[Callable[..., bytes]]:
+    """`pack` of ">{n}{code}" for n below `count`, made once: what generated encoders call
+    for arrays of fixed-size elements instead of formatting and parsing a format each time."""
+    found = _ARRAY_STRUCTS.get(code)
+    if found is None or len(found) < count:
+        found = _ARRAY_STRUCTS[code] = [struct.Struct(f">{n}{code}").pack for n in range(count)]
+    return found
+
+
 def write_array_len(buf: bytearray, n: int) -> None:
     buf += _I32.pack(n)
 

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AddPartitionsToTxnTopic", "AddPartitionsToTxnTransaction", "AddPartitionsToTxnRequest"]
 
+_S_i = struct.Struct(">i")
 _S_qh = struct.Struct(">qh")
 _S_qho = struct.Struct(">qh?")
 
@@ -93,11 +94,15 @@ class AddPartitionsToTxnRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_AddPartitionsToTxnTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AddPartitionsToTxnTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_AddPartitionsToTxnTopic_v0(data, pos, _AddPartitionsToTxnTopic=AddPartitionsToTxnTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -112,11 +117,12 @@ def _dec_AddPartitionsToTxnTopic_v0(data, pos, _AddPartitionsToTxnTopic=AddParti
     return o, pos
 
 
-def _enc_AddPartitionsToTxnRequest_v0(o, buf, regions, _enc_AddPartitionsToTxnTopic_v0=_enc_AddPartitionsToTxnTopic_v0, _pk_qh=_S_qh.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AddPartitionsToTxnRequest_v0(o, buf, regions, _enc_AddPartitionsToTxnTopic_v0=_enc_AddPartitionsToTxnTopic_v0, _pk_i=_S_i.pack, _pk_qh=_S_qh.pack, _write_string=_p.write_string):
     _write_string(buf, o.v3_and_below_transactional_id)
     buf += _pk_qh(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     lst = o.v3_and_below_topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AddPartitionsToTxnTopic_v0(e, buf, regions)
 
@@ -137,11 +143,18 @@ def _dec_AddPartitionsToTxnRequest_v0(data, pos, _AddPartitionsToTxnRequest=AddP
     return o, pos
 
 
-def _enc_AddPartitionsToTxnTopic_v3(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_AddPartitionsToTxnTopic_v3(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -162,7 +175,11 @@ def _enc_AddPartitionsToTxnRequest_v3(o, buf, regions, _enc_AddPartitionsToTxnTo
     _write_compact_string(buf, o.v3_and_below_transactional_id)
     buf += _pk_qh(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     lst = o.v3_and_below_topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnTopic_v3(e, buf, regions)
     buf.append(0)
@@ -189,7 +206,11 @@ def _enc_AddPartitionsToTxnTransaction_v4(o, buf, regions, _enc_AddPartitionsToT
     _write_compact_string(buf, o.transactional_id)
     buf += _pk_qho(o.producer_id, o.producer_epoch, o.verify_only)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnTopic_v3(e, buf, regions)
     buf.append(0)
@@ -214,7 +235,11 @@ def _dec_AddPartitionsToTxnTransaction_v4(data, pos, _AddPartitionsToTxnTransact
 
 def _enc_AddPartitionsToTxnRequest_v4(o, buf, regions, _enc_AddPartitionsToTxnTransaction_v4=_enc_AddPartitionsToTxnTransaction_v4, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.transactions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnTransaction_v4(e, buf, regions)
     buf.append(0)

@@ -116,10 +116,11 @@ def _dec_AddPartitionsToTxnPartitionResult_v0(data, pos, _AddPartitionsToTxnPart
     return o, pos
 
 
-def _enc_AddPartitionsToTxnTopicResult_v0(o, buf, regions, _enc_AddPartitionsToTxnPartitionResult_v0=_enc_AddPartitionsToTxnPartitionResult_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AddPartitionsToTxnTopicResult_v0(o, buf, regions, _enc_AddPartitionsToTxnPartitionResult_v0=_enc_AddPartitionsToTxnPartitionResult_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.results_by_partition
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AddPartitionsToTxnPartitionResult_v0(e, buf, regions)
 
@@ -138,10 +139,11 @@ def _dec_AddPartitionsToTxnTopicResult_v0(data, pos, _AddPartitionsToTxnTopicRes
     return o, pos
 
 
-def _enc_AddPartitionsToTxnResponse_v0(o, buf, regions, _enc_AddPartitionsToTxnTopicResult_v0=_enc_AddPartitionsToTxnTopicResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_AddPartitionsToTxnResponse_v0(o, buf, regions, _enc_AddPartitionsToTxnTopicResult_v0=_enc_AddPartitionsToTxnTopicResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results_by_topic_v3_and_below
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AddPartitionsToTxnTopicResult_v0(e, buf, regions)
 
@@ -177,7 +179,11 @@ def _dec_AddPartitionsToTxnPartitionResult_v3(data, pos, _AddPartitionsToTxnPart
 def _enc_AddPartitionsToTxnTopicResult_v3(o, buf, regions, _enc_AddPartitionsToTxnPartitionResult_v3=_enc_AddPartitionsToTxnPartitionResult_v3, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.results_by_partition
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnPartitionResult_v3(e, buf, regions)
     buf.append(0)
@@ -201,7 +207,11 @@ def _dec_AddPartitionsToTxnTopicResult_v3(data, pos, _AddPartitionsToTxnTopicRes
 def _enc_AddPartitionsToTxnResponse_v3(o, buf, regions, _enc_AddPartitionsToTxnTopicResult_v3=_enc_AddPartitionsToTxnTopicResult_v3, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results_by_topic_v3_and_below
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnTopicResult_v3(e, buf, regions)
     buf.append(0)
@@ -226,7 +236,11 @@ def _dec_AddPartitionsToTxnResponse_v3(data, pos, _AddPartitionsToTxnResponse=Ad
 def _enc_AddPartitionsToTxnResult_v4(o, buf, regions, _enc_AddPartitionsToTxnTopicResult_v3=_enc_AddPartitionsToTxnTopicResult_v3, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.transactional_id)
     lst = o.topic_results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnTopicResult_v3(e, buf, regions)
     buf.append(0)
@@ -250,7 +264,11 @@ def _dec_AddPartitionsToTxnResult_v4(data, pos, _AddPartitionsToTxnResult=AddPar
 def _enc_AddPartitionsToTxnResponse_v4(o, buf, regions, _enc_AddPartitionsToTxnResult_v4=_enc_AddPartitionsToTxnResult_v4, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.results_by_transaction
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AddPartitionsToTxnResult_v4(e, buf, regions)
     buf.append(0)

@@ -92,7 +92,11 @@ def _enc_AddRaftVoterRequest_v0(o, buf, regions, _enc_Listener_v0=_enc_Listener_
     buf += _pk_ii(o.timeout_ms, o.voter_id)
     buf += o.voter_directory_id.bytes
     lst = o.listeners
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_Listener_v0(e, buf, regions)
     buf.append(0)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["EntityData", "OpData", "EntryData", "AlterClientQuotasRequest"]
 
 _S_do = struct.Struct(">d?")
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
@@ -128,13 +129,15 @@ def _dec_OpData_v0(data, pos, _OpData=OpData, _read_string=_p.read_string, _up_d
     return o, pos
 
 
-def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _enc_OpData_v0=_enc_OpData_v0, _write_array_len=_p.write_array_len):
+def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _enc_OpData_v0=_enc_OpData_v0, _pk_i=_S_i.pack):
     lst = o.entity
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EntityData_v0(e, buf, regions)
     lst = o.ops
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OpData_v0(e, buf, regions)
 
@@ -160,9 +163,10 @@ def _dec_EntryData_v0(data, pos, _EntryData=EntryData, _dec_EntityData_v0=_dec_E
     return o, pos
 
 
-def _enc_AlterClientQuotasRequest_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_AlterClientQuotasRequest_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_i=_S_i.pack, _pk_o=_S_o.pack):
     lst = o.entries
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EntryData_v0(e, buf, regions)
     buf += _pk_o(o.validate_only)
@@ -214,11 +218,19 @@ def _dec_OpData_v1(data, pos, _OpData=OpData, _read_compact_string=_p.read_compa
 
 def _enc_EntryData_v1(o, buf, regions, _enc_EntityData_v1=_enc_EntityData_v1, _enc_OpData_v1=_enc_OpData_v1, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.entity
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EntityData_v1(e, buf, regions)
     lst = o.ops
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OpData_v1(e, buf, regions)
     buf.append(0)
@@ -248,7 +260,11 @@ def _dec_EntryData_v1(data, pos, _EntryData=EntryData, _dec_EntityData_v1=_dec_E
 
 def _enc_AlterClientQuotasRequest_v1(o, buf, regions, _enc_EntryData_v1=_enc_EntryData_v1, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.entries
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EntryData_v1(e, buf, regions)
     buf += _pk_o(o.validate_only)

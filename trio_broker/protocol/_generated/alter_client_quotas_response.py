@@ -95,11 +95,12 @@ def _dec_EntityData_v0(data, pos, _EntityData=EntityData, _read_nullable_string=
     return o, pos
 
 
-def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.entity
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EntityData_v0(e, buf, regions)
 
@@ -120,10 +121,11 @@ def _dec_EntryData_v0(data, pos, _EntryData=EntryData, _dec_EntityData_v0=_dec_E
     return o, pos
 
 
-def _enc_AlterClientQuotasResponse_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_AlterClientQuotasResponse_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.entries
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EntryData_v0(e, buf, regions)
 
@@ -161,7 +163,11 @@ def _enc_EntryData_v1(o, buf, regions, _enc_EntityData_v1=_enc_EntityData_v1, _p
     buf += _pk_h(o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.entity
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EntityData_v1(e, buf, regions)
     buf.append(0)
@@ -187,7 +193,11 @@ def _dec_EntryData_v1(data, pos, _EntryData=EntryData, _dec_EntityData_v1=_dec_E
 def _enc_AlterClientQuotasResponse_v1(o, buf, regions, _enc_EntryData_v1=_enc_EntryData_v1, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.entries
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EntryData_v1(e, buf, regions)
     buf.append(0)

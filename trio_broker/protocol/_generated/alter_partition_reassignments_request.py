@@ -80,14 +80,21 @@ class AlterPartitionReassignmentsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_ReassignablePartition_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_ReassignablePartition_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.partition_index)
     lst = o.replicas
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
-        buf += _pack(">%di" % len(lst), *lst)
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
+        if n < 16:
+            buf += _arrays_i[n](*lst)
+        else:
+            buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -108,7 +115,11 @@ def _dec_ReassignablePartition_v0(data, pos, _ReassignablePartition=Reassignable
 def _enc_ReassignableTopic_v0(o, buf, regions, _enc_ReassignablePartition_v0=_enc_ReassignablePartition_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReassignablePartition_v0(e, buf, regions)
     buf.append(0)
@@ -132,7 +143,11 @@ def _dec_ReassignableTopic_v0(data, pos, _ReassignableTopic=ReassignableTopic, _
 def _enc_AlterPartitionReassignmentsRequest_v0(o, buf, regions, _enc_ReassignableTopic_v0=_enc_ReassignableTopic_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.timeout_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReassignableTopic_v0(e, buf, regions)
     buf.append(0)

@@ -104,7 +104,11 @@ def _dec_ReassignablePartitionResponse_v0(data, pos, _ReassignablePartitionRespo
 def _enc_ReassignableTopicResponse_v0(o, buf, regions, _enc_ReassignablePartitionResponse_v0=_enc_ReassignablePartitionResponse_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReassignablePartitionResponse_v0(e, buf, regions)
     buf.append(0)
@@ -129,7 +133,11 @@ def _enc_AlterPartitionReassignmentsResponse_v0(o, buf, regions, _enc_Reassignab
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReassignableTopicResponse_v0(e, buf, regions)
     buf.append(0)

@@ -116,11 +116,18 @@ class AlterPartitionRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_PartitionData_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_PartitionData_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ii(o.partition_index, o.leader_epoch)
     lst = o.new_isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     buf.append(0)
 
@@ -144,7 +151,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _read_compact
 def _enc_TopicData_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -168,7 +179,11 @@ def _dec_TopicData_v0(data, pos, _TopicData=TopicData, _dec_PartitionData_v0=_de
 def _enc_AlterPartitionRequest_v0(o, buf, regions, _enc_TopicData_v0=_enc_TopicData_v0, _pk_iq=_S_iq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iq(o.broker_id, o.broker_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v0(e, buf, regions)
     buf.append(0)
@@ -190,11 +205,18 @@ def _dec_AlterPartitionRequest_v0(data, pos, _AlterPartitionRequest=AlterPartiti
     return o, pos
 
 
-def _enc_PartitionData_v1(o, buf, regions, _pack=struct.pack, _pk_bi=_S_bi.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_PartitionData_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_bi=_S_bi.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ii(o.partition_index, o.leader_epoch)
     lst = o.new_isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_bi(o.leader_recovery_state, o.partition_epoch)
     buf.append(0)
 
@@ -218,7 +240,11 @@ def _dec_PartitionData_v1(data, pos, _PartitionData=PartitionData, _read_compact
 def _enc_TopicData_v1(o, buf, regions, _enc_PartitionData_v1=_enc_PartitionData_v1, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v1(e, buf, regions)
     buf.append(0)
@@ -242,7 +268,11 @@ def _dec_TopicData_v1(data, pos, _TopicData=TopicData, _dec_PartitionData_v1=_de
 def _enc_AlterPartitionRequest_v1(o, buf, regions, _enc_TopicData_v1=_enc_TopicData_v1, _pk_iq=_S_iq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iq(o.broker_id, o.broker_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v1(e, buf, regions)
     buf.append(0)
@@ -267,7 +297,11 @@ def _dec_AlterPartitionRequest_v1(data, pos, _AlterPartitionRequest=AlterPartiti
 def _enc_TopicData_v2(o, buf, regions, _enc_PartitionData_v1=_enc_PartitionData_v1, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v1(e, buf, regions)
     buf.append(0)
@@ -291,7 +325,11 @@ def _dec_TopicData_v2(data, pos, _TopicData=TopicData, _dec_PartitionData_v1=_de
 def _enc_AlterPartitionRequest_v2(o, buf, regions, _enc_TopicData_v2=_enc_TopicData_v2, _pk_iq=_S_iq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iq(o.broker_id, o.broker_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v2(e, buf, regions)
     buf.append(0)
@@ -329,7 +367,11 @@ def _dec_BrokerState_v3(data, pos, _BrokerState=BrokerState, _skip_tagged_fields
 def _enc_PartitionData_v3(o, buf, regions, _enc_BrokerState_v3=_enc_BrokerState_v3, _pk_bi=_S_bi.pack, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ii(o.partition_index, o.leader_epoch)
     lst = o.new_isr_with_epochs
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_BrokerState_v3(e, buf, regions)
     buf += _pk_bi(o.leader_recovery_state, o.partition_epoch)
@@ -357,7 +399,11 @@ def _dec_PartitionData_v3(data, pos, _PartitionData=PartitionData, _dec_BrokerSt
 def _enc_TopicData_v3(o, buf, regions, _enc_PartitionData_v3=_enc_PartitionData_v3, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v3(e, buf, regions)
     buf.append(0)
@@ -381,7 +427,11 @@ def _dec_TopicData_v3(data, pos, _TopicData=TopicData, _dec_PartitionData_v3=_de
 def _enc_AlterPartitionRequest_v3(o, buf, regions, _enc_TopicData_v3=_enc_TopicData_v3, _pk_iq=_S_iq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iq(o.broker_id, o.broker_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v3(e, buf, regions)
     buf.append(0)

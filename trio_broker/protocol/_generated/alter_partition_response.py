@@ -98,11 +98,18 @@ class AlterPartitionResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_PartitionData_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ihii=_S_ihii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_PartitionData_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_ihii=_S_ihii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihii(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     lst = o.isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     buf.append(0)
 
@@ -126,7 +133,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _read_compact
 def _enc_TopicData_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -150,7 +161,11 @@ def _dec_TopicData_v0(data, pos, _TopicData=TopicData, _dec_PartitionData_v0=_de
 def _enc_AlterPartitionResponse_v0(o, buf, regions, _enc_TopicData_v0=_enc_TopicData_v0, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v0(e, buf, regions)
     buf.append(0)
@@ -172,11 +187,18 @@ def _dec_AlterPartitionResponse_v0(data, pos, _AlterPartitionResponse=AlterParti
     return o, pos
 
 
-def _enc_PartitionData_v1(o, buf, regions, _pack=struct.pack, _pk_bi=_S_bi.pack, _pk_ihii=_S_ihii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_PartitionData_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_bi=_S_bi.pack, _pk_ihii=_S_ihii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihii(o.partition_index, o.error_code, o.leader_id, o.leader_epoch)
     lst = o.isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_bi(o.leader_recovery_state, o.partition_epoch)
     buf.append(0)
 
@@ -200,7 +222,11 @@ def _dec_PartitionData_v1(data, pos, _PartitionData=PartitionData, _read_compact
 def _enc_TopicData_v1(o, buf, regions, _enc_PartitionData_v1=_enc_PartitionData_v1, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v1(e, buf, regions)
     buf.append(0)
@@ -224,7 +250,11 @@ def _dec_TopicData_v1(data, pos, _TopicData=TopicData, _dec_PartitionData_v1=_de
 def _enc_AlterPartitionResponse_v1(o, buf, regions, _enc_TopicData_v1=_enc_TopicData_v1, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v1(e, buf, regions)
     buf.append(0)
@@ -249,7 +279,11 @@ def _dec_AlterPartitionResponse_v1(data, pos, _AlterPartitionResponse=AlterParti
 def _enc_TopicData_v2(o, buf, regions, _enc_PartitionData_v1=_enc_PartitionData_v1, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v1(e, buf, regions)
     buf.append(0)
@@ -273,7 +307,11 @@ def _dec_TopicData_v2(data, pos, _TopicData=TopicData, _dec_PartitionData_v1=_de
 def _enc_AlterPartitionResponse_v2(o, buf, regions, _enc_TopicData_v2=_enc_TopicData_v2, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v2(e, buf, regions)
     buf.append(0)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["AlterReplicaLogDirTopic", "AlterReplicaLogDir", "AlterReplicaLogDirsRequest"]
 
+_S_i = struct.Struct(">i")
 
 
 class AlterReplicaLogDirTopic(Struct):
@@ -77,11 +78,15 @@ class AlterReplicaLogDirsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_AlterReplicaLogDirTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AlterReplicaLogDirTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_AlterReplicaLogDirTopic_v0(data, pos, _AlterReplicaLogDirTopic=AlterReplicaLogDirTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -96,10 +101,11 @@ def _dec_AlterReplicaLogDirTopic_v0(data, pos, _AlterReplicaLogDirTopic=AlterRep
     return o, pos
 
 
-def _enc_AlterReplicaLogDir_v0(o, buf, regions, _enc_AlterReplicaLogDirTopic_v0=_enc_AlterReplicaLogDirTopic_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AlterReplicaLogDir_v0(o, buf, regions, _enc_AlterReplicaLogDirTopic_v0=_enc_AlterReplicaLogDirTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.path)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AlterReplicaLogDirTopic_v0(e, buf, regions)
 
@@ -118,9 +124,10 @@ def _dec_AlterReplicaLogDir_v0(data, pos, _AlterReplicaLogDir=AlterReplicaLogDir
     return o, pos
 
 
-def _enc_AlterReplicaLogDirsRequest_v0(o, buf, regions, _enc_AlterReplicaLogDir_v0=_enc_AlterReplicaLogDir_v0, _write_array_len=_p.write_array_len):
+def _enc_AlterReplicaLogDirsRequest_v0(o, buf, regions, _enc_AlterReplicaLogDir_v0=_enc_AlterReplicaLogDir_v0, _pk_i=_S_i.pack):
     lst = o.dirs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AlterReplicaLogDir_v0(e, buf, regions)
 
@@ -138,11 +145,18 @@ def _dec_AlterReplicaLogDirsRequest_v0(data, pos, _AlterReplicaLogDirsRequest=Al
     return o, pos
 
 
-def _enc_AlterReplicaLogDirTopic_v2(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_AlterReplicaLogDirTopic_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -162,7 +176,11 @@ def _dec_AlterReplicaLogDirTopic_v2(data, pos, _AlterReplicaLogDirTopic=AlterRep
 def _enc_AlterReplicaLogDir_v2(o, buf, regions, _enc_AlterReplicaLogDirTopic_v2=_enc_AlterReplicaLogDirTopic_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.path)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterReplicaLogDirTopic_v2(e, buf, regions)
     buf.append(0)
@@ -185,7 +203,11 @@ def _dec_AlterReplicaLogDir_v2(data, pos, _AlterReplicaLogDir=AlterReplicaLogDir
 
 def _enc_AlterReplicaLogDirsRequest_v2(o, buf, regions, _enc_AlterReplicaLogDir_v2=_enc_AlterReplicaLogDir_v2, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.dirs
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterReplicaLogDir_v2(e, buf, regions)
     buf.append(0)

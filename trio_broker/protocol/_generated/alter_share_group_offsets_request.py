@@ -96,7 +96,11 @@ def _dec_AlterShareGroupOffsetsRequestPartition_v0(data, pos, _AlterShareGroupOf
 def _enc_AlterShareGroupOffsetsRequestTopic_v0(o, buf, regions, _enc_AlterShareGroupOffsetsRequestPartition_v0=_enc_AlterShareGroupOffsetsRequestPartition_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterShareGroupOffsetsRequestPartition_v0(e, buf, regions)
     buf.append(0)
@@ -120,7 +124,11 @@ def _dec_AlterShareGroupOffsetsRequestTopic_v0(data, pos, _AlterShareGroupOffset
 def _enc_AlterShareGroupOffsetsRequest_v0(o, buf, regions, _enc_AlterShareGroupOffsetsRequestTopic_v0=_enc_AlterShareGroupOffsetsRequestTopic_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterShareGroupOffsetsRequestTopic_v0(e, buf, regions)
     buf.append(0)

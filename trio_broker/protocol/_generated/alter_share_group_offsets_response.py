@@ -108,7 +108,11 @@ def _enc_AlterShareGroupOffsetsResponseTopic_v0(o, buf, regions, _enc_AlterShare
     _write_compact_string(buf, o.topic_name)
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterShareGroupOffsetsResponsePartition_v0(e, buf, regions)
     buf.append(0)
@@ -134,7 +138,11 @@ def _enc_AlterShareGroupOffsetsResponse_v0(o, buf, regions, _enc_AlterShareGroup
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterShareGroupOffsetsResponseTopic_v0(e, buf, regions)
     buf.append(0)

@@ -123,11 +123,19 @@ def _dec_ScramCredentialUpsertion_v0(data, pos, _ScramCredentialUpsertion=ScramC
 
 def _enc_AlterUserScramCredentialsRequest_v0(o, buf, regions, _enc_ScramCredentialDeletion_v0=_enc_ScramCredentialDeletion_v0, _enc_ScramCredentialUpsertion_v0=_enc_ScramCredentialUpsertion_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.deletions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ScramCredentialDeletion_v0(e, buf, regions)
     lst = o.upsertions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ScramCredentialUpsertion_v0(e, buf, regions)
     buf.append(0)

@@ -83,7 +83,11 @@ def _dec_AlterUserScramCredentialsResult_v0(data, pos, _AlterUserScramCredential
 def _enc_AlterUserScramCredentialsResponse_v0(o, buf, regions, _enc_AlterUserScramCredentialsResult_v0=_enc_AlterUserScramCredentialsResult_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterUserScramCredentialsResult_v0(e, buf, regions)
     buf.append(0)

@@ -132,10 +132,11 @@ def _dec_ApiVersion_v0(data, pos, _ApiVersion=ApiVersion, _up_hhh=_S_hhh.unpack_
     return o, pos
 
 
-def _enc_ApiVersionsResponse_v0(o, buf, regions, _enc_ApiVersion_v0=_enc_ApiVersion_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_ApiVersionsResponse_v0(o, buf, regions, _enc_ApiVersion_v0=_enc_ApiVersion_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.api_keys
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ApiVersion_v0(e, buf, regions)
 
@@ -155,10 +156,11 @@ def _dec_ApiVersionsResponse_v0(data, pos, _ApiVersionsResponse=ApiVersionsRespo
     return o, pos
 
 
-def _enc_ApiVersionsResponse_v1(o, buf, regions, _enc_ApiVersion_v0=_enc_ApiVersion_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ApiVersionsResponse_v1(o, buf, regions, _enc_ApiVersion_v0=_enc_ApiVersion_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.api_keys
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ApiVersion_v0(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -227,7 +229,11 @@ def _dec_FinalizedFeatureKey_v3(data, pos, _FinalizedFeatureKey=FinalizedFeature
 def _enc_ApiVersionsResponse_v3(o, buf, regions, _enc_ApiVersion_v3=_enc_ApiVersion_v3, _enc_FinalizedFeatureKey_v3=_enc_FinalizedFeatureKey_v3, _enc_SupportedFeatureKey_v3=_enc_SupportedFeatureKey_v3, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _pk_q=_S_q.pack, _write_compact_array_len=_p.write_compact_array_len, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_h(o.error_code)
     lst = o.api_keys
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ApiVersion_v3(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -236,7 +242,11 @@ def _enc_ApiVersionsResponse_v3(o, buf, regions, _enc_ApiVersion_v3=_enc_ApiVers
     if x != []:
         tb = bytearray()
         lst = x
-        _write_compact_array_len(tb, len(lst))
+        n = len(lst)
+        if n < 127:
+            tb.append(n + 1)
+        else:
+            _write_compact_array_len(tb, n)
         for e in lst:
             _enc_SupportedFeatureKey_v3(e, tb, regions)
         tagged.append((0, tb))
@@ -249,7 +259,11 @@ def _enc_ApiVersionsResponse_v3(o, buf, regions, _enc_ApiVersion_v3=_enc_ApiVers
     if x != []:
         tb = bytearray()
         lst = x
-        _write_compact_array_len(tb, len(lst))
+        n = len(lst)
+        if n < 127:
+            tb.append(n + 1)
+        else:
+            _write_compact_array_len(tb, n)
         for e in lst:
             _enc_FinalizedFeatureKey_v3(e, tb, regions)
         tagged.append((2, tb))

@@ -42,7 +42,11 @@ class ConsumerGroupDescribeRequest(Message):
 
 def _enc_ConsumerGroupDescribeRequest_v0(o, buf, regions, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.group_ids
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf += _pk_o(o.include_authorized_operations)

@@ -153,12 +153,19 @@ class ConsumerGroupDescribeResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_TopicPartitions_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += o.topic_id.bytes
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -178,7 +185,11 @@ def _dec_TopicPartitions_v0(data, pos, _TopicPartitions=TopicPartitions, _read_c
 
 def _enc_Assignment_v0(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topic_partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicPartitions_v0(e, buf, regions)
     buf.append(0)
@@ -206,7 +217,11 @@ def _enc_Member_v0(o, buf, regions, _enc_Assignment_v0=_enc_Assignment_v0, _pk_i
     _write_compact_string(buf, o.client_id)
     _write_compact_string(buf, o.client_host)
     lst = o.subscribed_topic_names
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     _write_compact_nullable_string(buf, o.subscribed_topic_regex)
@@ -247,7 +262,11 @@ def _enc_DescribedGroup_v0(o, buf, regions, _enc_Member_v0=_enc_Member_v0, _pk_h
     buf += _pk_ii(o.group_epoch, o.assignment_epoch)
     _write_compact_string(buf, o.assignor_name)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_Member_v0(e, buf, regions)
     buf += _pk_i(o.authorized_operations)
@@ -281,7 +300,11 @@ def _dec_DescribedGroup_v0(data, pos, _DescribedGroup=DescribedGroup, _dec_Membe
 def _enc_ConsumerGroupDescribeResponse_v0(o, buf, regions, _enc_DescribedGroup_v0=_enc_DescribedGroup_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedGroup_v0(e, buf, regions)
     buf.append(0)

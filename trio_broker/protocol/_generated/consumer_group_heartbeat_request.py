@@ -77,11 +77,18 @@ class ConsumerGroupHeartbeatRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_TopicPartitions_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -109,7 +116,11 @@ def _enc_ConsumerGroupHeartbeatRequest_v0(o, buf, regions, _enc_TopicPartitions_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _write_compact_string(buf, e)
     _write_compact_nullable_string(buf, o.server_assignor)
@@ -117,7 +128,11 @@ def _enc_ConsumerGroupHeartbeatRequest_v0(o, buf, regions, _enc_TopicPartitions_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_TopicPartitions_v0(e, buf, regions)
     buf.append(0)
@@ -165,7 +180,11 @@ def _enc_ConsumerGroupHeartbeatRequest_v1(o, buf, regions, _enc_TopicPartitions_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _write_compact_string(buf, e)
     _write_compact_nullable_string(buf, o.subscribed_topic_regex)
@@ -174,7 +193,11 @@ def _enc_ConsumerGroupHeartbeatRequest_v1(o, buf, regions, _enc_TopicPartitions_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_TopicPartitions_v0(e, buf, regions)
     buf.append(0)

@@ -90,11 +90,18 @@ class ConsumerGroupHeartbeatResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_TopicPartitions_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -113,7 +120,11 @@ def _dec_TopicPartitions_v0(data, pos, _TopicPartitions=TopicPartitions, _read_c
 
 def _enc_Assignment_v0(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topic_partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicPartitions_v0(e, buf, regions)
     buf.append(0)

@@ -111,7 +111,11 @@ def _dec_ClassicProtocol_v0(data, pos, _ClassicProtocol=ClassicProtocol, _read_c
 def _enc_ClassicMemberMetadata_v0(o, buf, regions, _enc_ClassicProtocol_v0=_enc_ClassicProtocol_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.session_timeout_ms)
     lst = o.supported_protocols
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ClassicProtocol_v0(e, buf, regions)
     buf.append(0)
@@ -139,7 +143,11 @@ def _enc_ConsumerGroupMemberMetadataValue_v0(o, buf, regions, _enc_ClassicMember
     _write_compact_string(buf, o.client_id)
     _write_compact_string(buf, o.client_host)
     lst = o.subscribed_topic_names
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     _write_compact_nullable_string(buf, o.subscribed_topic_regex)

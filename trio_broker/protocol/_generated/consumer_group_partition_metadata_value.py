@@ -86,7 +86,11 @@ class ConsumerGroupPartitionMetadataValue(Message):
 def _enc_PartitionMetadata_v0(o, buf, regions, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += _pk_i(o.partition)
     lst = o.racks
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)
@@ -113,7 +117,11 @@ def _enc_TopicMetadata_v0(o, buf, regions, _enc_PartitionMetadata_v0=_enc_Partit
     _write_compact_string(buf, o.topic_name)
     buf += _pk_i(o.num_partitions)
     lst = o.partition_metadata
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionMetadata_v0(e, buf, regions)
     buf.append(0)
@@ -139,7 +147,11 @@ def _dec_TopicMetadata_v0(data, pos, _TopicMetadata=TopicMetadata, _dec_Partitio
 
 def _enc_ConsumerGroupPartitionMetadataValue_v0(o, buf, regions, _enc_TopicMetadata_v0=_enc_TopicMetadata_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicMetadata_v0(e, buf, regions)
     buf.append(0)

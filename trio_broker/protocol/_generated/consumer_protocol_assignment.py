@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TopicPartition", "ConsumerProtocolAssignment"]
 
+_S_i = struct.Struct(">i")
 
 
 class TopicPartition(Struct):
@@ -59,11 +60,15 @@ class ConsumerProtocolAssignment(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartition_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicPartition_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_TopicPartition_v0(data, pos, _TopicPartition=TopicPartition, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -78,9 +83,10 @@ def _dec_TopicPartition_v0(data, pos, _TopicPartition=TopicPartition, _read_arra
     return o, pos
 
 
-def _enc_ConsumerProtocolAssignment_v0(o, buf, regions, _enc_TopicPartition_v0=_enc_TopicPartition_v0, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes):
+def _enc_ConsumerProtocolAssignment_v0(o, buf, regions, _enc_TopicPartition_v0=_enc_TopicPartition_v0, _pk_i=_S_i.pack, _write_nullable_bytes=_p.write_nullable_bytes):
     lst = o.assigned_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicPartition_v0(e, buf, regions)
     _write_nullable_bytes(buf, o.user_data)

@@ -66,9 +66,10 @@ class ConsumerProtocolSubscription(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_ConsumerProtocolSubscription_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
+def _enc_ConsumerProtocolSubscription_v0(o, buf, regions, _pk_i=_S_i.pack, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     _write_nullable_bytes(buf, o.user_data)
@@ -88,11 +89,15 @@ def _dec_ConsumerProtocolSubscription_v0(data, pos, _ConsumerProtocolSubscriptio
     return o, pos
 
 
-def _enc_TopicPartition_v1(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicPartition_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_TopicPartition_v1(data, pos, _TopicPartition=TopicPartition, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -107,14 +112,16 @@ def _dec_TopicPartition_v1(data, pos, _TopicPartition=TopicPartition, _read_arra
     return o, pos
 
 
-def _enc_ConsumerProtocolSubscription_v1(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
+def _enc_ConsumerProtocolSubscription_v1(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _pk_i=_S_i.pack, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     _write_nullable_bytes(buf, o.user_data)
     lst = o.owned_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicPartition_v1(e, buf, regions)
 
@@ -141,14 +148,16 @@ def _dec_ConsumerProtocolSubscription_v1(data, pos, _ConsumerProtocolSubscriptio
     return o, pos
 
 
-def _enc_ConsumerProtocolSubscription_v2(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
+def _enc_ConsumerProtocolSubscription_v2(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _pk_i=_S_i.pack, _write_nullable_bytes=_p.write_nullable_bytes, _write_string=_p.write_string):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     _write_nullable_bytes(buf, o.user_data)
     lst = o.owned_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicPartition_v1(e, buf, regions)
     buf += _pk_i(o.generation_id)
@@ -178,14 +187,16 @@ def _dec_ConsumerProtocolSubscription_v2(data, pos, _ConsumerProtocolSubscriptio
     return o, pos
 
 
-def _enc_ConsumerProtocolSubscription_v3(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_bytes=_p.write_nullable_bytes, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_ConsumerProtocolSubscription_v3(o, buf, regions, _enc_TopicPartition_v1=_enc_TopicPartition_v1, _pk_i=_S_i.pack, _write_nullable_bytes=_p.write_nullable_bytes, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     _write_nullable_bytes(buf, o.user_data)
     lst = o.owned_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicPartition_v1(e, buf, regions)
     buf += _pk_i(o.generation_id)

@@ -74,10 +74,11 @@ def _dec_RemainingPartition_v0(data, pos, _RemainingPartition=RemainingPartition
     return o, pos
 
 
-def _enc_ControlledShutdownResponse_v0(o, buf, regions, _enc_RemainingPartition_v0=_enc_RemainingPartition_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_ControlledShutdownResponse_v0(o, buf, regions, _enc_RemainingPartition_v0=_enc_RemainingPartition_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.remaining_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_RemainingPartition_v0(e, buf, regions)
 
@@ -115,7 +116,11 @@ def _dec_RemainingPartition_v3(data, pos, _RemainingPartition=RemainingPartition
 def _enc_ControlledShutdownResponse_v3(o, buf, regions, _enc_RemainingPartition_v3=_enc_RemainingPartition_v3, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.remaining_partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_RemainingPartition_v3(e, buf, regions)
     buf.append(0)

@@ -74,10 +74,11 @@ def _dec_AclCreationResult_v0(data, pos, _AclCreationResult=AclCreationResult, _
     return o, pos
 
 
-def _enc_CreateAclsResponse_v0(o, buf, regions, _enc_AclCreationResult_v0=_enc_AclCreationResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_CreateAclsResponse_v0(o, buf, regions, _enc_AclCreationResult_v0=_enc_AclCreationResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AclCreationResult_v0(e, buf, regions)
 
@@ -115,7 +116,11 @@ def _dec_AclCreationResult_v2(data, pos, _AclCreationResult=AclCreationResult, _
 def _enc_CreateAclsResponse_v2(o, buf, regions, _enc_AclCreationResult_v2=_enc_AclCreationResult_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AclCreationResult_v2(e, buf, regions)
     buf.append(0)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["CreatableRenewers", "CreateDelegationTokenRequest"]
 
+_S_i = struct.Struct(">i")
 _S_q = struct.Struct(">q")
 
 
@@ -76,9 +77,10 @@ def _dec_CreatableRenewers_v0(data, pos, _CreatableRenewers=CreatableRenewers, _
     return o, pos
 
 
-def _enc_CreateDelegationTokenRequest_v0(o, buf, regions, _enc_CreatableRenewers_v0=_enc_CreatableRenewers_v0, _pk_q=_S_q.pack, _write_array_len=_p.write_array_len):
+def _enc_CreateDelegationTokenRequest_v0(o, buf, regions, _enc_CreatableRenewers_v0=_enc_CreatableRenewers_v0, _pk_i=_S_i.pack, _pk_q=_S_q.pack):
     lst = o.renewers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableRenewers_v0(e, buf, regions)
     buf += _pk_q(o.max_lifetime_ms)
@@ -115,7 +117,11 @@ def _dec_CreatableRenewers_v2(data, pos, _CreatableRenewers=CreatableRenewers, _
 
 def _enc_CreateDelegationTokenRequest_v2(o, buf, regions, _enc_CreatableRenewers_v2=_enc_CreatableRenewers_v2, _pk_q=_S_q.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.renewers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableRenewers_v2(e, buf, regions)
     buf += _pk_q(o.max_lifetime_ms)
@@ -142,7 +148,11 @@ def _enc_CreateDelegationTokenRequest_v3(o, buf, regions, _enc_CreatableRenewers
     _write_compact_nullable_string(buf, o.owner_principal_type)
     _write_compact_nullable_string(buf, o.owner_principal_name)
     lst = o.renewers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableRenewers_v2(e, buf, regions)
     buf += _pk_q(o.max_lifetime_ms)

@@ -83,10 +83,14 @@ class CreatePartitionsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_CreatePartitionsAssignment_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len):
+def _enc_CreatePartitionsAssignment_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack):
     lst = o.broker_ids
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_CreatePartitionsAssignment_v0(data, pos, _CreatePartitionsAssignment=CreatePartitionsAssignment, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from):
@@ -100,14 +104,15 @@ def _dec_CreatePartitionsAssignment_v0(data, pos, _CreatePartitionsAssignment=Cr
     return o, pos
 
 
-def _enc_CreatePartitionsTopic_v0(o, buf, regions, _enc_CreatePartitionsAssignment_v0=_enc_CreatePartitionsAssignment_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_CreatePartitionsTopic_v0(o, buf, regions, _enc_CreatePartitionsAssignment_v0=_enc_CreatePartitionsAssignment_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     buf += _pk_i(o.count)
     lst = o.assignments
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_CreatePartitionsAssignment_v0(e, buf, regions)
 
@@ -128,9 +133,10 @@ def _dec_CreatePartitionsTopic_v0(data, pos, _CreatePartitionsTopic=CreatePartit
     return o, pos
 
 
-def _enc_CreatePartitionsRequest_v0(o, buf, regions, _enc_CreatePartitionsTopic_v0=_enc_CreatePartitionsTopic_v0, _pk_io=_S_io.pack, _write_array_len=_p.write_array_len):
+def _enc_CreatePartitionsRequest_v0(o, buf, regions, _enc_CreatePartitionsTopic_v0=_enc_CreatePartitionsTopic_v0, _pk_i=_S_i.pack, _pk_io=_S_io.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatePartitionsTopic_v0(e, buf, regions)
     buf += _pk_io(o.timeout_ms, o.validate_only)
@@ -151,10 +157,17 @@ def _dec_CreatePartitionsRequest_v0(data, pos, _CreatePartitionsRequest=CreatePa
     return o, pos
 
 
-def _enc_CreatePartitionsAssignment_v2(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_CreatePartitionsAssignment_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.broker_ids
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -177,7 +190,11 @@ def _enc_CreatePartitionsTopic_v2(o, buf, regions, _enc_CreatePartitionsAssignme
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_CreatePartitionsAssignment_v2(e, buf, regions)
     buf.append(0)
@@ -202,7 +219,11 @@ def _dec_CreatePartitionsTopic_v2(data, pos, _CreatePartitionsTopic=CreatePartit
 
 def _enc_CreatePartitionsRequest_v2(o, buf, regions, _enc_CreatePartitionsTopic_v2=_enc_CreatePartitionsTopic_v2, _pk_io=_S_io.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatePartitionsTopic_v2(e, buf, regions)
     buf += _pk_io(o.timeout_ms, o.validate_only)

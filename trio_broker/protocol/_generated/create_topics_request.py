@@ -110,11 +110,15 @@ class CreateTopicsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_CreatableReplicaAssignment_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_CreatableReplicaAssignment_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack):
     buf += _pk_i(o.partition_index)
     lst = o.broker_ids
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_CreatableReplicaAssignment_v0(data, pos, _CreatableReplicaAssignment=CreatableReplicaAssignment, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_i=_S_i.unpack_from):
@@ -142,15 +146,17 @@ def _dec_CreatableTopicConfig_v0(data, pos, _CreatableTopicConfig=CreatableTopic
     return o, pos
 
 
-def _enc_CreatableTopic_v0(o, buf, regions, _enc_CreatableReplicaAssignment_v0=_enc_CreatableReplicaAssignment_v0, _enc_CreatableTopicConfig_v0=_enc_CreatableTopicConfig_v0, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_CreatableTopic_v0(o, buf, regions, _enc_CreatableReplicaAssignment_v0=_enc_CreatableReplicaAssignment_v0, _enc_CreatableTopicConfig_v0=_enc_CreatableTopicConfig_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     buf += _pk_ih(o.num_partitions, o.replication_factor)
     lst = o.assignments
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableReplicaAssignment_v0(e, buf, regions)
     lst = o.configs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopicConfig_v0(e, buf, regions)
 
@@ -179,9 +185,10 @@ def _dec_CreatableTopic_v0(data, pos, _CreatableTopic=CreatableTopic, _dec_Creat
     return o, pos
 
 
-def _enc_CreateTopicsRequest_v0(o, buf, regions, _enc_CreatableTopic_v0=_enc_CreatableTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_CreateTopicsRequest_v0(o, buf, regions, _enc_CreatableTopic_v0=_enc_CreatableTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopic_v0(e, buf, regions)
     buf += _pk_i(o.timeout_ms)
@@ -202,9 +209,10 @@ def _dec_CreateTopicsRequest_v0(data, pos, _CreateTopicsRequest=CreateTopicsRequ
     return o, pos
 
 
-def _enc_CreateTopicsRequest_v1(o, buf, regions, _enc_CreatableTopic_v0=_enc_CreatableTopic_v0, _pk_io=_S_io.pack, _write_array_len=_p.write_array_len):
+def _enc_CreateTopicsRequest_v1(o, buf, regions, _enc_CreatableTopic_v0=_enc_CreatableTopic_v0, _pk_i=_S_i.pack, _pk_io=_S_io.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopic_v0(e, buf, regions)
     buf += _pk_io(o.timeout_ms, o.validate_only)
@@ -225,11 +233,18 @@ def _dec_CreateTopicsRequest_v1(data, pos, _CreateTopicsRequest=CreateTopicsRequ
     return o, pos
 
 
-def _enc_CreatableReplicaAssignment_v5(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_CreatableReplicaAssignment_v5(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.partition_index)
     lst = o.broker_ids
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -265,11 +280,19 @@ def _enc_CreatableTopic_v5(o, buf, regions, _enc_CreatableReplicaAssignment_v5=_
     _write_compact_string(buf, o.name)
     buf += _pk_ih(o.num_partitions, o.replication_factor)
     lst = o.assignments
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableReplicaAssignment_v5(e, buf, regions)
     lst = o.configs
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableTopicConfig_v5(e, buf, regions)
     buf.append(0)
@@ -302,7 +325,11 @@ def _dec_CreatableTopic_v5(data, pos, _CreatableTopic=CreatableTopic, _dec_Creat
 
 def _enc_CreateTopicsRequest_v5(o, buf, regions, _enc_CreatableTopic_v5=_enc_CreatableTopic_v5, _pk_io=_S_io.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableTopic_v5(e, buf, regions)
     buf += _pk_io(o.timeout_ms, o.validate_only)

@@ -115,9 +115,10 @@ def _dec_CreatableTopicResult_v0(data, pos, _CreatableTopicResult=CreatableTopic
     return o, pos
 
 
-def _enc_CreateTopicsResponse_v0(o, buf, regions, _enc_CreatableTopicResult_v0=_enc_CreatableTopicResult_v0, _write_array_len=_p.write_array_len):
+def _enc_CreateTopicsResponse_v0(o, buf, regions, _enc_CreatableTopicResult_v0=_enc_CreatableTopicResult_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopicResult_v0(e, buf, regions)
 
@@ -150,9 +151,10 @@ def _dec_CreatableTopicResult_v1(data, pos, _CreatableTopicResult=CreatableTopic
     return o, pos
 
 
-def _enc_CreateTopicsResponse_v1(o, buf, regions, _enc_CreatableTopicResult_v1=_enc_CreatableTopicResult_v1, _write_array_len=_p.write_array_len):
+def _enc_CreateTopicsResponse_v1(o, buf, regions, _enc_CreatableTopicResult_v1=_enc_CreatableTopicResult_v1, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopicResult_v1(e, buf, regions)
 
@@ -170,10 +172,11 @@ def _dec_CreateTopicsResponse_v1(data, pos, _CreateTopicsResponse=CreateTopicsRe
     return o, pos
 
 
-def _enc_CreateTopicsResponse_v2(o, buf, regions, _enc_CreatableTopicResult_v1=_enc_CreatableTopicResult_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_CreateTopicsResponse_v2(o, buf, regions, _enc_CreatableTopicResult_v1=_enc_CreatableTopicResult_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_CreatableTopicResult_v1(e, buf, regions)
 
@@ -219,7 +222,11 @@ def _enc_CreatableTopicResult_v5(o, buf, regions, _enc_CreatableTopicConfigs_v5=
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_CreatableTopicConfigs_v5(e, buf, regions)
     tagged = []
@@ -262,7 +269,11 @@ def _dec_CreatableTopicResult_v5(data, pos, _CreatableTopicResult=CreatableTopic
 def _enc_CreateTopicsResponse_v5(o, buf, regions, _enc_CreatableTopicResult_v5=_enc_CreatableTopicResult_v5, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableTopicResult_v5(e, buf, regions)
     buf.append(0)
@@ -294,7 +305,11 @@ def _enc_CreatableTopicResult_v7(o, buf, regions, _enc_CreatableTopicConfigs_v5=
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_CreatableTopicConfigs_v5(e, buf, regions)
     tagged = []
@@ -338,7 +353,11 @@ def _dec_CreatableTopicResult_v7(data, pos, _CreatableTopicResult=CreatableTopic
 def _enc_CreateTopicsResponse_v7(o, buf, regions, _enc_CreatableTopicResult_v7=_enc_CreatableTopicResult_v7, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CreatableTopicResult_v7(e, buf, regions)
     buf.append(0)

@@ -12,6 +12,7 @@ __all__ = ["DeleteAclsFilter", "DeleteAclsRequest"]
 
 _S_b = struct.Struct(">b")
 _S_bb = struct.Struct(">bb")
+_S_i = struct.Struct(">i")
 
 
 class DeleteAclsFilter(Struct):
@@ -89,9 +90,10 @@ def _dec_DeleteAclsFilter_v0(data, pos, _DeleteAclsFilter=DeleteAclsFilter, _rea
     return o, pos
 
 
-def _enc_DeleteAclsRequest_v0(o, buf, regions, _enc_DeleteAclsFilter_v0=_enc_DeleteAclsFilter_v0, _write_array_len=_p.write_array_len):
+def _enc_DeleteAclsRequest_v0(o, buf, regions, _enc_DeleteAclsFilter_v0=_enc_DeleteAclsFilter_v0, _pk_i=_S_i.pack):
     lst = o.filters
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsFilter_v0(e, buf, regions)
 
@@ -132,9 +134,10 @@ def _dec_DeleteAclsFilter_v1(data, pos, _DeleteAclsFilter=DeleteAclsFilter, _rea
     return o, pos
 
 
-def _enc_DeleteAclsRequest_v1(o, buf, regions, _enc_DeleteAclsFilter_v1=_enc_DeleteAclsFilter_v1, _write_array_len=_p.write_array_len):
+def _enc_DeleteAclsRequest_v1(o, buf, regions, _enc_DeleteAclsFilter_v1=_enc_DeleteAclsFilter_v1, _pk_i=_S_i.pack):
     lst = o.filters
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsFilter_v1(e, buf, regions)
 
@@ -179,7 +182,11 @@ def _dec_DeleteAclsFilter_v2(data, pos, _DeleteAclsFilter=DeleteAclsFilter, _rea
 
 def _enc_DeleteAclsRequest_v2(o, buf, regions, _enc_DeleteAclsFilter_v2=_enc_DeleteAclsFilter_v2, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.filters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteAclsFilter_v2(e, buf, regions)
     buf.append(0)

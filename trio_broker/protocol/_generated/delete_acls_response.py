@@ -124,11 +124,12 @@ def _dec_DeleteAclsMatchingAcl_v0(data, pos, _DeleteAclsMatchingAcl=DeleteAclsMa
     return o, pos
 
 
-def _enc_DeleteAclsFilterResult_v0(o, buf, regions, _enc_DeleteAclsMatchingAcl_v0=_enc_DeleteAclsMatchingAcl_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_DeleteAclsFilterResult_v0(o, buf, regions, _enc_DeleteAclsMatchingAcl_v0=_enc_DeleteAclsMatchingAcl_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.matching_acls
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsMatchingAcl_v0(e, buf, regions)
 
@@ -149,10 +150,11 @@ def _dec_DeleteAclsFilterResult_v0(data, pos, _DeleteAclsFilterResult=DeleteAcls
     return o, pos
 
 
-def _enc_DeleteAclsResponse_v0(o, buf, regions, _enc_DeleteAclsFilterResult_v0=_enc_DeleteAclsFilterResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DeleteAclsResponse_v0(o, buf, regions, _enc_DeleteAclsFilterResult_v0=_enc_DeleteAclsFilterResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.filter_results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsFilterResult_v0(e, buf, regions)
 
@@ -200,11 +202,12 @@ def _dec_DeleteAclsMatchingAcl_v1(data, pos, _DeleteAclsMatchingAcl=DeleteAclsMa
     return o, pos
 
 
-def _enc_DeleteAclsFilterResult_v1(o, buf, regions, _enc_DeleteAclsMatchingAcl_v1=_enc_DeleteAclsMatchingAcl_v1, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_DeleteAclsFilterResult_v1(o, buf, regions, _enc_DeleteAclsMatchingAcl_v1=_enc_DeleteAclsMatchingAcl_v1, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.matching_acls
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsMatchingAcl_v1(e, buf, regions)
 
@@ -225,10 +228,11 @@ def _dec_DeleteAclsFilterResult_v1(data, pos, _DeleteAclsFilterResult=DeleteAcls
     return o, pos
 
 
-def _enc_DeleteAclsResponse_v1(o, buf, regions, _enc_DeleteAclsFilterResult_v1=_enc_DeleteAclsFilterResult_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DeleteAclsResponse_v1(o, buf, regions, _enc_DeleteAclsFilterResult_v1=_enc_DeleteAclsFilterResult_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.filter_results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteAclsFilterResult_v1(e, buf, regions)
 
@@ -282,7 +286,11 @@ def _enc_DeleteAclsFilterResult_v2(o, buf, regions, _enc_DeleteAclsMatchingAcl_v
     buf += _pk_h(o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.matching_acls
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteAclsMatchingAcl_v2(e, buf, regions)
     buf.append(0)
@@ -308,7 +316,11 @@ def _dec_DeleteAclsFilterResult_v2(data, pos, _DeleteAclsFilterResult=DeleteAcls
 def _enc_DeleteAclsResponse_v2(o, buf, regions, _enc_DeleteAclsFilterResult_v2=_enc_DeleteAclsFilterResult_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.filter_results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteAclsFilterResult_v2(e, buf, regions)
     buf.append(0)

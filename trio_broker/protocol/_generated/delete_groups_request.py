@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["DeleteGroupsRequest"]
 
+_S_i = struct.Struct(">i")
 
 
 class DeleteGroupsRequest(Message):
@@ -37,9 +38,10 @@ class DeleteGroupsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DeleteGroupsRequest_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DeleteGroupsRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):
     lst = o.groups_names
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
 
@@ -59,7 +61,11 @@ def _dec_DeleteGroupsRequest_v0(data, pos, _DeleteGroupsRequest=DeleteGroupsRequ
 
 def _enc_DeleteGroupsRequest_v2(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.groups_names
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

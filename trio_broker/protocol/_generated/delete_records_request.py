@@ -92,10 +92,11 @@ def _dec_DeleteRecordsPartition_v0(data, pos, _DeleteRecordsPartition=DeleteReco
     return o, pos
 
 
-def _enc_DeleteRecordsTopic_v0(o, buf, regions, _enc_DeleteRecordsPartition_v0=_enc_DeleteRecordsPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DeleteRecordsTopic_v0(o, buf, regions, _enc_DeleteRecordsPartition_v0=_enc_DeleteRecordsPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteRecordsPartition_v0(e, buf, regions)
 
@@ -114,9 +115,10 @@ def _dec_DeleteRecordsTopic_v0(data, pos, _DeleteRecordsTopic=DeleteRecordsTopic
     return o, pos
 
 
-def _enc_DeleteRecordsRequest_v0(o, buf, regions, _enc_DeleteRecordsTopic_v0=_enc_DeleteRecordsTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DeleteRecordsRequest_v0(o, buf, regions, _enc_DeleteRecordsTopic_v0=_enc_DeleteRecordsTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteRecordsTopic_v0(e, buf, regions)
     buf += _pk_i(o.timeout_ms)
@@ -153,7 +155,11 @@ def _dec_DeleteRecordsPartition_v2(data, pos, _DeleteRecordsPartition=DeleteReco
 def _enc_DeleteRecordsTopic_v2(o, buf, regions, _enc_DeleteRecordsPartition_v2=_enc_DeleteRecordsPartition_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteRecordsPartition_v2(e, buf, regions)
     buf.append(0)
@@ -176,7 +182,11 @@ def _dec_DeleteRecordsTopic_v2(data, pos, _DeleteRecordsTopic=DeleteRecordsTopic
 
 def _enc_DeleteRecordsRequest_v2(o, buf, regions, _enc_DeleteRecordsTopic_v2=_enc_DeleteRecordsTopic_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteRecordsTopic_v2(e, buf, regions)
     buf += _pk_i(o.timeout_ms)

@@ -94,10 +94,11 @@ def _dec_DeleteRecordsPartitionResult_v0(data, pos, _DeleteRecordsPartitionResul
     return o, pos
 
 
-def _enc_DeleteRecordsTopicResult_v0(o, buf, regions, _enc_DeleteRecordsPartitionResult_v0=_enc_DeleteRecordsPartitionResult_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DeleteRecordsTopicResult_v0(o, buf, regions, _enc_DeleteRecordsPartitionResult_v0=_enc_DeleteRecordsPartitionResult_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteRecordsPartitionResult_v0(e, buf, regions)
 
@@ -116,10 +117,11 @@ def _dec_DeleteRecordsTopicResult_v0(data, pos, _DeleteRecordsTopicResult=Delete
     return o, pos
 
 
-def _enc_DeleteRecordsResponse_v0(o, buf, regions, _enc_DeleteRecordsTopicResult_v0=_enc_DeleteRecordsTopicResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DeleteRecordsResponse_v0(o, buf, regions, _enc_DeleteRecordsTopicResult_v0=_enc_DeleteRecordsTopicResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeleteRecordsTopicResult_v0(e, buf, regions)
 
@@ -155,7 +157,11 @@ def _dec_DeleteRecordsPartitionResult_v2(data, pos, _DeleteRecordsPartitionResul
 def _enc_DeleteRecordsTopicResult_v2(o, buf, regions, _enc_DeleteRecordsPartitionResult_v2=_enc_DeleteRecordsPartitionResult_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteRecordsPartitionResult_v2(e, buf, regions)
     buf.append(0)
@@ -179,7 +185,11 @@ def _dec_DeleteRecordsTopicResult_v2(data, pos, _DeleteRecordsTopicResult=Delete
 def _enc_DeleteRecordsResponse_v2(o, buf, regions, _enc_DeleteRecordsTopicResult_v2=_enc_DeleteRecordsTopicResult_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteRecordsTopicResult_v2(e, buf, regions)
     buf.append(0)

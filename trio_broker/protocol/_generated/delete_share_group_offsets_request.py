@@ -72,7 +72,11 @@ def _dec_DeleteShareGroupOffsetsRequestTopic_v0(data, pos, _DeleteShareGroupOffs
 def _enc_DeleteShareGroupOffsetsRequest_v0(o, buf, regions, _enc_DeleteShareGroupOffsetsRequestTopic_v0=_enc_DeleteShareGroupOffsetsRequestTopic_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteShareGroupOffsetsRequestTopic_v0(e, buf, regions)
     buf.append(0)

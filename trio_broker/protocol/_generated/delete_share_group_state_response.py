@@ -99,7 +99,11 @@ def _dec_PartitionResult_v0(data, pos, _PartitionResult=PartitionResult, _read_c
 def _enc_DeleteStateResult_v0(o, buf, regions, _enc_PartitionResult_v0=_enc_PartitionResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionResult_v0(e, buf, regions)
     buf.append(0)
@@ -122,7 +126,11 @@ def _dec_DeleteStateResult_v0(data, pos, _DeleteStateResult=DeleteStateResult, _
 
 def _enc_DeleteShareGroupStateResponse_v0(o, buf, regions, _enc_DeleteStateResult_v0=_enc_DeleteStateResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteStateResult_v0(e, buf, regions)
     buf.append(0)

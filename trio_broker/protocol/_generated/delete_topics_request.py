@@ -63,9 +63,10 @@ class DeleteTopicsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DeleteTopicsRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DeleteTopicsRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):
     lst = o.topic_names
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     buf += _pk_i(o.timeout_ms)
@@ -88,7 +89,11 @@ def _dec_DeleteTopicsRequest_v0(data, pos, _DeleteTopicsRequest=DeleteTopicsRequ
 
 def _enc_DeleteTopicsRequest_v4(o, buf, regions, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.topic_names
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf += _pk_i(o.timeout_ms)
@@ -127,7 +132,11 @@ def _dec_DeleteTopicState_v6(data, pos, _DeleteTopicState=DeleteTopicState, _rea
 
 def _enc_DeleteTopicsRequest_v6(o, buf, regions, _enc_DeleteTopicState_v6=_enc_DeleteTopicState_v6, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeleteTopicState_v6(e, buf, regions)
     buf += _pk_i(o.timeout_ms)

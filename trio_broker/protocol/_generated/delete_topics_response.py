@@ -79,9 +79,10 @@ def _dec_DeletableTopicResult_v0(data, pos, _DeletableTopicResult=DeletableTopic
     return o, pos
 
 
-def _enc_DeleteTopicsResponse_v0(o, buf, regions, _enc_DeletableTopicResult_v0=_enc_DeletableTopicResult_v0, _write_array_len=_p.write_array_len):
+def _enc_DeleteTopicsResponse_v0(o, buf, regions, _enc_DeletableTopicResult_v0=_enc_DeletableTopicResult_v0, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeletableTopicResult_v0(e, buf, regions)
 
@@ -99,10 +100,11 @@ def _dec_DeleteTopicsResponse_v0(data, pos, _DeleteTopicsResponse=DeleteTopicsRe
     return o, pos
 
 
-def _enc_DeleteTopicsResponse_v1(o, buf, regions, _enc_DeletableTopicResult_v0=_enc_DeletableTopicResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DeleteTopicsResponse_v1(o, buf, regions, _enc_DeletableTopicResult_v0=_enc_DeletableTopicResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DeletableTopicResult_v0(e, buf, regions)
 
@@ -140,7 +142,11 @@ def _dec_DeletableTopicResult_v4(data, pos, _DeletableTopicResult=DeletableTopic
 def _enc_DeleteTopicsResponse_v4(o, buf, regions, _enc_DeletableTopicResult_v4=_enc_DeletableTopicResult_v4, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeletableTopicResult_v4(e, buf, regions)
     buf.append(0)
@@ -182,7 +188,11 @@ def _dec_DeletableTopicResult_v5(data, pos, _DeletableTopicResult=DeletableTopic
 def _enc_DeleteTopicsResponse_v5(o, buf, regions, _enc_DeletableTopicResult_v5=_enc_DeletableTopicResult_v5, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeletableTopicResult_v5(e, buf, regions)
     buf.append(0)
@@ -226,7 +236,11 @@ def _dec_DeletableTopicResult_v6(data, pos, _DeletableTopicResult=DeletableTopic
 def _enc_DeleteTopicsResponse_v6(o, buf, regions, _enc_DeletableTopicResult_v6=_enc_DeletableTopicResult_v6, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DeletableTopicResult_v6(e, buf, regions)
     buf.append(0)

@@ -12,6 +12,7 @@ __all__ = ["AclDescription", "DescribeAclsResource", "DescribeAclsResponse"]
 
 _S_b = struct.Struct(">b")
 _S_bb = struct.Struct(">bb")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -109,11 +110,12 @@ def _dec_AclDescription_v0(data, pos, _AclDescription=AclDescription, _read_stri
     return o, pos
 
 
-def _enc_DescribeAclsResource_v0(o, buf, regions, _enc_AclDescription_v0=_enc_AclDescription_v0, _pk_b=_S_b.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeAclsResource_v0(o, buf, regions, _enc_AclDescription_v0=_enc_AclDescription_v0, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.acls
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AclDescription_v0(e, buf, regions)
 
@@ -134,11 +136,12 @@ def _dec_DescribeAclsResource_v0(data, pos, _DescribeAclsResource=DescribeAclsRe
     return o, pos
 
 
-def _enc_DescribeAclsResponse_v0(o, buf, regions, _enc_DescribeAclsResource_v0=_enc_DescribeAclsResource_v0, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_DescribeAclsResponse_v0(o, buf, regions, _enc_DescribeAclsResource_v0=_enc_DescribeAclsResource_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeAclsResource_v0(e, buf, regions)
 
@@ -159,12 +162,13 @@ def _dec_DescribeAclsResponse_v0(data, pos, _DescribeAclsResponse=DescribeAclsRe
     return o, pos
 
 
-def _enc_DescribeAclsResource_v1(o, buf, regions, _enc_AclDescription_v0=_enc_AclDescription_v0, _pk_b=_S_b.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeAclsResource_v1(o, buf, regions, _enc_AclDescription_v0=_enc_AclDescription_v0, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     buf += _pk_b(o.pattern_type)
     lst = o.acls
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AclDescription_v0(e, buf, regions)
 
@@ -187,11 +191,12 @@ def _dec_DescribeAclsResource_v1(data, pos, _DescribeAclsResource=DescribeAclsRe
     return o, pos
 
 
-def _enc_DescribeAclsResponse_v1(o, buf, regions, _enc_DescribeAclsResource_v1=_enc_DescribeAclsResource_v1, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_DescribeAclsResponse_v1(o, buf, regions, _enc_DescribeAclsResource_v1=_enc_DescribeAclsResource_v1, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeAclsResource_v1(e, buf, regions)
 
@@ -234,7 +239,11 @@ def _enc_DescribeAclsResource_v2(o, buf, regions, _enc_AclDescription_v2=_enc_Ac
     _write_compact_string(buf, o.resource_name)
     buf += _pk_b(o.pattern_type)
     lst = o.acls
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AclDescription_v2(e, buf, regions)
     buf.append(0)
@@ -263,7 +272,11 @@ def _enc_DescribeAclsResponse_v2(o, buf, regions, _enc_DescribeAclsResource_v2=_
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.resources
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeAclsResource_v2(e, buf, regions)
     buf.append(0)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["ComponentData", "DescribeClientQuotasRequest"]
 
 _S_b = struct.Struct(">b")
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
@@ -78,9 +79,10 @@ def _dec_ComponentData_v0(data, pos, _ComponentData=ComponentData, _read_nullabl
     return o, pos
 
 
-def _enc_DescribeClientQuotasRequest_v0(o, buf, regions, _enc_ComponentData_v0=_enc_ComponentData_v0, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeClientQuotasRequest_v0(o, buf, regions, _enc_ComponentData_v0=_enc_ComponentData_v0, _pk_i=_S_i.pack, _pk_o=_S_o.pack):
     lst = o.components
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ComponentData_v0(e, buf, regions)
     buf += _pk_o(o.strict)
@@ -120,7 +122,11 @@ def _dec_ComponentData_v1(data, pos, _ComponentData=ComponentData, _read_compact
 
 def _enc_DescribeClientQuotasRequest_v1(o, buf, regions, _enc_ComponentData_v1=_enc_ComponentData_v1, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.components
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ComponentData_v1(e, buf, regions)
     buf += _pk_o(o.strict)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["EntityData", "ValueData", "EntryData", "DescribeClientQuotasResponse"]
 
 _S_d = struct.Struct(">d")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -130,13 +131,15 @@ def _dec_ValueData_v0(data, pos, _ValueData=ValueData, _read_string=_p.read_stri
     return o, pos
 
 
-def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _enc_ValueData_v0=_enc_ValueData_v0, _write_array_len=_p.write_array_len):
+def _enc_EntryData_v0(o, buf, regions, _enc_EntityData_v0=_enc_EntityData_v0, _enc_ValueData_v0=_enc_ValueData_v0, _pk_i=_S_i.pack):
     lst = o.entity
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EntityData_v0(e, buf, regions)
     lst = o.values
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ValueData_v0(e, buf, regions)
 
@@ -162,14 +165,15 @@ def _dec_EntryData_v0(data, pos, _EntryData=EntryData, _dec_EntityData_v0=_dec_E
     return o, pos
 
 
-def _enc_DescribeClientQuotasResponse_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_DescribeClientQuotasResponse_v0(o, buf, regions, _enc_EntryData_v0=_enc_EntryData_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_nullable_string(buf, o.error_message)
     lst = o.entries
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_EntryData_v0(e, buf, regions)
 
@@ -221,11 +225,19 @@ def _dec_ValueData_v1(data, pos, _ValueData=ValueData, _read_compact_string=_p.r
 
 def _enc_EntryData_v1(o, buf, regions, _enc_EntityData_v1=_enc_EntityData_v1, _enc_ValueData_v1=_enc_ValueData_v1, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.entity
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EntityData_v1(e, buf, regions)
     lst = o.values
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ValueData_v1(e, buf, regions)
     buf.append(0)
@@ -260,7 +272,11 @@ def _enc_DescribeClientQuotasResponse_v1(o, buf, regions, _enc_EntryData_v1=_enc
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_EntryData_v1(e, buf, regions)
     buf.append(0)

@@ -104,7 +104,11 @@ def _enc_DescribeClusterResponse_v0(o, buf, regions, _enc_DescribeClusterBroker_
     _write_compact_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeClusterBroker_v0(e, buf, regions)
     buf += _pk_i(o.cluster_authorized_operations)
@@ -140,7 +144,11 @@ def _enc_DescribeClusterResponse_v1(o, buf, regions, _enc_DescribeClusterBroker_
     _write_compact_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeClusterBroker_v0(e, buf, regions)
     buf += _pk_i(o.cluster_authorized_operations)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["DescribeConfigsResource", "DescribeConfigsRequest"]
 
 _S_b = struct.Struct(">b")
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 _S_oo = struct.Struct(">??")
 
@@ -66,14 +67,15 @@ class DescribeConfigsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DescribeConfigsResource_v0(o, buf, regions, _pk_b=_S_b.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeConfigsResource_v0(o, buf, regions, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.configuration_keys
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _write_string(buf, e)
 
@@ -94,9 +96,10 @@ def _dec_DescribeConfigsResource_v0(data, pos, _DescribeConfigsResource=Describe
     return o, pos
 
 
-def _enc_DescribeConfigsRequest_v0(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsRequest_v0(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _pk_i=_S_i.pack):
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResource_v0(e, buf, regions)
 
@@ -114,9 +117,10 @@ def _dec_DescribeConfigsRequest_v0(data, pos, _DescribeConfigsRequest=DescribeCo
     return o, pos
 
 
-def _enc_DescribeConfigsRequest_v1(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsRequest_v1(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _pk_i=_S_i.pack, _pk_o=_S_o.pack):
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResource_v0(e, buf, regions)
     buf += _pk_o(o.include_synonyms)
@@ -137,9 +141,10 @@ def _dec_DescribeConfigsRequest_v1(data, pos, _DescribeConfigsRequest=DescribeCo
     return o, pos
 
 
-def _enc_DescribeConfigsRequest_v3(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _pk_oo=_S_oo.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsRequest_v3(o, buf, regions, _enc_DescribeConfigsResource_v0=_enc_DescribeConfigsResource_v0, _pk_i=_S_i.pack, _pk_oo=_S_oo.pack):
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResource_v0(e, buf, regions)
     buf += _pk_oo(o.include_synonyms, o.include_documentation)
@@ -167,7 +172,11 @@ def _enc_DescribeConfigsResource_v4(o, buf, regions, _pk_b=_S_b.pack, _write_com
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _write_compact_string(buf, e)
     buf.append(0)
@@ -192,7 +201,11 @@ def _dec_DescribeConfigsResource_v4(data, pos, _DescribeConfigsResource=Describe
 
 def _enc_DescribeConfigsRequest_v4(o, buf, regions, _enc_DescribeConfigsResource_v4=_enc_DescribeConfigsResource_v4, _pk_oo=_S_oo.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.resources
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeConfigsResource_v4(e, buf, regions)
     buf += _pk_oo(o.include_synonyms, o.include_documentation)

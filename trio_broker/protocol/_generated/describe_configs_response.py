@@ -141,13 +141,14 @@ def _dec_DescribeConfigsResourceResult_v0(data, pos, _DescribeConfigsResourceRes
     return o, pos
 
 
-def _enc_DescribeConfigsResult_v0(o, buf, regions, _enc_DescribeConfigsResourceResult_v0=_enc_DescribeConfigsResourceResult_v0, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_DescribeConfigsResult_v0(o, buf, regions, _enc_DescribeConfigsResourceResult_v0=_enc_DescribeConfigsResourceResult_v0, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.configs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResourceResult_v0(e, buf, regions)
 
@@ -171,10 +172,11 @@ def _dec_DescribeConfigsResult_v0(data, pos, _DescribeConfigsResult=DescribeConf
     return o, pos
 
 
-def _enc_DescribeConfigsResponse_v0(o, buf, regions, _enc_DescribeConfigsResult_v0=_enc_DescribeConfigsResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsResponse_v0(o, buf, regions, _enc_DescribeConfigsResult_v0=_enc_DescribeConfigsResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResult_v0(e, buf, regions)
 
@@ -209,12 +211,13 @@ def _dec_DescribeConfigsSynonym_v1(data, pos, _DescribeConfigsSynonym=DescribeCo
     return o, pos
 
 
-def _enc_DescribeConfigsResourceResult_v1(o, buf, regions, _enc_DescribeConfigsSynonym_v1=_enc_DescribeConfigsSynonym_v1, _pk_obo=_S_obo.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_DescribeConfigsResourceResult_v1(o, buf, regions, _enc_DescribeConfigsSynonym_v1=_enc_DescribeConfigsSynonym_v1, _pk_i=_S_i.pack, _pk_obo=_S_obo.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.name)
     _write_nullable_string(buf, o.value)
     buf += _pk_obo(o.read_only, o.config_source, o.is_sensitive)
     lst = o.synonyms
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsSynonym_v1(e, buf, regions)
 
@@ -236,13 +239,14 @@ def _dec_DescribeConfigsResourceResult_v1(data, pos, _DescribeConfigsResourceRes
     return o, pos
 
 
-def _enc_DescribeConfigsResult_v1(o, buf, regions, _enc_DescribeConfigsResourceResult_v1=_enc_DescribeConfigsResourceResult_v1, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_DescribeConfigsResult_v1(o, buf, regions, _enc_DescribeConfigsResourceResult_v1=_enc_DescribeConfigsResourceResult_v1, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.configs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResourceResult_v1(e, buf, regions)
 
@@ -266,10 +270,11 @@ def _dec_DescribeConfigsResult_v1(data, pos, _DescribeConfigsResult=DescribeConf
     return o, pos
 
 
-def _enc_DescribeConfigsResponse_v1(o, buf, regions, _enc_DescribeConfigsResult_v1=_enc_DescribeConfigsResult_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsResponse_v1(o, buf, regions, _enc_DescribeConfigsResult_v1=_enc_DescribeConfigsResult_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResult_v1(e, buf, regions)
 
@@ -289,12 +294,13 @@ def _dec_DescribeConfigsResponse_v1(data, pos, _DescribeConfigsResponse=Describe
     return o, pos
 
 
-def _enc_DescribeConfigsResourceResult_v3(o, buf, regions, _enc_DescribeConfigsSynonym_v1=_enc_DescribeConfigsSynonym_v1, _pk_b=_S_b.pack, _pk_obo=_S_obo.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_DescribeConfigsResourceResult_v3(o, buf, regions, _enc_DescribeConfigsSynonym_v1=_enc_DescribeConfigsSynonym_v1, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _pk_obo=_S_obo.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.name)
     _write_nullable_string(buf, o.value)
     buf += _pk_obo(o.read_only, o.config_source, o.is_sensitive)
     lst = o.synonyms
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsSynonym_v1(e, buf, regions)
     buf += _pk_b(o.config_type)
@@ -321,13 +327,14 @@ def _dec_DescribeConfigsResourceResult_v3(data, pos, _DescribeConfigsResourceRes
     return o, pos
 
 
-def _enc_DescribeConfigsResult_v3(o, buf, regions, _enc_DescribeConfigsResourceResult_v3=_enc_DescribeConfigsResourceResult_v3, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_DescribeConfigsResult_v3(o, buf, regions, _enc_DescribeConfigsResourceResult_v3=_enc_DescribeConfigsResourceResult_v3, _pk_b=_S_b.pack, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_nullable_string(buf, o.error_message)
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.configs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResourceResult_v3(e, buf, regions)
 
@@ -351,10 +358,11 @@ def _dec_DescribeConfigsResult_v3(data, pos, _DescribeConfigsResult=DescribeConf
     return o, pos
 
 
-def _enc_DescribeConfigsResponse_v3(o, buf, regions, _enc_DescribeConfigsResult_v3=_enc_DescribeConfigsResult_v3, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeConfigsResponse_v3(o, buf, regions, _enc_DescribeConfigsResult_v3=_enc_DescribeConfigsResult_v3, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeConfigsResult_v3(e, buf, regions)
 
@@ -396,7 +404,11 @@ def _enc_DescribeConfigsResourceResult_v4(o, buf, regions, _enc_DescribeConfigsS
     _write_compact_nullable_string(buf, o.value)
     buf += _pk_obo(o.read_only, o.config_source, o.is_sensitive)
     lst = o.synonyms
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeConfigsSynonym_v4(e, buf, regions)
     buf += _pk_b(o.config_type)
@@ -431,7 +443,11 @@ def _enc_DescribeConfigsResult_v4(o, buf, regions, _enc_DescribeConfigsResourceR
     buf += _pk_b(o.resource_type)
     _write_compact_string(buf, o.resource_name)
     lst = o.configs
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeConfigsResourceResult_v4(e, buf, regions)
     buf.append(0)
@@ -460,7 +476,11 @@ def _dec_DescribeConfigsResult_v4(data, pos, _DescribeConfigsResult=DescribeConf
 def _enc_DescribeConfigsResponse_v4(o, buf, regions, _enc_DescribeConfigsResult_v4=_enc_DescribeConfigsResult_v4, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeConfigsResult_v4(e, buf, regions)
     buf.append(0)

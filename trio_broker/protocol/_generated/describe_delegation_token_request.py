@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribeDelegationTokenOwner", "DescribeDelegationTokenRequest"]
 
+_S_i = struct.Struct(">i")
 
 
 class DescribeDelegationTokenOwner(Struct):
@@ -69,12 +70,13 @@ def _dec_DescribeDelegationTokenOwner_v0(data, pos, _DescribeDelegationTokenOwne
     return o, pos
 
 
-def _enc_DescribeDelegationTokenRequest_v0(o, buf, regions, _enc_DescribeDelegationTokenOwner_v0=_enc_DescribeDelegationTokenOwner_v0, _write_array_len=_p.write_array_len):
+def _enc_DescribeDelegationTokenRequest_v0(o, buf, regions, _enc_DescribeDelegationTokenOwner_v0=_enc_DescribeDelegationTokenOwner_v0, _pk_i=_S_i.pack):
     lst = o.owners
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_DescribeDelegationTokenOwner_v0(e, buf, regions)
 
@@ -111,7 +113,11 @@ def _enc_DescribeDelegationTokenRequest_v2(o, buf, regions, _enc_DescribeDelegat
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_DescribeDelegationTokenOwner_v2(e, buf, regions)
     buf.append(0)

@@ -112,14 +112,15 @@ def _dec_DescribedDelegationTokenRenewer_v0(data, pos, _DescribedDelegationToken
     return o, pos
 
 
-def _enc_DescribedDelegationToken_v0(o, buf, regions, _enc_DescribedDelegationTokenRenewer_v0=_enc_DescribedDelegationTokenRenewer_v0, _pk_qqq=_S_qqq.pack, _write_array_len=_p.write_array_len, _write_bytes=_p.write_bytes, _write_string=_p.write_string):
+def _enc_DescribedDelegationToken_v0(o, buf, regions, _enc_DescribedDelegationTokenRenewer_v0=_enc_DescribedDelegationTokenRenewer_v0, _pk_i=_S_i.pack, _pk_qqq=_S_qqq.pack, _write_bytes=_p.write_bytes, _write_string=_p.write_string):
     _write_string(buf, o.principal_type)
     _write_string(buf, o.principal_name)
     buf += _pk_qqq(o.issue_timestamp, o.expiry_timestamp, o.max_timestamp)
     _write_string(buf, o.token_id)
     _write_bytes(buf, o.hmac)
     lst = o.renewers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedDelegationTokenRenewer_v0(e, buf, regions)
 
@@ -143,10 +144,11 @@ def _dec_DescribedDelegationToken_v0(data, pos, _DescribedDelegationToken=Descri
     return o, pos
 
 
-def _enc_DescribeDelegationTokenResponse_v0(o, buf, regions, _enc_DescribedDelegationToken_v0=_enc_DescribedDelegationToken_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeDelegationTokenResponse_v0(o, buf, regions, _enc_DescribedDelegationToken_v0=_enc_DescribedDelegationToken_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.tokens
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedDelegationToken_v0(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -190,7 +192,11 @@ def _enc_DescribedDelegationToken_v2(o, buf, regions, _enc_DescribedDelegationTo
     _write_compact_string(buf, o.token_id)
     _write_compact_bytes(buf, o.hmac)
     lst = o.renewers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedDelegationTokenRenewer_v2(e, buf, regions)
     buf.append(0)
@@ -219,7 +225,11 @@ def _dec_DescribedDelegationToken_v2(data, pos, _DescribedDelegationToken=Descri
 def _enc_DescribeDelegationTokenResponse_v2(o, buf, regions, _enc_DescribedDelegationToken_v2=_enc_DescribedDelegationToken_v2, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.tokens
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedDelegationToken_v2(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -253,7 +263,11 @@ def _enc_DescribedDelegationToken_v3(o, buf, regions, _enc_DescribedDelegationTo
     _write_compact_string(buf, o.token_id)
     _write_compact_bytes(buf, o.hmac)
     lst = o.renewers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedDelegationTokenRenewer_v2(e, buf, regions)
     buf.append(0)
@@ -284,7 +298,11 @@ def _dec_DescribedDelegationToken_v3(data, pos, _DescribedDelegationToken=Descri
 def _enc_DescribeDelegationTokenResponse_v3(o, buf, regions, _enc_DescribedDelegationToken_v3=_enc_DescribedDelegationToken_v3, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.tokens
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedDelegationToken_v3(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message
 
 __all__ = ["DescribeGroupsRequest"]
 
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
@@ -40,9 +41,10 @@ class DescribeGroupsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DescribeGroupsRequest_v0(o, buf, regions, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeGroupsRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_string=_p.write_string):
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
 
@@ -60,9 +62,10 @@ def _dec_DescribeGroupsRequest_v0(data, pos, _DescribeGroupsRequest=DescribeGrou
     return o, pos
 
 
-def _enc_DescribeGroupsRequest_v3(o, buf, regions, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeGroupsRequest_v3(o, buf, regions, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
     buf += _pk_o(o.include_authorized_operations)
@@ -85,7 +88,11 @@ def _dec_DescribeGroupsRequest_v3(data, pos, _DescribeGroupsRequest=DescribeGrou
 
 def _enc_DescribeGroupsRequest_v5(o, buf, regions, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf += _pk_o(o.include_authorized_operations)

@@ -117,14 +117,15 @@ def _dec_DescribedGroupMember_v0(data, pos, _DescribedGroupMember=DescribedGroup
     return o, pos
 
 
-def _enc_DescribedGroup_v0(o, buf, regions, _enc_DescribedGroupMember_v0=_enc_DescribedGroupMember_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribedGroup_v0(o, buf, regions, _enc_DescribedGroupMember_v0=_enc_DescribedGroupMember_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.group_id)
     _write_string(buf, o.group_state)
     _write_string(buf, o.protocol_type)
     _write_string(buf, o.protocol_data)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroupMember_v0(e, buf, regions)
 
@@ -148,9 +149,10 @@ def _dec_DescribedGroup_v0(data, pos, _DescribedGroup=DescribedGroup, _dec_Descr
     return o, pos
 
 
-def _enc_DescribeGroupsResponse_v0(o, buf, regions, _enc_DescribedGroup_v0=_enc_DescribedGroup_v0, _write_array_len=_p.write_array_len):
+def _enc_DescribeGroupsResponse_v0(o, buf, regions, _enc_DescribedGroup_v0=_enc_DescribedGroup_v0, _pk_i=_S_i.pack):
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroup_v0(e, buf, regions)
 
@@ -168,10 +170,11 @@ def _dec_DescribeGroupsResponse_v0(data, pos, _DescribeGroupsResponse=DescribeGr
     return o, pos
 
 
-def _enc_DescribeGroupsResponse_v1(o, buf, regions, _enc_DescribedGroup_v0=_enc_DescribedGroup_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeGroupsResponse_v1(o, buf, regions, _enc_DescribedGroup_v0=_enc_DescribedGroup_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroup_v0(e, buf, regions)
 
@@ -191,14 +194,15 @@ def _dec_DescribeGroupsResponse_v1(data, pos, _DescribeGroupsResponse=DescribeGr
     return o, pos
 
 
-def _enc_DescribedGroup_v3(o, buf, regions, _enc_DescribedGroupMember_v0=_enc_DescribedGroupMember_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribedGroup_v3(o, buf, regions, _enc_DescribedGroupMember_v0=_enc_DescribedGroupMember_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.group_id)
     _write_string(buf, o.group_state)
     _write_string(buf, o.protocol_type)
     _write_string(buf, o.protocol_data)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroupMember_v0(e, buf, regions)
     buf += _pk_i(o.authorized_operations)
@@ -225,10 +229,11 @@ def _dec_DescribedGroup_v3(data, pos, _DescribedGroup=DescribedGroup, _dec_Descr
     return o, pos
 
 
-def _enc_DescribeGroupsResponse_v3(o, buf, regions, _enc_DescribedGroup_v3=_enc_DescribedGroup_v3, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeGroupsResponse_v3(o, buf, regions, _enc_DescribedGroup_v3=_enc_DescribedGroup_v3, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroup_v3(e, buf, regions)
 
@@ -268,14 +273,15 @@ def _dec_DescribedGroupMember_v4(data, pos, _DescribedGroupMember=DescribedGroup
     return o, pos
 
 
-def _enc_DescribedGroup_v4(o, buf, regions, _enc_DescribedGroupMember_v4=_enc_DescribedGroupMember_v4, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribedGroup_v4(o, buf, regions, _enc_DescribedGroupMember_v4=_enc_DescribedGroupMember_v4, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.group_id)
     _write_string(buf, o.group_state)
     _write_string(buf, o.protocol_type)
     _write_string(buf, o.protocol_data)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroupMember_v4(e, buf, regions)
     buf += _pk_i(o.authorized_operations)
@@ -302,10 +308,11 @@ def _dec_DescribedGroup_v4(data, pos, _DescribedGroup=DescribedGroup, _dec_Descr
     return o, pos
 
 
-def _enc_DescribeGroupsResponse_v4(o, buf, regions, _enc_DescribedGroup_v4=_enc_DescribedGroup_v4, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeGroupsResponse_v4(o, buf, regions, _enc_DescribedGroup_v4=_enc_DescribedGroup_v4, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribedGroup_v4(e, buf, regions)
 
@@ -354,7 +361,11 @@ def _enc_DescribedGroup_v5(o, buf, regions, _enc_DescribedGroupMember_v5=_enc_De
     _write_compact_string(buf, o.protocol_type)
     _write_compact_string(buf, o.protocol_data)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedGroupMember_v5(e, buf, regions)
     buf += _pk_i(o.authorized_operations)
@@ -386,7 +397,11 @@ def _dec_DescribedGroup_v5(data, pos, _DescribedGroup=DescribedGroup, _dec_Descr
 def _enc_DescribeGroupsResponse_v5(o, buf, regions, _enc_DescribedGroup_v5=_enc_DescribedGroup_v5, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribedGroup_v5(e, buf, regions)
     buf.append(0)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["DescribableLogDirTopic", "DescribeLogDirsRequest"]
 
+_S_i = struct.Struct(">i")
 
 
 class DescribableLogDirTopic(Struct):
@@ -57,11 +58,15 @@ class DescribeLogDirsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DescribableLogDirTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribableLogDirTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_DescribableLogDirTopic_v0(data, pos, _DescribableLogDirTopic=DescribableLogDirTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -76,12 +81,13 @@ def _dec_DescribableLogDirTopic_v0(data, pos, _DescribableLogDirTopic=Describabl
     return o, pos
 
 
-def _enc_DescribeLogDirsRequest_v0(o, buf, regions, _enc_DescribableLogDirTopic_v0=_enc_DescribableLogDirTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_DescribeLogDirsRequest_v0(o, buf, regions, _enc_DescribableLogDirTopic_v0=_enc_DescribableLogDirTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_DescribableLogDirTopic_v0(e, buf, regions)
 
@@ -99,11 +105,18 @@ def _dec_DescribeLogDirsRequest_v0(data, pos, _DescribeLogDirsRequest=DescribeLo
     return o, pos
 
 
-def _enc_DescribableLogDirTopic_v2(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_DescribableLogDirTopic_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -125,7 +138,11 @@ def _enc_DescribeLogDirsRequest_v2(o, buf, regions, _enc_DescribableLogDirTopic_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_DescribableLogDirTopic_v2(e, buf, regions)
     buf.append(0)

@@ -127,10 +127,11 @@ def _dec_DescribeLogDirsPartition_v0(data, pos, _DescribeLogDirsPartition=Descri
     return o, pos
 
 
-def _enc_DescribeLogDirsTopic_v0(o, buf, regions, _enc_DescribeLogDirsPartition_v0=_enc_DescribeLogDirsPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeLogDirsTopic_v0(o, buf, regions, _enc_DescribeLogDirsPartition_v0=_enc_DescribeLogDirsPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeLogDirsPartition_v0(e, buf, regions)
 
@@ -149,11 +150,12 @@ def _dec_DescribeLogDirsTopic_v0(data, pos, _DescribeLogDirsTopic=DescribeLogDir
     return o, pos
 
 
-def _enc_DescribeLogDirsResult_v0(o, buf, regions, _enc_DescribeLogDirsTopic_v0=_enc_DescribeLogDirsTopic_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_DescribeLogDirsResult_v0(o, buf, regions, _enc_DescribeLogDirsTopic_v0=_enc_DescribeLogDirsTopic_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.log_dir)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeLogDirsTopic_v0(e, buf, regions)
 
@@ -174,10 +176,11 @@ def _dec_DescribeLogDirsResult_v0(data, pos, _DescribeLogDirsResult=DescribeLogD
     return o, pos
 
 
-def _enc_DescribeLogDirsResponse_v0(o, buf, regions, _enc_DescribeLogDirsResult_v0=_enc_DescribeLogDirsResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_DescribeLogDirsResponse_v0(o, buf, regions, _enc_DescribeLogDirsResult_v0=_enc_DescribeLogDirsResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_DescribeLogDirsResult_v0(e, buf, regions)
 
@@ -213,7 +216,11 @@ def _dec_DescribeLogDirsPartition_v2(data, pos, _DescribeLogDirsPartition=Descri
 def _enc_DescribeLogDirsTopic_v2(o, buf, regions, _enc_DescribeLogDirsPartition_v2=_enc_DescribeLogDirsPartition_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsPartition_v2(e, buf, regions)
     buf.append(0)
@@ -238,7 +245,11 @@ def _enc_DescribeLogDirsResult_v2(o, buf, regions, _enc_DescribeLogDirsTopic_v2=
     buf += _pk_h(o.error_code)
     _write_compact_string(buf, o.log_dir)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsTopic_v2(e, buf, regions)
     buf.append(0)
@@ -264,7 +275,11 @@ def _dec_DescribeLogDirsResult_v2(data, pos, _DescribeLogDirsResult=DescribeLogD
 def _enc_DescribeLogDirsResponse_v2(o, buf, regions, _enc_DescribeLogDirsResult_v2=_enc_DescribeLogDirsResult_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsResult_v2(e, buf, regions)
     buf.append(0)
@@ -289,7 +304,11 @@ def _dec_DescribeLogDirsResponse_v2(data, pos, _DescribeLogDirsResponse=Describe
 def _enc_DescribeLogDirsResponse_v3(o, buf, regions, _enc_DescribeLogDirsResult_v2=_enc_DescribeLogDirsResult_v2, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsResult_v2(e, buf, regions)
     buf.append(0)
@@ -315,7 +334,11 @@ def _enc_DescribeLogDirsResult_v4(o, buf, regions, _enc_DescribeLogDirsTopic_v2=
     buf += _pk_h(o.error_code)
     _write_compact_string(buf, o.log_dir)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsTopic_v2(e, buf, regions)
     buf += _pk_qq(o.total_bytes, o.usable_bytes)
@@ -344,7 +367,11 @@ def _dec_DescribeLogDirsResult_v4(data, pos, _DescribeLogDirsResult=DescribeLogD
 def _enc_DescribeLogDirsResponse_v4(o, buf, regions, _enc_DescribeLogDirsResult_v4=_enc_DescribeLogDirsResult_v4, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeLogDirsResult_v4(e, buf, regions)
     buf.append(0)

@@ -57,11 +57,18 @@ class DescribeProducersRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicRequest_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_TopicRequest_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -80,7 +87,11 @@ def _dec_TopicRequest_v0(data, pos, _TopicRequest=TopicRequest, _read_compact_ar
 
 def _enc_DescribeProducersRequest_v0(o, buf, regions, _enc_TopicRequest_v0=_enc_TopicRequest_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicRequest_v0(e, buf, regions)
     buf.append(0)

@@ -131,7 +131,11 @@ def _enc_PartitionResponse_v0(o, buf, regions, _enc_ProducerState_v0=_enc_Produc
     buf += _pk_ih(o.partition_index, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.active_producers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ProducerState_v0(e, buf, regions)
     buf.append(0)
@@ -157,7 +161,11 @@ def _dec_PartitionResponse_v0(data, pos, _PartitionResponse=PartitionResponse, _
 def _enc_TopicResponse_v0(o, buf, regions, _enc_PartitionResponse_v0=_enc_PartitionResponse_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionResponse_v0(e, buf, regions)
     buf.append(0)
@@ -181,7 +189,11 @@ def _dec_TopicResponse_v0(data, pos, _TopicResponse=TopicResponse, _dec_Partitio
 def _enc_DescribeProducersResponse_v0(o, buf, regions, _enc_TopicResponse_v0=_enc_TopicResponse_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicResponse_v0(e, buf, regions)
     buf.append(0)

@@ -189,11 +189,19 @@ def _dec_ReplicaState_v0(data, pos, _ReplicaState=ReplicaState, _skip_tagged_fie
 def _enc_PartitionData_v0(o, buf, regions, _enc_ReplicaState_v0=_enc_ReplicaState_v0, _pk_ihiiq=_S_ihiiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihiiq(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     lst = o.current_voters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v0(e, buf, regions)
     lst = o.observers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v0(e, buf, regions)
     buf.append(0)
@@ -226,7 +234,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _dec_ReplicaS
 def _enc_TopicData_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -250,7 +262,11 @@ def _dec_TopicData_v0(data, pos, _TopicData=TopicData, _dec_PartitionData_v0=_de
 def _enc_DescribeQuorumResponse_v0(o, buf, regions, _enc_TopicData_v0=_enc_TopicData_v0, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v0(e, buf, regions)
     buf.append(0)
@@ -288,11 +304,19 @@ def _dec_ReplicaState_v1(data, pos, _ReplicaState=ReplicaState, _skip_tagged_fie
 def _enc_PartitionData_v1(o, buf, regions, _enc_ReplicaState_v1=_enc_ReplicaState_v1, _pk_ihiiq=_S_ihiiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihiiq(o.partition_index, o.error_code, o.leader_id, o.leader_epoch, o.high_watermark)
     lst = o.current_voters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v1(e, buf, regions)
     lst = o.observers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v1(e, buf, regions)
     buf.append(0)
@@ -325,7 +349,11 @@ def _dec_PartitionData_v1(data, pos, _PartitionData=PartitionData, _dec_ReplicaS
 def _enc_TopicData_v1(o, buf, regions, _enc_PartitionData_v1=_enc_PartitionData_v1, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v1(e, buf, regions)
     buf.append(0)
@@ -349,7 +377,11 @@ def _dec_TopicData_v1(data, pos, _TopicData=TopicData, _dec_PartitionData_v1=_de
 def _enc_DescribeQuorumResponse_v1(o, buf, regions, _enc_TopicData_v1=_enc_TopicData_v1, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v1(e, buf, regions)
     buf.append(0)
@@ -394,11 +426,19 @@ def _enc_PartitionData_v2(o, buf, regions, _enc_ReplicaState_v2=_enc_ReplicaStat
     _write_compact_nullable_string(buf, o.error_message)
     buf += _pk_iiq(o.leader_id, o.leader_epoch, o.high_watermark)
     lst = o.current_voters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v2(e, buf, regions)
     lst = o.observers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaState_v2(e, buf, regions)
     buf.append(0)
@@ -434,7 +474,11 @@ def _dec_PartitionData_v2(data, pos, _PartitionData=PartitionData, _dec_ReplicaS
 def _enc_TopicData_v2(o, buf, regions, _enc_PartitionData_v2=_enc_PartitionData_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v2(e, buf, regions)
     buf.append(0)
@@ -475,7 +519,11 @@ def _dec_Listener_v2(data, pos, _Listener=Listener, _read_compact_string=_p.read
 def _enc_Node_v2(o, buf, regions, _enc_Listener_v2=_enc_Listener_v2, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.node_id)
     lst = o.listeners
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_Listener_v2(e, buf, regions)
     buf.append(0)
@@ -501,11 +549,19 @@ def _enc_DescribeQuorumResponse_v2(o, buf, regions, _enc_Node_v2=_enc_Node_v2, _
     buf += _pk_h(o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v2(e, buf, regions)
     lst = o.nodes
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_Node_v2(e, buf, regions)
     buf.append(0)

@@ -77,11 +77,18 @@ class DescribeShareGroupOffsetsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DescribeShareGroupOffsetsRequestTopic_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_DescribeShareGroupOffsetsRequestTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -104,7 +111,11 @@ def _enc_DescribeShareGroupOffsetsRequestGroup_v0(o, buf, regions, _enc_Describe
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_DescribeShareGroupOffsetsRequestTopic_v0(e, buf, regions)
     buf.append(0)
@@ -127,7 +138,11 @@ def _dec_DescribeShareGroupOffsetsRequestGroup_v0(data, pos, _DescribeShareGroup
 
 def _enc_DescribeShareGroupOffsetsRequest_v0(o, buf, regions, _enc_DescribeShareGroupOffsetsRequestGroup_v0=_enc_DescribeShareGroupOffsetsRequestGroup_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeShareGroupOffsetsRequestGroup_v0(e, buf, regions)
     buf.append(0)

@@ -134,7 +134,11 @@ def _enc_DescribeShareGroupOffsetsResponseTopic_v0(o, buf, regions, _enc_Describ
     _write_compact_string(buf, o.topic_name)
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeShareGroupOffsetsResponsePartition_v0(e, buf, regions)
     buf.append(0)
@@ -159,7 +163,11 @@ def _dec_DescribeShareGroupOffsetsResponseTopic_v0(data, pos, _DescribeShareGrou
 def _enc_DescribeShareGroupOffsetsResponseGroup_v0(o, buf, regions, _enc_DescribeShareGroupOffsetsResponseTopic_v0=_enc_DescribeShareGroupOffsetsResponseTopic_v0, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeShareGroupOffsetsResponseTopic_v0(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -188,7 +196,11 @@ def _dec_DescribeShareGroupOffsetsResponseGroup_v0(data, pos, _DescribeShareGrou
 def _enc_DescribeShareGroupOffsetsResponse_v0(o, buf, regions, _enc_DescribeShareGroupOffsetsResponseGroup_v0=_enc_DescribeShareGroupOffsetsResponseGroup_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeShareGroupOffsetsResponseGroup_v0(e, buf, regions)
     buf.append(0)

@@ -109,7 +109,11 @@ def _dec_Cursor_v0(data, pos, _Cursor=Cursor, _read_compact_string=_p.read_compa
 
 def _enc_DescribeTopicPartitionsRequest_v0(o, buf, regions, _enc_Cursor_v0=_enc_Cursor_v0, _enc_TopicRequest_v0=_enc_TopicRequest_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicRequest_v0(e, buf, regions)
     buf += _pk_i(o.response_partition_limit)

@@ -128,29 +128,64 @@ class DescribeTopicPartitionsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_DescribeTopicPartitionsResponsePartition_v0(o, buf, regions, _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_DescribeTopicPartitionsResponsePartition_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     lst = o.replica_nodes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.isr_nodes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.eligible_leader_replicas
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
-        buf += _pack(">%di" % len(lst), *lst)
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
+        if n < 16:
+            buf += _arrays_i[n](*lst)
+        else:
+            buf += _pack(">%di" % n, *lst)
     lst = o.last_known_elr
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
-        buf += _pack(">%di" % len(lst), *lst)
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
+        if n < 16:
+            buf += _arrays_i[n](*lst)
+        else:
+            buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -198,7 +233,11 @@ def _enc_DescribeTopicPartitionsResponseTopic_v0(o, buf, regions, _enc_DescribeT
     buf += o.topic_id.bytes
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeTopicPartitionsResponsePartition_v0(e, buf, regions)
     buf += _pk_i(o.topic_authorized_operations)
@@ -245,7 +284,11 @@ def _dec_Cursor_v0(data, pos, _Cursor=Cursor, _read_compact_string=_p.read_compa
 def _enc_DescribeTopicPartitionsResponse_v0(o, buf, regions, _enc_Cursor_v0=_enc_Cursor_v0, _enc_DescribeTopicPartitionsResponseTopic_v0=_enc_DescribeTopicPartitionsResponseTopic_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeTopicPartitionsResponseTopic_v0(e, buf, regions)
     x = o.next_cursor

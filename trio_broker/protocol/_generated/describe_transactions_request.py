@@ -39,7 +39,11 @@ class DescribeTransactionsRequest(Message):
 
 def _enc_DescribeTransactionsRequest_v0(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.transactional_ids
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

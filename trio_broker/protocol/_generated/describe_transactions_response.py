@@ -94,11 +94,18 @@ class DescribeTransactionsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicData_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_TopicData_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -121,7 +128,11 @@ def _enc_TransactionState_v0(o, buf, regions, _enc_TopicData_v0=_enc_TopicData_v
     _write_compact_string(buf, o.transaction_state)
     buf += _pk_iqqh(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicData_v0(e, buf, regions)
     buf.append(0)
@@ -150,7 +161,11 @@ def _dec_TransactionState_v0(data, pos, _TransactionState=TransactionState, _dec
 def _enc_DescribeTransactionsResponse_v0(o, buf, regions, _enc_TransactionState_v0=_enc_TransactionState_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.transaction_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TransactionState_v0(e, buf, regions)
     buf.append(0)

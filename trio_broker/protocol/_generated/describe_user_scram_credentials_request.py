@@ -72,7 +72,11 @@ def _enc_DescribeUserScramCredentialsRequest_v0(o, buf, regions, _enc_UserName_v
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_UserName_v0(e, buf, regions)
     buf.append(0)

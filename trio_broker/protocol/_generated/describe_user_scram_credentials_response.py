@@ -108,7 +108,11 @@ def _enc_DescribeUserScramCredentialsResult_v0(o, buf, regions, _enc_CredentialI
     buf += _pk_h(o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.credential_infos
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_CredentialInfo_v0(e, buf, regions)
     buf.append(0)
@@ -136,7 +140,11 @@ def _enc_DescribeUserScramCredentialsResponse_v0(o, buf, regions, _enc_DescribeU
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_DescribeUserScramCredentialsResult_v0(e, buf, regions)
     buf.append(0)

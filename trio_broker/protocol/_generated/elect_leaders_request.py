@@ -63,11 +63,15 @@ class ElectLeadersRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartitions_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicPartitions_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_TopicPartitions_v0(data, pos, _TopicPartitions=TopicPartitions, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -82,12 +86,13 @@ def _dec_TopicPartitions_v0(data, pos, _TopicPartitions=TopicPartitions, _read_a
     return o, pos
 
 
-def _enc_ElectLeadersRequest_v0(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ElectLeadersRequest_v0(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _pk_i=_S_i.pack):
     lst = o.topic_partitions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_TopicPartitions_v0(e, buf, regions)
     buf += _pk_i(o.timeout_ms)
@@ -108,13 +113,14 @@ def _dec_ElectLeadersRequest_v0(data, pos, _ElectLeadersRequest=ElectLeadersRequ
     return o, pos
 
 
-def _enc_ElectLeadersRequest_v1(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ElectLeadersRequest_v1(o, buf, regions, _enc_TopicPartitions_v0=_enc_TopicPartitions_v0, _pk_b=_S_b.pack, _pk_i=_S_i.pack):
     buf += _pk_b(o.election_type)
     lst = o.topic_partitions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_TopicPartitions_v0(e, buf, regions)
     buf += _pk_i(o.timeout_ms)
@@ -137,11 +143,18 @@ def _dec_ElectLeadersRequest_v1(data, pos, _ElectLeadersRequest=ElectLeadersRequ
     return o, pos
 
 
-def _enc_TopicPartitions_v2(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_TopicPartitions_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -164,7 +177,11 @@ def _enc_ElectLeadersRequest_v2(o, buf, regions, _enc_TopicPartitions_v2=_enc_To
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_TopicPartitions_v2(e, buf, regions)
     buf += _pk_i(o.timeout_ms)

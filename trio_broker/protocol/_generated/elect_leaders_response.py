@@ -98,10 +98,11 @@ def _dec_PartitionResult_v0(data, pos, _PartitionResult=PartitionResult, _read_n
     return o, pos
 
 
-def _enc_ReplicaElectionResult_v0(o, buf, regions, _enc_PartitionResult_v0=_enc_PartitionResult_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ReplicaElectionResult_v0(o, buf, regions, _enc_PartitionResult_v0=_enc_PartitionResult_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partition_result
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionResult_v0(e, buf, regions)
 
@@ -120,10 +121,11 @@ def _dec_ReplicaElectionResult_v0(data, pos, _ReplicaElectionResult=ReplicaElect
     return o, pos
 
 
-def _enc_ElectLeadersResponse_v0(o, buf, regions, _enc_ReplicaElectionResult_v0=_enc_ReplicaElectionResult_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ElectLeadersResponse_v0(o, buf, regions, _enc_ReplicaElectionResult_v0=_enc_ReplicaElectionResult_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.replica_election_results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ReplicaElectionResult_v0(e, buf, regions)
 
@@ -143,10 +145,11 @@ def _dec_ElectLeadersResponse_v0(data, pos, _ElectLeadersResponse=ElectLeadersRe
     return o, pos
 
 
-def _enc_ElectLeadersResponse_v1(o, buf, regions, _enc_ReplicaElectionResult_v0=_enc_ReplicaElectionResult_v0, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len):
+def _enc_ElectLeadersResponse_v1(o, buf, regions, _enc_ReplicaElectionResult_v0=_enc_ReplicaElectionResult_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.replica_election_results
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ReplicaElectionResult_v0(e, buf, regions)
 
@@ -184,7 +187,11 @@ def _dec_PartitionResult_v2(data, pos, _PartitionResult=PartitionResult, _read_c
 def _enc_ReplicaElectionResult_v2(o, buf, regions, _enc_PartitionResult_v2=_enc_PartitionResult_v2, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partition_result
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionResult_v2(e, buf, regions)
     buf.append(0)
@@ -208,7 +215,11 @@ def _dec_ReplicaElectionResult_v2(data, pos, _ReplicaElectionResult=ReplicaElect
 def _enc_ElectLeadersResponse_v2(o, buf, regions, _enc_ReplicaElectionResult_v2=_enc_ReplicaElectionResult_v2, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.replica_election_results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReplicaElectionResult_v2(e, buf, regions)
     buf.append(0)

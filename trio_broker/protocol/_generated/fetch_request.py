@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["ReplicaState", "FetchPartition", "FetchTopic", "ForgottenTopic", "FetchRequest"]
 
+_S_i = struct.Struct(">i")
 _S_iii = struct.Struct(">iii")
 _S_iiibii = struct.Struct(">iiibii")
 _S_iiii = struct.Struct(">iiii")
@@ -178,10 +179,11 @@ def _dec_FetchPartition_v0(data, pos, _FetchPartition=FetchPartition, _up_iqi=_S
     return o, pos
 
 
-def _enc_FetchTopic_v0(o, buf, regions, _enc_FetchPartition_v0=_enc_FetchPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchTopic_v0(o, buf, regions, _enc_FetchPartition_v0=_enc_FetchPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchPartition_v0(e, buf, regions)
 
@@ -200,10 +202,11 @@ def _dec_FetchTopic_v0(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v0
     return o, pos
 
 
-def _enc_FetchRequest_v0(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_iii=_S_iii.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v0(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_i=_S_i.pack, _pk_iii=_S_iii.pack):
     buf += _pk_iii(o.replica_id, o.max_wait_ms, o.min_bytes)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v0(e, buf, regions)
 
@@ -223,10 +226,11 @@ def _dec_FetchRequest_v0(data, pos, _FetchRequest=FetchRequest, _dec_FetchTopic_
     return o, pos
 
 
-def _enc_FetchRequest_v3(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v3(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack):
     buf += _pk_iiii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v0(e, buf, regions)
 
@@ -246,10 +250,11 @@ def _dec_FetchRequest_v3(data, pos, _FetchRequest=FetchRequest, _dec_FetchTopic_
     return o, pos
 
 
-def _enc_FetchRequest_v4(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_iiiib=_S_iiiib.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v4(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopic_v0, _pk_i=_S_i.pack, _pk_iiiib=_S_iiiib.pack):
     buf += _pk_iiiib(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v0(e, buf, regions)
 
@@ -280,10 +285,11 @@ def _dec_FetchPartition_v5(data, pos, _FetchPartition=FetchPartition, _up_iqqi=_
     return o, pos
 
 
-def _enc_FetchTopic_v5(o, buf, regions, _enc_FetchPartition_v5=_enc_FetchPartition_v5, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchTopic_v5(o, buf, regions, _enc_FetchPartition_v5=_enc_FetchPartition_v5, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchPartition_v5(e, buf, regions)
 
@@ -302,10 +308,11 @@ def _dec_FetchTopic_v5(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v5
     return o, pos
 
 
-def _enc_FetchRequest_v5(o, buf, regions, _enc_FetchTopic_v5=_enc_FetchTopic_v5, _pk_iiiib=_S_iiiib.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v5(o, buf, regions, _enc_FetchTopic_v5=_enc_FetchTopic_v5, _pk_i=_S_i.pack, _pk_iiiib=_S_iiiib.pack):
     buf += _pk_iiiib(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v5(e, buf, regions)
 
@@ -325,11 +332,15 @@ def _dec_FetchRequest_v5(data, pos, _FetchRequest=FetchRequest, _dec_FetchTopic_
     return o, pos
 
 
-def _enc_ForgottenTopic_v7(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ForgottenTopic_v7(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_ForgottenTopic_v7(data, pos, _ForgottenTopic=ForgottenTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -344,14 +355,16 @@ def _dec_ForgottenTopic_v7(data, pos, _ForgottenTopic=ForgottenTopic, _read_arra
     return o, pos
 
 
-def _enc_FetchRequest_v7(o, buf, regions, _enc_FetchTopic_v5=_enc_FetchTopic_v5, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_iiiibii=_S_iiiibii.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v7(o, buf, regions, _enc_FetchTopic_v5=_enc_FetchTopic_v5, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_i=_S_i.pack, _pk_iiiibii=_S_iiiibii.pack):
     buf += _pk_iiiibii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v5(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ForgottenTopic_v7(e, buf, regions)
 
@@ -390,10 +403,11 @@ def _dec_FetchPartition_v9(data, pos, _FetchPartition=FetchPartition, _up_iiqqi=
     return o, pos
 
 
-def _enc_FetchTopic_v9(o, buf, regions, _enc_FetchPartition_v9=_enc_FetchPartition_v9, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchTopic_v9(o, buf, regions, _enc_FetchPartition_v9=_enc_FetchPartition_v9, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchPartition_v9(e, buf, regions)
 
@@ -412,14 +426,16 @@ def _dec_FetchTopic_v9(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v9
     return o, pos
 
 
-def _enc_FetchRequest_v9(o, buf, regions, _enc_FetchTopic_v9=_enc_FetchTopic_v9, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_iiiibii=_S_iiiibii.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchRequest_v9(o, buf, regions, _enc_FetchTopic_v9=_enc_FetchTopic_v9, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_i=_S_i.pack, _pk_iiiibii=_S_iiiibii.pack):
     buf += _pk_iiiibii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v9(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ForgottenTopic_v7(e, buf, regions)
 
@@ -447,14 +463,16 @@ def _dec_FetchRequest_v9(data, pos, _FetchRequest=FetchRequest, _dec_FetchTopic_
     return o, pos
 
 
-def _enc_FetchRequest_v11(o, buf, regions, _enc_FetchTopic_v9=_enc_FetchTopic_v9, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_iiiibii=_S_iiiibii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchRequest_v11(o, buf, regions, _enc_FetchTopic_v9=_enc_FetchTopic_v9, _enc_ForgottenTopic_v7=_enc_ForgottenTopic_v7, _pk_i=_S_i.pack, _pk_iiiibii=_S_iiiibii.pack, _write_string=_p.write_string):
     buf += _pk_iiiibii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchTopic_v9(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ForgottenTopic_v7(e, buf, regions)
     _write_string(buf, o.rack_id)
@@ -500,7 +518,11 @@ def _dec_FetchPartition_v12(data, pos, _FetchPartition=FetchPartition, _skip_tag
 def _enc_FetchTopic_v12(o, buf, regions, _enc_FetchPartition_v12=_enc_FetchPartition_v12, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchPartition_v12(e, buf, regions)
     buf.append(0)
@@ -521,11 +543,18 @@ def _dec_FetchTopic_v12(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v
     return o, pos
 
 
-def _enc_ForgottenTopic_v12(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_ForgottenTopic_v12(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -545,11 +574,19 @@ def _dec_ForgottenTopic_v12(data, pos, _ForgottenTopic=ForgottenTopic, _read_com
 def _enc_FetchRequest_v12(o, buf, regions, _enc_FetchTopic_v12=_enc_FetchTopic_v12, _enc_ForgottenTopic_v12=_enc_ForgottenTopic_v12, _pk_iiiibii=_S_iiiibii.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_iiiibii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v12(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v12(e, buf, regions)
     _write_compact_string(buf, o.rack_id)
@@ -597,7 +634,11 @@ def _dec_FetchRequest_v12(data, pos, _FetchRequest=FetchRequest, _check_tagged_e
 def _enc_FetchTopic_v13(o, buf, regions, _enc_FetchPartition_v12=_enc_FetchPartition_v12, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchPartition_v12(e, buf, regions)
     buf.append(0)
@@ -618,11 +659,18 @@ def _dec_FetchTopic_v13(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v
     return o, pos
 
 
-def _enc_ForgottenTopic_v13(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_ForgottenTopic_v13(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -642,11 +690,19 @@ def _dec_ForgottenTopic_v13(data, pos, _ForgottenTopic=ForgottenTopic, _read_com
 def _enc_FetchRequest_v13(o, buf, regions, _enc_FetchTopic_v13=_enc_FetchTopic_v13, _enc_ForgottenTopic_v13=_enc_ForgottenTopic_v13, _pk_iiiibii=_S_iiiibii.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_iiiibii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v13(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v13(e, buf, regions)
     _write_compact_string(buf, o.rack_id)
@@ -707,11 +763,19 @@ def _dec_ReplicaState_v15(data, pos, _ReplicaState=ReplicaState, _skip_tagged_fi
 def _enc_FetchRequest_v15(o, buf, regions, _enc_FetchTopic_v13=_enc_FetchTopic_v13, _enc_ForgottenTopic_v13=_enc_ForgottenTopic_v13, _enc_ReplicaState_v15=_enc_ReplicaState_v15, _pk_iiibii=_S_iiibii.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_iiibii(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v13(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v13(e, buf, regions)
     _write_compact_string(buf, o.rack_id)
@@ -793,7 +857,11 @@ def _dec_FetchPartition_v17(data, pos, _FetchPartition=FetchPartition, _check_ta
 def _enc_FetchTopic_v17(o, buf, regions, _enc_FetchPartition_v17=_enc_FetchPartition_v17, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchPartition_v17(e, buf, regions)
     buf.append(0)
@@ -817,11 +885,19 @@ def _dec_FetchTopic_v17(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v
 def _enc_FetchRequest_v17(o, buf, regions, _enc_FetchTopic_v17=_enc_FetchTopic_v17, _enc_ForgottenTopic_v13=_enc_ForgottenTopic_v13, _enc_ReplicaState_v15=_enc_ReplicaState_v15, _pk_iiibii=_S_iiibii.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_compact_string=_p.write_compact_string, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_iiibii(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v17(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v13(e, buf, regions)
     _write_compact_string(buf, o.rack_id)

@@ -238,10 +238,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _read_records
     return o, pos
 
 
-def _enc_FetchableTopicResponse_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchableTopicResponse_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
 
@@ -260,9 +261,10 @@ def _dec_FetchableTopicResponse_v0(data, pos, _FetchableTopicResponse=FetchableT
     return o, pos
 
 
-def _enc_FetchResponse_v0(o, buf, regions, _enc_FetchableTopicResponse_v0=_enc_FetchableTopicResponse_v0, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v0(o, buf, regions, _enc_FetchableTopicResponse_v0=_enc_FetchableTopicResponse_v0, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v0(e, buf, regions)
 
@@ -280,10 +282,11 @@ def _dec_FetchResponse_v0(data, pos, _FetchResponse=FetchResponse, _dec_Fetchabl
     return o, pos
 
 
-def _enc_FetchResponse_v1(o, buf, regions, _enc_FetchableTopicResponse_v0=_enc_FetchableTopicResponse_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v1(o, buf, regions, _enc_FetchableTopicResponse_v0=_enc_FetchableTopicResponse_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v0(e, buf, regions)
 
@@ -314,13 +317,14 @@ def _dec_AbortedTransaction_v4(data, pos, _AbortedTransaction=AbortedTransaction
     return o, pos
 
 
-def _enc_PartitionData_v4(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_ihqq=_S_ihqq.pack, _write_array_len=_p.write_array_len, _write_records=_p.write_records):
+def _enc_PartitionData_v4(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_i=_S_i.pack, _pk_ihqq=_S_ihqq.pack, _write_records=_p.write_records):
     buf += _pk_ihqq(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
     lst = o.aborted_transactions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_AbortedTransaction_v4(e, buf, regions)
     _write_records(buf, o.records, regions)
@@ -342,10 +346,11 @@ def _dec_PartitionData_v4(data, pos, _PartitionData=PartitionData, _dec_AbortedT
     return o, pos
 
 
-def _enc_FetchableTopicResponse_v4(o, buf, regions, _enc_PartitionData_v4=_enc_PartitionData_v4, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchableTopicResponse_v4(o, buf, regions, _enc_PartitionData_v4=_enc_PartitionData_v4, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionData_v4(e, buf, regions)
 
@@ -364,10 +369,11 @@ def _dec_FetchableTopicResponse_v4(data, pos, _FetchableTopicResponse=FetchableT
     return o, pos
 
 
-def _enc_FetchResponse_v4(o, buf, regions, _enc_FetchableTopicResponse_v4=_enc_FetchableTopicResponse_v4, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v4(o, buf, regions, _enc_FetchableTopicResponse_v4=_enc_FetchableTopicResponse_v4, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v4(e, buf, regions)
 
@@ -387,13 +393,14 @@ def _dec_FetchResponse_v4(data, pos, _FetchResponse=FetchResponse, _dec_Fetchabl
     return o, pos
 
 
-def _enc_PartitionData_v5(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_ihqqq=_S_ihqqq.pack, _write_array_len=_p.write_array_len, _write_records=_p.write_records):
+def _enc_PartitionData_v5(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_i=_S_i.pack, _pk_ihqqq=_S_ihqqq.pack, _write_records=_p.write_records):
     buf += _pk_ihqqq(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     lst = o.aborted_transactions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_AbortedTransaction_v4(e, buf, regions)
     _write_records(buf, o.records, regions)
@@ -415,10 +422,11 @@ def _dec_PartitionData_v5(data, pos, _PartitionData=PartitionData, _dec_AbortedT
     return o, pos
 
 
-def _enc_FetchableTopicResponse_v5(o, buf, regions, _enc_PartitionData_v5=_enc_PartitionData_v5, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchableTopicResponse_v5(o, buf, regions, _enc_PartitionData_v5=_enc_PartitionData_v5, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionData_v5(e, buf, regions)
 
@@ -437,10 +445,11 @@ def _dec_FetchableTopicResponse_v5(data, pos, _FetchableTopicResponse=FetchableT
     return o, pos
 
 
-def _enc_FetchResponse_v5(o, buf, regions, _enc_FetchableTopicResponse_v5=_enc_FetchableTopicResponse_v5, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v5(o, buf, regions, _enc_FetchableTopicResponse_v5=_enc_FetchableTopicResponse_v5, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v5(e, buf, regions)
 
@@ -460,10 +469,11 @@ def _dec_FetchResponse_v5(data, pos, _FetchResponse=FetchResponse, _dec_Fetchabl
     return o, pos
 
 
-def _enc_FetchResponse_v7(o, buf, regions, _enc_FetchableTopicResponse_v5=_enc_FetchableTopicResponse_v5, _pk_ihi=_S_ihi.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v7(o, buf, regions, _enc_FetchableTopicResponse_v5=_enc_FetchableTopicResponse_v5, _pk_i=_S_i.pack, _pk_ihi=_S_ihi.pack):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v5(e, buf, regions)
 
@@ -483,13 +493,14 @@ def _dec_FetchResponse_v7(data, pos, _FetchResponse=FetchResponse, _dec_Fetchabl
     return o, pos
 
 
-def _enc_PartitionData_v11(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_i=_S_i.pack, _pk_ihqqq=_S_ihqqq.pack, _write_array_len=_p.write_array_len, _write_records=_p.write_records):
+def _enc_PartitionData_v11(o, buf, regions, _enc_AbortedTransaction_v4=_enc_AbortedTransaction_v4, _pk_i=_S_i.pack, _pk_ihqqq=_S_ihqqq.pack, _write_records=_p.write_records):
     buf += _pk_ihqqq(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset, o.log_start_offset)
     lst = o.aborted_transactions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_AbortedTransaction_v4(e, buf, regions)
     buf += _pk_i(o.preferred_read_replica)
@@ -514,10 +525,11 @@ def _dec_PartitionData_v11(data, pos, _PartitionData=PartitionData, _dec_Aborted
     return o, pos
 
 
-def _enc_FetchableTopicResponse_v11(o, buf, regions, _enc_PartitionData_v11=_enc_PartitionData_v11, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_FetchableTopicResponse_v11(o, buf, regions, _enc_PartitionData_v11=_enc_PartitionData_v11, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionData_v11(e, buf, regions)
 
@@ -536,10 +548,11 @@ def _dec_FetchableTopicResponse_v11(data, pos, _FetchableTopicResponse=Fetchable
     return o, pos
 
 
-def _enc_FetchResponse_v11(o, buf, regions, _enc_FetchableTopicResponse_v11=_enc_FetchableTopicResponse_v11, _pk_ihi=_S_ihi.pack, _write_array_len=_p.write_array_len):
+def _enc_FetchResponse_v11(o, buf, regions, _enc_FetchableTopicResponse_v11=_enc_FetchableTopicResponse_v11, _pk_i=_S_i.pack, _pk_ihi=_S_ihi.pack):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_FetchableTopicResponse_v11(e, buf, regions)
 
@@ -617,7 +630,11 @@ def _enc_PartitionData_v12(o, buf, regions, _enc_AbortedTransaction_v12=_enc_Abo
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_AbortedTransaction_v12(e, buf, regions)
     buf += _pk_i(o.preferred_read_replica)
@@ -676,7 +693,11 @@ def _dec_PartitionData_v12(data, pos, _PartitionData=PartitionData, _check_tagge
 def _enc_FetchableTopicResponse_v12(o, buf, regions, _enc_PartitionData_v12=_enc_PartitionData_v12, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v12(e, buf, regions)
     buf.append(0)
@@ -700,7 +721,11 @@ def _dec_FetchableTopicResponse_v12(data, pos, _FetchableTopicResponse=Fetchable
 def _enc_FetchResponse_v12(o, buf, regions, _enc_FetchableTopicResponse_v12=_enc_FetchableTopicResponse_v12, _pk_ihi=_S_ihi.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchableTopicResponse_v12(e, buf, regions)
     buf.append(0)
@@ -725,7 +750,11 @@ def _dec_FetchResponse_v12(data, pos, _FetchResponse=FetchResponse, _dec_Fetchab
 def _enc_FetchableTopicResponse_v13(o, buf, regions, _enc_PartitionData_v12=_enc_PartitionData_v12, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v12(e, buf, regions)
     buf.append(0)
@@ -749,7 +778,11 @@ def _dec_FetchableTopicResponse_v13(data, pos, _FetchableTopicResponse=Fetchable
 def _enc_FetchResponse_v13(o, buf, regions, _enc_FetchableTopicResponse_v13=_enc_FetchableTopicResponse_v13, _pk_ihi=_S_ihi.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchableTopicResponse_v13(e, buf, regions)
     buf.append(0)
@@ -794,7 +827,11 @@ def _dec_NodeEndpoint_v16(data, pos, _NodeEndpoint=NodeEndpoint, _read_compact_n
 def _enc_FetchResponse_v16(o, buf, regions, _enc_FetchableTopicResponse_v13=_enc_FetchableTopicResponse_v13, _enc_NodeEndpoint_v16=_enc_NodeEndpoint_v16, _pk_ihi=_S_ihi.pack, _write_compact_array_len=_p.write_compact_array_len, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchableTopicResponse_v13(e, buf, regions)
     tagged = []
@@ -802,7 +839,11 @@ def _enc_FetchResponse_v16(o, buf, regions, _enc_FetchableTopicResponse_v13=_enc
     if x != []:
         tb = bytearray()
         lst = x
-        _write_compact_array_len(tb, len(lst))
+        n = len(lst)
+        if n < 127:
+            tb.append(n + 1)
+        else:
+            _write_compact_array_len(tb, n)
         for e in lst:
             _enc_NodeEndpoint_v16(e, tb, regions)
         tagged.append((0, tb))

@@ -83,7 +83,11 @@ def _dec_FindCoordinatorRequest_v3(data, pos, _FindCoordinatorRequest=FindCoordi
 def _enc_FindCoordinatorRequest_v4(o, buf, regions, _pk_b=_S_b.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += _pk_b(o.key_type)
     lst = o.coordinator_keys
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

@@ -165,7 +165,11 @@ def _dec_Coordinator_v4(data, pos, _Coordinator=Coordinator, _read_compact_nulla
 def _enc_FindCoordinatorResponse_v4(o, buf, regions, _enc_Coordinator_v4=_enc_Coordinator_v4, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.coordinators
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_Coordinator_v4(e, buf, regions)
     buf.append(0)

@@ -57,16 +57,27 @@ class GetTelemetrySubscriptionsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_GetTelemetrySubscriptionsResponse_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _pk_iio=_S_iio.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_GetTelemetrySubscriptionsResponse_v0(o, buf, regions, _arrays_b=_p.array_structs('b'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack, _pk_iio=_S_iio.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     buf += o.client_instance_id.bytes
     buf += _pk_i(o.subscription_id)
     lst = o.accepted_compression_types
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%db" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_b[n](*lst)
+    else:
+        buf += _pack(">%db" % n, *lst)
     buf += _pk_iio(o.push_interval_ms, o.telemetry_max_bytes, o.delta_temporality)
     lst = o.requested_metrics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

@@ -103,13 +103,14 @@ def _dec_MemberMetadata_v0(data, pos, _MemberMetadata=MemberMetadata, _read_byte
     return o, pos
 
 
-def _enc_GroupMetadataValue_v0(o, buf, regions, _enc_MemberMetadata_v0=_enc_MemberMetadata_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_GroupMetadataValue_v0(o, buf, regions, _enc_MemberMetadata_v0=_enc_MemberMetadata_v0, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.protocol_type)
     buf += _pk_i(o.generation)
     _write_nullable_string(buf, o.protocol)
     _write_nullable_string(buf, o.leader)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberMetadata_v0(e, buf, regions)
 
@@ -153,13 +154,14 @@ def _dec_MemberMetadata_v1(data, pos, _MemberMetadata=MemberMetadata, _read_byte
     return o, pos
 
 
-def _enc_GroupMetadataValue_v1(o, buf, regions, _enc_MemberMetadata_v1=_enc_MemberMetadata_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_GroupMetadataValue_v1(o, buf, regions, _enc_MemberMetadata_v1=_enc_MemberMetadata_v1, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.protocol_type)
     buf += _pk_i(o.generation)
     _write_nullable_string(buf, o.protocol)
     _write_nullable_string(buf, o.leader)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberMetadata_v1(e, buf, regions)
 
@@ -182,14 +184,15 @@ def _dec_GroupMetadataValue_v1(data, pos, _GroupMetadataValue=GroupMetadataValue
     return o, pos
 
 
-def _enc_GroupMetadataValue_v2(o, buf, regions, _enc_MemberMetadata_v1=_enc_MemberMetadata_v1, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_GroupMetadataValue_v2(o, buf, regions, _enc_MemberMetadata_v1=_enc_MemberMetadata_v1, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.protocol_type)
     buf += _pk_i(o.generation)
     _write_nullable_string(buf, o.protocol)
     _write_nullable_string(buf, o.leader)
     buf += _pk_q(o.current_state_timestamp)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberMetadata_v1(e, buf, regions)
 
@@ -237,14 +240,15 @@ def _dec_MemberMetadata_v3(data, pos, _MemberMetadata=MemberMetadata, _read_byte
     return o, pos
 
 
-def _enc_GroupMetadataValue_v3(o, buf, regions, _enc_MemberMetadata_v3=_enc_MemberMetadata_v3, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_GroupMetadataValue_v3(o, buf, regions, _enc_MemberMetadata_v3=_enc_MemberMetadata_v3, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.protocol_type)
     buf += _pk_i(o.generation)
     _write_nullable_string(buf, o.protocol)
     _write_nullable_string(buf, o.leader)
     buf += _pk_q(o.current_state_timestamp)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberMetadata_v3(e, buf, regions)
 
@@ -301,7 +305,11 @@ def _enc_GroupMetadataValue_v4(o, buf, regions, _enc_MemberMetadata_v4=_enc_Memb
     _write_compact_nullable_string(buf, o.leader)
     buf += _pk_q(o.current_state_timestamp)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MemberMetadata_v4(e, buf, regions)
     buf.append(0)

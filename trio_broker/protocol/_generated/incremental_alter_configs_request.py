@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["AlterableConfig", "AlterConfigsResource", "IncrementalAlterConfigsRequest"]
 
 _S_b = struct.Struct(">b")
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 
 
@@ -100,11 +101,12 @@ def _dec_AlterableConfig_v0(data, pos, _AlterableConfig=AlterableConfig, _read_n
     return o, pos
 
 
-def _enc_AlterConfigsResource_v0(o, buf, regions, _enc_AlterableConfig_v0=_enc_AlterableConfig_v0, _pk_b=_S_b.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_AlterConfigsResource_v0(o, buf, regions, _enc_AlterableConfig_v0=_enc_AlterableConfig_v0, _pk_b=_S_b.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_b(o.resource_type)
     _write_string(buf, o.resource_name)
     lst = o.configs
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AlterableConfig_v0(e, buf, regions)
 
@@ -125,9 +127,10 @@ def _dec_AlterConfigsResource_v0(data, pos, _AlterConfigsResource=AlterConfigsRe
     return o, pos
 
 
-def _enc_IncrementalAlterConfigsRequest_v0(o, buf, regions, _enc_AlterConfigsResource_v0=_enc_AlterConfigsResource_v0, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_IncrementalAlterConfigsRequest_v0(o, buf, regions, _enc_AlterConfigsResource_v0=_enc_AlterConfigsResource_v0, _pk_i=_S_i.pack, _pk_o=_S_o.pack):
     lst = o.resources
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AlterConfigsResource_v0(e, buf, regions)
     buf += _pk_o(o.validate_only)
@@ -169,7 +172,11 @@ def _enc_AlterConfigsResource_v1(o, buf, regions, _enc_AlterableConfig_v1=_enc_A
     buf += _pk_b(o.resource_type)
     _write_compact_string(buf, o.resource_name)
     lst = o.configs
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterableConfig_v1(e, buf, regions)
     buf.append(0)
@@ -194,7 +201,11 @@ def _dec_AlterConfigsResource_v1(data, pos, _AlterConfigsResource=AlterConfigsRe
 
 def _enc_IncrementalAlterConfigsRequest_v1(o, buf, regions, _enc_AlterConfigsResource_v1=_enc_AlterConfigsResource_v1, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.resources
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterConfigsResource_v1(e, buf, regions)
     buf += _pk_o(o.validate_only)

@@ -84,10 +84,11 @@ def _dec_AlterConfigsResourceResponse_v0(data, pos, _AlterConfigsResourceRespons
     return o, pos
 
 
-def _enc_IncrementalAlterConfigsResponse_v0(o, buf, regions, _enc_AlterConfigsResourceResponse_v0=_enc_AlterConfigsResourceResponse_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_IncrementalAlterConfigsResponse_v0(o, buf, regions, _enc_AlterConfigsResourceResponse_v0=_enc_AlterConfigsResourceResponse_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_AlterConfigsResourceResponse_v0(e, buf, regions)
 
@@ -130,7 +131,11 @@ def _dec_AlterConfigsResourceResponse_v1(data, pos, _AlterConfigsResourceRespons
 def _enc_IncrementalAlterConfigsResponse_v1(o, buf, regions, _enc_AlterConfigsResourceResponse_v1=_enc_AlterConfigsResourceResponse_v1, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AlterConfigsResourceResponse_v1(e, buf, regions)
     buf.append(0)

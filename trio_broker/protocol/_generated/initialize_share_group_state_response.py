@@ -99,7 +99,11 @@ def _dec_PartitionResult_v0(data, pos, _PartitionResult=PartitionResult, _read_c
 def _enc_InitializeStateResult_v0(o, buf, regions, _enc_PartitionResult_v0=_enc_PartitionResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionResult_v0(e, buf, regions)
     buf.append(0)
@@ -122,7 +126,11 @@ def _dec_InitializeStateResult_v0(data, pos, _InitializeStateResult=InitializeSt
 
 def _enc_InitializeShareGroupStateResponse_v0(o, buf, regions, _enc_InitializeStateResult_v0=_enc_InitializeStateResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_InitializeStateResult_v0(e, buf, regions)
     buf.append(0)

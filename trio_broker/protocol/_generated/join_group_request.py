@@ -85,13 +85,14 @@ def _dec_JoinGroupRequestProtocol_v0(data, pos, _JoinGroupRequestProtocol=JoinGr
     return o, pos
 
 
-def _enc_JoinGroupRequest_v0(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_JoinGroupRequest_v0(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.session_timeout_ms)
     _write_string(buf, o.member_id)
     _write_string(buf, o.protocol_type)
     lst = o.protocols
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupRequestProtocol_v0(e, buf, regions)
 
@@ -114,13 +115,14 @@ def _dec_JoinGroupRequest_v0(data, pos, _JoinGroupRequest=JoinGroupRequest, _dec
     return o, pos
 
 
-def _enc_JoinGroupRequest_v1(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_JoinGroupRequest_v1(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
     _write_string(buf, o.member_id)
     _write_string(buf, o.protocol_type)
     lst = o.protocols
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupRequestProtocol_v0(e, buf, regions)
 
@@ -143,14 +145,15 @@ def _dec_JoinGroupRequest_v1(data, pos, _JoinGroupRequest=JoinGroupRequest, _dec
     return o, pos
 
 
-def _enc_JoinGroupRequest_v5(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_JoinGroupRequest_v5(o, buf, regions, _enc_JoinGroupRequestProtocol_v0=_enc_JoinGroupRequestProtocol_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
     _write_string(buf, o.member_id)
     _write_nullable_string(buf, o.group_instance_id)
     _write_string(buf, o.protocol_type)
     lst = o.protocols
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupRequestProtocol_v0(e, buf, regions)
 
@@ -195,7 +198,11 @@ def _enc_JoinGroupRequest_v6(o, buf, regions, _enc_JoinGroupRequestProtocol_v6=_
     _write_compact_nullable_string(buf, o.group_instance_id)
     _write_compact_string(buf, o.protocol_type)
     lst = o.protocols
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_JoinGroupRequestProtocol_v6(e, buf, regions)
     buf.append(0)
@@ -228,7 +235,11 @@ def _enc_JoinGroupRequest_v8(o, buf, regions, _enc_JoinGroupRequestProtocol_v6=_
     _write_compact_nullable_string(buf, o.group_instance_id)
     _write_compact_string(buf, o.protocol_type)
     lst = o.protocols
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_JoinGroupRequestProtocol_v6(e, buf, regions)
     _write_compact_nullable_string(buf, o.reason)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["JoinGroupResponseMember", "JoinGroupResponse"]
 
 _S_hi = struct.Struct(">hi")
+_S_i = struct.Struct(">i")
 _S_ihi = struct.Struct(">ihi")
 _S_o = struct.Struct(">?")
 
@@ -90,13 +91,14 @@ def _dec_JoinGroupResponseMember_v0(data, pos, _JoinGroupResponseMember=JoinGrou
     return o, pos
 
 
-def _enc_JoinGroupResponse_v0(o, buf, regions, _enc_JoinGroupResponseMember_v0=_enc_JoinGroupResponseMember_v0, _pk_hi=_S_hi.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_JoinGroupResponse_v0(o, buf, regions, _enc_JoinGroupResponseMember_v0=_enc_JoinGroupResponseMember_v0, _pk_hi=_S_hi.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_hi(o.error_code, o.generation_id)
     _write_string(buf, o.protocol_name)
     _write_string(buf, o.leader)
     _write_string(buf, o.member_id)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupResponseMember_v0(e, buf, regions)
 
@@ -119,13 +121,14 @@ def _dec_JoinGroupResponse_v0(data, pos, _JoinGroupResponse=JoinGroupResponse, _
     return o, pos
 
 
-def _enc_JoinGroupResponse_v2(o, buf, regions, _enc_JoinGroupResponseMember_v0=_enc_JoinGroupResponseMember_v0, _pk_ihi=_S_ihi.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_JoinGroupResponse_v2(o, buf, regions, _enc_JoinGroupResponseMember_v0=_enc_JoinGroupResponseMember_v0, _pk_i=_S_i.pack, _pk_ihi=_S_ihi.pack, _write_string=_p.write_string):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
     _write_string(buf, o.protocol_name)
     _write_string(buf, o.leader)
     _write_string(buf, o.member_id)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupResponseMember_v0(e, buf, regions)
 
@@ -162,13 +165,14 @@ def _dec_JoinGroupResponseMember_v5(data, pos, _JoinGroupResponseMember=JoinGrou
     return o, pos
 
 
-def _enc_JoinGroupResponse_v5(o, buf, regions, _enc_JoinGroupResponseMember_v5=_enc_JoinGroupResponseMember_v5, _pk_ihi=_S_ihi.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_JoinGroupResponse_v5(o, buf, regions, _enc_JoinGroupResponseMember_v5=_enc_JoinGroupResponseMember_v5, _pk_i=_S_i.pack, _pk_ihi=_S_ihi.pack, _write_string=_p.write_string):
     buf += _pk_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
     _write_string(buf, o.protocol_name)
     _write_string(buf, o.leader)
     _write_string(buf, o.member_id)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_JoinGroupResponseMember_v5(e, buf, regions)
 
@@ -213,7 +217,11 @@ def _enc_JoinGroupResponse_v6(o, buf, regions, _enc_JoinGroupResponseMember_v6=_
     _write_compact_string(buf, o.leader)
     _write_compact_string(buf, o.member_id)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_JoinGroupResponseMember_v6(e, buf, regions)
     buf.append(0)
@@ -245,7 +253,11 @@ def _enc_JoinGroupResponse_v7(o, buf, regions, _enc_JoinGroupResponseMember_v6=_
     _write_compact_string(buf, o.leader)
     _write_compact_string(buf, o.member_id)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_JoinGroupResponseMember_v6(e, buf, regions)
     buf.append(0)
@@ -279,7 +291,11 @@ def _enc_JoinGroupResponse_v9(o, buf, regions, _enc_JoinGroupResponseMember_v6=_
     buf += _pk_o(o.skip_assignment)
     _write_compact_string(buf, o.member_id)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_JoinGroupResponseMember_v6(e, buf, regions)
     buf.append(0)

@@ -144,16 +144,24 @@ class LeaderAndIsrRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_LeaderAndIsrPartitionState_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_LeaderAndIsrPartitionState_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_LeaderAndIsrPartitionState_v0(data, pos, _LeaderAndIsrPartitionState=LeaderAndIsrPartitionState, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from, _up_i=_S_i.unpack_from, _up_iiii=_S_iiii.unpack_from):
@@ -194,14 +202,16 @@ def _dec_LeaderAndIsrLiveLeader_v0(data, pos, _LeaderAndIsrLiveLeader=LeaderAndI
     return o, pos
 
 
-def _enc_LeaderAndIsrRequest_v0(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrPartitionState_v0=_enc_LeaderAndIsrPartitionState_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrRequest_v0(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrPartitionState_v0=_enc_LeaderAndIsrPartitionState_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v0(e, buf, regions)
     lst = o.live_leaders
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v0(e, buf, regions)
 
@@ -229,16 +239,24 @@ def _dec_LeaderAndIsrRequest_v0(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
     return o, pos
 
 
-def _enc_LeaderAndIsrPartitionState_v1(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_LeaderAndIsrPartitionState_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_o(o.is_new)
 
 
@@ -266,14 +284,16 @@ def _dec_LeaderAndIsrPartitionState_v1(data, pos, _LeaderAndIsrPartitionState=Le
     return o, pos
 
 
-def _enc_LeaderAndIsrRequest_v1(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrPartitionState_v1=_enc_LeaderAndIsrPartitionState_v1, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrRequest_v1(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrPartitionState_v1=_enc_LeaderAndIsrPartitionState_v1, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v1(e, buf, regions)
     lst = o.live_leaders
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v0(e, buf, regions)
 
@@ -301,15 +321,23 @@ def _dec_LeaderAndIsrRequest_v1(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
     return o, pos
 
 
-def _enc_LeaderAndIsrPartitionState_v2(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrPartitionState_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_o(o.is_new)
 
 
@@ -336,10 +364,11 @@ def _dec_LeaderAndIsrPartitionState_v2(data, pos, _LeaderAndIsrPartitionState=Le
     return o, pos
 
 
-def _enc_LeaderAndIsrTopicState_v2(o, buf, regions, _enc_LeaderAndIsrPartitionState_v2=_enc_LeaderAndIsrPartitionState_v2, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_LeaderAndIsrTopicState_v2(o, buf, regions, _enc_LeaderAndIsrPartitionState_v2=_enc_LeaderAndIsrPartitionState_v2, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v2(e, buf, regions)
 
@@ -358,14 +387,16 @@ def _dec_LeaderAndIsrTopicState_v2(data, pos, _LeaderAndIsrTopicState=LeaderAndI
     return o, pos
 
 
-def _enc_LeaderAndIsrRequest_v2(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrTopicState_v2=_enc_LeaderAndIsrTopicState_v2, _pk_iiq=_S_iiq.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrRequest_v2(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrTopicState_v2=_enc_LeaderAndIsrTopicState_v2, _pk_i=_S_i.pack, _pk_iiq=_S_iiq.pack):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v2(e, buf, regions)
     lst = o.live_leaders
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v0(e, buf, regions)
 
@@ -393,21 +424,37 @@ def _dec_LeaderAndIsrRequest_v2(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
     return o, pos
 
 
-def _enc_LeaderAndIsrPartitionState_v3(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrPartitionState_v3(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.adding_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.removing_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_o(o.is_new)
 
 
@@ -446,10 +493,11 @@ def _dec_LeaderAndIsrPartitionState_v3(data, pos, _LeaderAndIsrPartitionState=Le
     return o, pos
 
 
-def _enc_LeaderAndIsrTopicState_v3(o, buf, regions, _enc_LeaderAndIsrPartitionState_v3=_enc_LeaderAndIsrPartitionState_v3, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_LeaderAndIsrTopicState_v3(o, buf, regions, _enc_LeaderAndIsrPartitionState_v3=_enc_LeaderAndIsrPartitionState_v3, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v3(e, buf, regions)
 
@@ -468,14 +516,16 @@ def _dec_LeaderAndIsrTopicState_v3(data, pos, _LeaderAndIsrTopicState=LeaderAndI
     return o, pos
 
 
-def _enc_LeaderAndIsrRequest_v3(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrTopicState_v3=_enc_LeaderAndIsrTopicState_v3, _pk_iiq=_S_iiq.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrRequest_v3(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v0=_enc_LeaderAndIsrLiveLeader_v0, _enc_LeaderAndIsrTopicState_v3=_enc_LeaderAndIsrTopicState_v3, _pk_i=_S_i.pack, _pk_iiq=_S_iiq.pack):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v3(e, buf, regions)
     lst = o.live_leaders
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v0(e, buf, regions)
 
@@ -503,21 +553,49 @@ def _dec_LeaderAndIsrRequest_v3(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
     return o, pos
 
 
-def _enc_LeaderAndIsrPartitionState_v4(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_LeaderAndIsrPartitionState_v4(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.adding_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.removing_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_o(o.is_new)
     buf.append(0)
 
@@ -561,7 +639,11 @@ def _dec_LeaderAndIsrPartitionState_v4(data, pos, _LeaderAndIsrPartitionState=Le
 def _enc_LeaderAndIsrTopicState_v4(o, buf, regions, _enc_LeaderAndIsrPartitionState_v4=_enc_LeaderAndIsrPartitionState_v4, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v4(e, buf, regions)
     buf.append(0)
@@ -603,11 +685,19 @@ def _dec_LeaderAndIsrLiveLeader_v4(data, pos, _LeaderAndIsrLiveLeader=LeaderAndI
 def _enc_LeaderAndIsrRequest_v4(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v4=_enc_LeaderAndIsrLiveLeader_v4, _enc_LeaderAndIsrTopicState_v4=_enc_LeaderAndIsrTopicState_v4, _pk_iiq=_S_iiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v4(e, buf, regions)
     lst = o.live_leaders
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v4(e, buf, regions)
     buf.append(0)
@@ -641,7 +731,11 @@ def _enc_LeaderAndIsrTopicState_v5(o, buf, regions, _enc_LeaderAndIsrPartitionSt
     _write_compact_string(buf, o.topic_name)
     buf += o.topic_id.bytes
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v4(e, buf, regions)
     buf.append(0)
@@ -666,11 +760,19 @@ def _dec_LeaderAndIsrTopicState_v5(data, pos, _LeaderAndIsrTopicState=LeaderAndI
 def _enc_LeaderAndIsrRequest_v5(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v4=_enc_LeaderAndIsrLiveLeader_v4, _enc_LeaderAndIsrTopicState_v5=_enc_LeaderAndIsrTopicState_v5, _pk_iiqb=_S_iiqb.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiqb(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v5(e, buf, regions)
     lst = o.live_leaders
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v4(e, buf, regions)
     buf.append(0)
@@ -700,21 +802,49 @@ def _dec_LeaderAndIsrRequest_v5(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
     return o, pos
 
 
-def _enc_LeaderAndIsrPartitionState_v6(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_ob=_S_ob.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_LeaderAndIsrPartitionState_v6(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _pk_ob=_S_ob.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.partition_epoch)
     lst = o.replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.adding_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.removing_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_ob(o.is_new, o.leader_recovery_state)
     buf.append(0)
 
@@ -759,7 +889,11 @@ def _enc_LeaderAndIsrTopicState_v6(o, buf, regions, _enc_LeaderAndIsrPartitionSt
     _write_compact_string(buf, o.topic_name)
     buf += o.topic_id.bytes
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrPartitionState_v6(e, buf, regions)
     buf.append(0)
@@ -784,11 +918,19 @@ def _dec_LeaderAndIsrTopicState_v6(data, pos, _LeaderAndIsrTopicState=LeaderAndI
 def _enc_LeaderAndIsrRequest_v6(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v4=_enc_LeaderAndIsrLiveLeader_v4, _enc_LeaderAndIsrTopicState_v6=_enc_LeaderAndIsrTopicState_v6, _pk_iiqb=_S_iiqb.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiqb(o.controller_id, o.controller_epoch, o.broker_epoch, o.type)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v6(e, buf, regions)
     lst = o.live_leaders
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v4(e, buf, regions)
     buf.append(0)
@@ -821,11 +963,19 @@ def _dec_LeaderAndIsrRequest_v6(data, pos, _LeaderAndIsrRequest=LeaderAndIsrRequ
 def _enc_LeaderAndIsrRequest_v7(o, buf, regions, _enc_LeaderAndIsrLiveLeader_v4=_enc_LeaderAndIsrLiveLeader_v4, _enc_LeaderAndIsrTopicState_v6=_enc_LeaderAndIsrTopicState_v6, _pk_ioiqb=_S_ioiqb.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ioiqb(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch, o.type)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrTopicState_v6(e, buf, regions)
     lst = o.live_leaders
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrLiveLeader_v4(e, buf, regions)
     buf.append(0)

@@ -12,6 +12,7 @@ from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 __all__ = ["LeaderAndIsrPartitionError", "LeaderAndIsrTopicError", "LeaderAndIsrResponse"]
 
 _S_h = struct.Struct(">h")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -99,10 +100,11 @@ def _dec_LeaderAndIsrPartitionError_v0(data, pos, _LeaderAndIsrPartitionError=Le
     return o, pos
 
 
-def _enc_LeaderAndIsrResponse_v0(o, buf, regions, _enc_LeaderAndIsrPartitionError_v0=_enc_LeaderAndIsrPartitionError_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaderAndIsrResponse_v0(o, buf, regions, _enc_LeaderAndIsrPartitionError_v0=_enc_LeaderAndIsrPartitionError_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.partition_errors
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_LeaderAndIsrPartitionError_v0(e, buf, regions)
 
@@ -140,7 +142,11 @@ def _dec_LeaderAndIsrPartitionError_v4(data, pos, _LeaderAndIsrPartitionError=Le
 def _enc_LeaderAndIsrResponse_v4(o, buf, regions, _enc_LeaderAndIsrPartitionError_v4=_enc_LeaderAndIsrPartitionError_v4, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.partition_errors
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrPartitionError_v4(e, buf, regions)
     buf.append(0)
@@ -178,7 +184,11 @@ def _dec_LeaderAndIsrPartitionError_v5(data, pos, _LeaderAndIsrPartitionError=Le
 def _enc_LeaderAndIsrTopicError_v5(o, buf, regions, _enc_LeaderAndIsrPartitionError_v5=_enc_LeaderAndIsrPartitionError_v5, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partition_errors
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrPartitionError_v5(e, buf, regions)
     buf.append(0)
@@ -202,7 +212,11 @@ def _dec_LeaderAndIsrTopicError_v5(data, pos, _LeaderAndIsrTopicError=LeaderAndI
 def _enc_LeaderAndIsrResponse_v5(o, buf, regions, _enc_LeaderAndIsrTopicError_v5=_enc_LeaderAndIsrTopicError_v5, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_LeaderAndIsrTopicError_v5(e, buf, regions)
     buf.append(0)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["MemberIdentity", "LeaveGroupRequest"]
 
+_S_i = struct.Struct(">i")
 
 
 class MemberIdentity(Struct):
@@ -87,10 +88,11 @@ def _dec_MemberIdentity_v3(data, pos, _MemberIdentity=MemberIdentity, _read_null
     return o, pos
 
 
-def _enc_LeaveGroupRequest_v3(o, buf, regions, _enc_MemberIdentity_v3=_enc_MemberIdentity_v3, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_LeaveGroupRequest_v3(o, buf, regions, _enc_MemberIdentity_v3=_enc_MemberIdentity_v3, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberIdentity_v3(e, buf, regions)
 
@@ -126,7 +128,11 @@ def _dec_MemberIdentity_v4(data, pos, _MemberIdentity=MemberIdentity, _read_comp
 def _enc_LeaveGroupRequest_v4(o, buf, regions, _enc_MemberIdentity_v4=_enc_MemberIdentity_v4, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MemberIdentity_v4(e, buf, regions)
     buf.append(0)
@@ -166,7 +172,11 @@ def _dec_MemberIdentity_v5(data, pos, _MemberIdentity=MemberIdentity, _read_comp
 def _enc_LeaveGroupRequest_v5(o, buf, regions, _enc_MemberIdentity_v5=_enc_MemberIdentity_v5, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MemberIdentity_v5(e, buf, regions)
     buf.append(0)

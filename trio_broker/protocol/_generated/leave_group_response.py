@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["MemberResponse", "LeaveGroupResponse"]
 
 _S_h = struct.Struct(">h")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -102,10 +103,11 @@ def _dec_MemberResponse_v3(data, pos, _MemberResponse=MemberResponse, _read_null
     return o, pos
 
 
-def _enc_LeaveGroupResponse_v3(o, buf, regions, _enc_MemberResponse_v3=_enc_MemberResponse_v3, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len):
+def _enc_LeaveGroupResponse_v3(o, buf, regions, _enc_MemberResponse_v3=_enc_MemberResponse_v3, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.members
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MemberResponse_v3(e, buf, regions)
 
@@ -145,7 +147,11 @@ def _dec_MemberResponse_v4(data, pos, _MemberResponse=MemberResponse, _read_comp
 def _enc_LeaveGroupResponse_v4(o, buf, regions, _enc_MemberResponse_v4=_enc_MemberResponse_v4, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.members
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MemberResponse_v4(e, buf, regions)
     buf.append(0)

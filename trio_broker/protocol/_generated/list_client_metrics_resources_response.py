@@ -75,7 +75,11 @@ def _dec_ClientMetricsResource_v0(data, pos, _ClientMetricsResource=ClientMetric
 def _enc_ListClientMetricsResourcesResponse_v0(o, buf, regions, _enc_ClientMetricsResource_v0=_enc_ClientMetricsResource_v0, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.client_metrics_resources
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ClientMetricsResource_v0(e, buf, regions)
     buf.append(0)

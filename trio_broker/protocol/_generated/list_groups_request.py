@@ -60,7 +60,11 @@ def _dec_ListGroupsRequest_v3(data, pos, _ListGroupsRequest=ListGroupsRequest, _
 
 def _enc_ListGroupsRequest_v4(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.states_filter
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)
@@ -82,11 +86,19 @@ def _dec_ListGroupsRequest_v4(data, pos, _ListGroupsRequest=ListGroupsRequest, _
 
 def _enc_ListGroupsRequest_v5(o, buf, regions, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.states_filter
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     lst = o.types_filter
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["ListedGroup", "ListGroupsResponse"]
 
 _S_h = struct.Struct(">h")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -79,10 +80,11 @@ def _dec_ListedGroup_v0(data, pos, _ListedGroup=ListedGroup, _read_string=_p.rea
     return o, pos
 
 
-def _enc_ListGroupsResponse_v0(o, buf, regions, _enc_ListedGroup_v0=_enc_ListedGroup_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_ListGroupsResponse_v0(o, buf, regions, _enc_ListedGroup_v0=_enc_ListedGroup_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListedGroup_v0(e, buf, regions)
 
@@ -102,10 +104,11 @@ def _dec_ListGroupsResponse_v0(data, pos, _ListGroupsResponse=ListGroupsResponse
     return o, pos
 
 
-def _enc_ListGroupsResponse_v1(o, buf, regions, _enc_ListedGroup_v0=_enc_ListedGroup_v0, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len):
+def _enc_ListGroupsResponse_v1(o, buf, regions, _enc_ListedGroup_v0=_enc_ListedGroup_v0, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.groups
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListedGroup_v0(e, buf, regions)
 
@@ -142,7 +145,11 @@ def _dec_ListedGroup_v3(data, pos, _ListedGroup=ListedGroup, _read_compact_strin
 def _enc_ListGroupsResponse_v3(o, buf, regions, _enc_ListedGroup_v3=_enc_ListedGroup_v3, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListedGroup_v3(e, buf, regions)
     buf.append(0)
@@ -183,7 +190,11 @@ def _dec_ListedGroup_v4(data, pos, _ListedGroup=ListedGroup, _read_compact_strin
 def _enc_ListGroupsResponse_v4(o, buf, regions, _enc_ListedGroup_v4=_enc_ListedGroup_v4, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListedGroup_v4(e, buf, regions)
     buf.append(0)
@@ -226,7 +237,11 @@ def _dec_ListedGroup_v5(data, pos, _ListedGroup=ListedGroup, _read_compact_strin
 def _enc_ListGroupsResponse_v5(o, buf, regions, _enc_ListedGroup_v5=_enc_ListedGroup_v5, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListedGroup_v5(e, buf, regions)
     buf.append(0)

@@ -101,10 +101,11 @@ def _dec_ListOffsetsPartition_v0(data, pos, _ListOffsetsPartition=ListOffsetsPar
     return o, pos
 
 
-def _enc_ListOffsetsTopic_v0(o, buf, regions, _enc_ListOffsetsPartition_v0=_enc_ListOffsetsPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopic_v0(o, buf, regions, _enc_ListOffsetsPartition_v0=_enc_ListOffsetsPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartition_v0(e, buf, regions)
 
@@ -123,10 +124,11 @@ def _dec_ListOffsetsTopic_v0(data, pos, _ListOffsetsTopic=ListOffsetsTopic, _dec
     return o, pos
 
 
-def _enc_ListOffsetsRequest_v0(o, buf, regions, _enc_ListOffsetsTopic_v0=_enc_ListOffsetsTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsRequest_v0(o, buf, regions, _enc_ListOffsetsTopic_v0=_enc_ListOffsetsTopic_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.replica_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopic_v0(e, buf, regions)
 
@@ -157,10 +159,11 @@ def _dec_ListOffsetsPartition_v1(data, pos, _ListOffsetsPartition=ListOffsetsPar
     return o, pos
 
 
-def _enc_ListOffsetsTopic_v1(o, buf, regions, _enc_ListOffsetsPartition_v1=_enc_ListOffsetsPartition_v1, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopic_v1(o, buf, regions, _enc_ListOffsetsPartition_v1=_enc_ListOffsetsPartition_v1, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartition_v1(e, buf, regions)
 
@@ -179,10 +182,11 @@ def _dec_ListOffsetsTopic_v1(data, pos, _ListOffsetsTopic=ListOffsetsTopic, _dec
     return o, pos
 
 
-def _enc_ListOffsetsRequest_v1(o, buf, regions, _enc_ListOffsetsTopic_v1=_enc_ListOffsetsTopic_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsRequest_v1(o, buf, regions, _enc_ListOffsetsTopic_v1=_enc_ListOffsetsTopic_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.replica_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopic_v1(e, buf, regions)
 
@@ -202,10 +206,11 @@ def _dec_ListOffsetsRequest_v1(data, pos, _ListOffsetsRequest=ListOffsetsRequest
     return o, pos
 
 
-def _enc_ListOffsetsRequest_v2(o, buf, regions, _enc_ListOffsetsTopic_v1=_enc_ListOffsetsTopic_v1, _pk_ib=_S_ib.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsRequest_v2(o, buf, regions, _enc_ListOffsetsTopic_v1=_enc_ListOffsetsTopic_v1, _pk_i=_S_i.pack, _pk_ib=_S_ib.pack):
     buf += _pk_ib(o.replica_id, o.isolation_level)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopic_v1(e, buf, regions)
 
@@ -236,10 +241,11 @@ def _dec_ListOffsetsPartition_v4(data, pos, _ListOffsetsPartition=ListOffsetsPar
     return o, pos
 
 
-def _enc_ListOffsetsTopic_v4(o, buf, regions, _enc_ListOffsetsPartition_v4=_enc_ListOffsetsPartition_v4, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopic_v4(o, buf, regions, _enc_ListOffsetsPartition_v4=_enc_ListOffsetsPartition_v4, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartition_v4(e, buf, regions)
 
@@ -258,10 +264,11 @@ def _dec_ListOffsetsTopic_v4(data, pos, _ListOffsetsTopic=ListOffsetsTopic, _dec
     return o, pos
 
 
-def _enc_ListOffsetsRequest_v4(o, buf, regions, _enc_ListOffsetsTopic_v4=_enc_ListOffsetsTopic_v4, _pk_ib=_S_ib.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsRequest_v4(o, buf, regions, _enc_ListOffsetsTopic_v4=_enc_ListOffsetsTopic_v4, _pk_i=_S_i.pack, _pk_ib=_S_ib.pack):
     buf += _pk_ib(o.replica_id, o.isolation_level)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopic_v4(e, buf, regions)
 
@@ -297,7 +304,11 @@ def _dec_ListOffsetsPartition_v6(data, pos, _ListOffsetsPartition=ListOffsetsPar
 def _enc_ListOffsetsTopic_v6(o, buf, regions, _enc_ListOffsetsPartition_v6=_enc_ListOffsetsPartition_v6, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListOffsetsPartition_v6(e, buf, regions)
     buf.append(0)
@@ -321,7 +332,11 @@ def _dec_ListOffsetsTopic_v6(data, pos, _ListOffsetsTopic=ListOffsetsTopic, _dec
 def _enc_ListOffsetsRequest_v6(o, buf, regions, _enc_ListOffsetsTopic_v6=_enc_ListOffsetsTopic_v6, _pk_ib=_S_ib.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ib(o.replica_id, o.isolation_level)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListOffsetsTopic_v6(e, buf, regions)
     buf.append(0)

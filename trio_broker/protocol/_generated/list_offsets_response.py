@@ -91,11 +91,15 @@ class ListOffsetsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_ListOffsetsPartitionResponse_v0(o, buf, regions, _pack=struct.pack, _pk_ih=_S_ih.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsPartitionResponse_v0(o, buf, regions, _arrays_q=_p.array_structs('q'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_ih=_S_ih.pack):
     buf += _pk_ih(o.partition_index, o.error_code)
     lst = o.old_style_offsets
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%dq" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_q[n](*lst)
+    else:
+        buf += _pack(">%dq" % n, *lst)
 
 
 def _dec_ListOffsetsPartitionResponse_v0(data, pos, _ListOffsetsPartitionResponse=ListOffsetsPartitionResponse, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_ih=_S_ih.unpack_from):
@@ -111,10 +115,11 @@ def _dec_ListOffsetsPartitionResponse_v0(data, pos, _ListOffsetsPartitionRespons
     return o, pos
 
 
-def _enc_ListOffsetsTopicResponse_v0(o, buf, regions, _enc_ListOffsetsPartitionResponse_v0=_enc_ListOffsetsPartitionResponse_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopicResponse_v0(o, buf, regions, _enc_ListOffsetsPartitionResponse_v0=_enc_ListOffsetsPartitionResponse_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartitionResponse_v0(e, buf, regions)
 
@@ -133,9 +138,10 @@ def _dec_ListOffsetsTopicResponse_v0(data, pos, _ListOffsetsTopicResponse=ListOf
     return o, pos
 
 
-def _enc_ListOffsetsResponse_v0(o, buf, regions, _enc_ListOffsetsTopicResponse_v0=_enc_ListOffsetsTopicResponse_v0, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsResponse_v0(o, buf, regions, _enc_ListOffsetsTopicResponse_v0=_enc_ListOffsetsTopicResponse_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopicResponse_v0(e, buf, regions)
 
@@ -164,10 +170,11 @@ def _dec_ListOffsetsPartitionResponse_v1(data, pos, _ListOffsetsPartitionRespons
     return o, pos
 
 
-def _enc_ListOffsetsTopicResponse_v1(o, buf, regions, _enc_ListOffsetsPartitionResponse_v1=_enc_ListOffsetsPartitionResponse_v1, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopicResponse_v1(o, buf, regions, _enc_ListOffsetsPartitionResponse_v1=_enc_ListOffsetsPartitionResponse_v1, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartitionResponse_v1(e, buf, regions)
 
@@ -186,9 +193,10 @@ def _dec_ListOffsetsTopicResponse_v1(data, pos, _ListOffsetsTopicResponse=ListOf
     return o, pos
 
 
-def _enc_ListOffsetsResponse_v1(o, buf, regions, _enc_ListOffsetsTopicResponse_v1=_enc_ListOffsetsTopicResponse_v1, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsResponse_v1(o, buf, regions, _enc_ListOffsetsTopicResponse_v1=_enc_ListOffsetsTopicResponse_v1, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopicResponse_v1(e, buf, regions)
 
@@ -206,10 +214,11 @@ def _dec_ListOffsetsResponse_v1(data, pos, _ListOffsetsResponse=ListOffsetsRespo
     return o, pos
 
 
-def _enc_ListOffsetsResponse_v2(o, buf, regions, _enc_ListOffsetsTopicResponse_v1=_enc_ListOffsetsTopicResponse_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsResponse_v2(o, buf, regions, _enc_ListOffsetsTopicResponse_v1=_enc_ListOffsetsTopicResponse_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopicResponse_v1(e, buf, regions)
 
@@ -240,10 +249,11 @@ def _dec_ListOffsetsPartitionResponse_v4(data, pos, _ListOffsetsPartitionRespons
     return o, pos
 
 
-def _enc_ListOffsetsTopicResponse_v4(o, buf, regions, _enc_ListOffsetsPartitionResponse_v4=_enc_ListOffsetsPartitionResponse_v4, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_ListOffsetsTopicResponse_v4(o, buf, regions, _enc_ListOffsetsPartitionResponse_v4=_enc_ListOffsetsPartitionResponse_v4, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsPartitionResponse_v4(e, buf, regions)
 
@@ -262,10 +272,11 @@ def _dec_ListOffsetsTopicResponse_v4(data, pos, _ListOffsetsTopicResponse=ListOf
     return o, pos
 
 
-def _enc_ListOffsetsResponse_v4(o, buf, regions, _enc_ListOffsetsTopicResponse_v4=_enc_ListOffsetsTopicResponse_v4, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ListOffsetsResponse_v4(o, buf, regions, _enc_ListOffsetsTopicResponse_v4=_enc_ListOffsetsTopicResponse_v4, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_ListOffsetsTopicResponse_v4(e, buf, regions)
 
@@ -301,7 +312,11 @@ def _dec_ListOffsetsPartitionResponse_v6(data, pos, _ListOffsetsPartitionRespons
 def _enc_ListOffsetsTopicResponse_v6(o, buf, regions, _enc_ListOffsetsPartitionResponse_v6=_enc_ListOffsetsPartitionResponse_v6, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListOffsetsPartitionResponse_v6(e, buf, regions)
     buf.append(0)
@@ -325,7 +340,11 @@ def _dec_ListOffsetsTopicResponse_v6(data, pos, _ListOffsetsTopicResponse=ListOf
 def _enc_ListOffsetsResponse_v6(o, buf, regions, _enc_ListOffsetsTopicResponse_v6=_enc_ListOffsetsTopicResponse_v6, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ListOffsetsTopicResponse_v6(e, buf, regions)
     buf.append(0)

@@ -60,11 +60,18 @@ class ListPartitionReassignmentsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_ListPartitionReassignmentsTopics_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_ListPartitionReassignmentsTopics_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -87,7 +94,11 @@ def _enc_ListPartitionReassignmentsRequest_v0(o, buf, regions, _enc_ListPartitio
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_ListPartitionReassignmentsTopics_v0(e, buf, regions)
     buf.append(0)

@@ -89,17 +89,38 @@ class ListPartitionReassignmentsResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_OngoingPartitionReassignment_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_OngoingPartitionReassignment_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.partition_index)
     lst = o.replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.adding_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.removing_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -132,7 +153,11 @@ def _dec_OngoingPartitionReassignment_v0(data, pos, _OngoingPartitionReassignmen
 def _enc_OngoingTopicReassignment_v0(o, buf, regions, _enc_OngoingPartitionReassignment_v0=_enc_OngoingPartitionReassignment_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OngoingPartitionReassignment_v0(e, buf, regions)
     buf.append(0)
@@ -157,7 +182,11 @@ def _enc_ListPartitionReassignmentsResponse_v0(o, buf, regions, _enc_OngoingTopi
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OngoingTopicReassignment_v0(e, buf, regions)
     buf.append(0)

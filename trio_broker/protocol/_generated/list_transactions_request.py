@@ -42,14 +42,25 @@ class ListTransactionsRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_ListTransactionsRequest_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_ListTransactionsRequest_v0(o, buf, regions, _arrays_q=_p.array_structs('q'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.state_filters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     lst = o.producer_id_filters
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%dq" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_q[n](*lst)
+    else:
+        buf += _pack(">%dq" % n, *lst)
     buf.append(0)
 
 
@@ -73,14 +84,25 @@ def _dec_ListTransactionsRequest_v0(data, pos, _ListTransactionsRequest=ListTran
     return o, pos
 
 
-def _enc_ListTransactionsRequest_v1(o, buf, regions, _pack=struct.pack, _pk_q=_S_q.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_ListTransactionsRequest_v1(o, buf, regions, _arrays_q=_p.array_structs('q'), _pack=struct.pack, _pk_q=_S_q.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     lst = o.state_filters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     lst = o.producer_id_filters
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%dq" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_q[n](*lst)
+    else:
+        buf += _pack(">%dq" % n, *lst)
     buf += _pk_q(o.duration_filter)
     buf.append(0)
 

@@ -87,11 +87,19 @@ def _dec_TransactionState_v0(data, pos, _TransactionState=TransactionState, _rea
 def _enc_ListTransactionsResponse_v0(o, buf, regions, _enc_TransactionState_v0=_enc_TransactionState_v0, _pk_ih=_S_ih.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     lst = o.unknown_state_filters
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     lst = o.transaction_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TransactionState_v0(e, buf, regions)
     buf.append(0)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, ZERO_UUID, Message, Struct
 
 __all__ = ["MetadataRequestTopic", "MetadataRequest"]
 
+_S_i = struct.Struct(">i")
 _S_o = struct.Struct(">?")
 _S_oo = struct.Struct(">??")
 _S_ooo = struct.Struct(">???")
@@ -77,9 +78,10 @@ def _dec_MetadataRequestTopic_v0(data, pos, _MetadataRequestTopic=MetadataReques
     return o, pos
 
 
-def _enc_MetadataRequest_v0(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_MetadataRequest_v0(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataRequestTopic_v0(e, buf, regions)
 
@@ -97,12 +99,13 @@ def _dec_MetadataRequest_v0(data, pos, _MetadataRequest=MetadataRequest, _dec_Me
     return o, pos
 
 
-def _enc_MetadataRequest_v1(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_MetadataRequest_v1(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_MetadataRequestTopic_v0(e, buf, regions)
 
@@ -120,12 +123,13 @@ def _dec_MetadataRequest_v1(data, pos, _MetadataRequest=MetadataRequest, _dec_Me
     return o, pos
 
 
-def _enc_MetadataRequest_v4(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataRequest_v4(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_i=_S_i.pack, _pk_o=_S_o.pack):
     lst = o.topics
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_MetadataRequestTopic_v0(e, buf, regions)
     buf += _pk_o(o.allow_auto_topic_creation)
@@ -146,12 +150,13 @@ def _dec_MetadataRequest_v4(data, pos, _MetadataRequest=MetadataRequest, _dec_Me
     return o, pos
 
 
-def _enc_MetadataRequest_v8(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_ooo=_S_ooo.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataRequest_v8(o, buf, regions, _enc_MetadataRequestTopic_v0=_enc_MetadataRequestTopic_v0, _pk_i=_S_i.pack, _pk_ooo=_S_ooo.pack):
     lst = o.topics
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_MetadataRequestTopic_v0(e, buf, regions)
     buf += _pk_ooo(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
@@ -189,7 +194,11 @@ def _enc_MetadataRequest_v9(o, buf, regions, _enc_MetadataRequestTopic_v9=_enc_M
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_MetadataRequestTopic_v9(e, buf, regions)
     buf += _pk_ooo(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
@@ -231,7 +240,11 @@ def _enc_MetadataRequest_v10(o, buf, regions, _enc_MetadataRequestTopic_v10=_enc
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_MetadataRequestTopic_v10(e, buf, regions)
     buf += _pk_ooo(o.allow_auto_topic_creation, o.include_cluster_authorized_operations, o.include_topic_authorized_operations)
@@ -259,7 +272,11 @@ def _enc_MetadataRequest_v11(o, buf, regions, _enc_MetadataRequestTopic_v10=_enc
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_MetadataRequestTopic_v10(e, buf, regions)
     buf += _pk_oo(o.allow_auto_topic_creation, o.include_topic_authorized_operations)

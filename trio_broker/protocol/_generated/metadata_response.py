@@ -151,14 +151,22 @@ def _dec_MetadataResponseBroker_v0(data, pos, _MetadataResponseBroker=MetadataRe
     return o, pos
 
 
-def _enc_MetadataResponsePartition_v0(o, buf, regions, _pack=struct.pack, _pk_hii=_S_hii.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataResponsePartition_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_hii=_S_hii.pack, _pk_i=_S_i.pack):
     buf += _pk_hii(o.error_code, o.partition_index, o.leader_id)
     lst = o.replica_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.isr_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_MetadataResponsePartition_v0(data, pos, _MetadataResponsePartition=MetadataResponsePartition, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_hii=_S_hii.unpack_from):
@@ -180,11 +188,12 @@ def _dec_MetadataResponsePartition_v0(data, pos, _MetadataResponsePartition=Meta
     return o, pos
 
 
-def _enc_MetadataResponseTopic_v0(o, buf, regions, _enc_MetadataResponsePartition_v0=_enc_MetadataResponsePartition_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_MetadataResponseTopic_v0(o, buf, regions, _enc_MetadataResponsePartition_v0=_enc_MetadataResponsePartition_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponsePartition_v0(e, buf, regions)
 
@@ -205,13 +214,15 @@ def _dec_MetadataResponseTopic_v0(data, pos, _MetadataResponseTopic=MetadataResp
     return o, pos
 
 
-def _enc_MetadataResponse_v0(o, buf, regions, _enc_MetadataResponseBroker_v0=_enc_MetadataResponseBroker_v0, _enc_MetadataResponseTopic_v0=_enc_MetadataResponseTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_MetadataResponse_v0(o, buf, regions, _enc_MetadataResponseBroker_v0=_enc_MetadataResponseBroker_v0, _enc_MetadataResponseTopic_v0=_enc_MetadataResponseTopic_v0, _pk_i=_S_i.pack):
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v0(e, buf, regions)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v0(e, buf, regions)
 
@@ -255,12 +266,13 @@ def _dec_MetadataResponseBroker_v1(data, pos, _MetadataResponseBroker=MetadataRe
     return o, pos
 
 
-def _enc_MetadataResponseTopic_v1(o, buf, regions, _enc_MetadataResponsePartition_v0=_enc_MetadataResponsePartition_v0, _pk_h=_S_h.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_MetadataResponseTopic_v1(o, buf, regions, _enc_MetadataResponsePartition_v0=_enc_MetadataResponsePartition_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.name)
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponsePartition_v0(e, buf, regions)
 
@@ -283,14 +295,16 @@ def _dec_MetadataResponseTopic_v1(data, pos, _MetadataResponseTopic=MetadataResp
     return o, pos
 
 
-def _enc_MetadataResponse_v1(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataResponse_v1(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack):
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v1(e, buf, regions)
 
@@ -318,15 +332,17 @@ def _dec_MetadataResponse_v1(data, pos, _MetadataResponse=MetadataResponse, _dec
     return o, pos
 
 
-def _enc_MetadataResponse_v2(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_MetadataResponse_v2(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     _write_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v1(e, buf, regions)
 
@@ -355,16 +371,18 @@ def _dec_MetadataResponse_v2(data, pos, _MetadataResponse=MetadataResponse, _dec
     return o, pos
 
 
-def _enc_MetadataResponse_v3(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_MetadataResponse_v3(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v1=_enc_MetadataResponseTopic_v1, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     _write_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v1(e, buf, regions)
 
@@ -395,17 +413,29 @@ def _dec_MetadataResponse_v3(data, pos, _MetadataResponse=MetadataResponse, _dec
     return o, pos
 
 
-def _enc_MetadataResponsePartition_v5(o, buf, regions, _pack=struct.pack, _pk_hii=_S_hii.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataResponsePartition_v5(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_hii=_S_hii.pack, _pk_i=_S_i.pack):
     buf += _pk_hii(o.error_code, o.partition_index, o.leader_id)
     lst = o.replica_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.isr_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_MetadataResponsePartition_v5(data, pos, _MetadataResponsePartition=MetadataResponsePartition, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_hii=_S_hii.unpack_from):
@@ -433,12 +463,13 @@ def _dec_MetadataResponsePartition_v5(data, pos, _MetadataResponsePartition=Meta
     return o, pos
 
 
-def _enc_MetadataResponseTopic_v5(o, buf, regions, _enc_MetadataResponsePartition_v5=_enc_MetadataResponsePartition_v5, _pk_h=_S_h.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_MetadataResponseTopic_v5(o, buf, regions, _enc_MetadataResponsePartition_v5=_enc_MetadataResponsePartition_v5, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.name)
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponsePartition_v5(e, buf, regions)
 
@@ -461,16 +492,18 @@ def _dec_MetadataResponseTopic_v5(data, pos, _MetadataResponseTopic=MetadataResp
     return o, pos
 
 
-def _enc_MetadataResponse_v5(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v5=_enc_MetadataResponseTopic_v5, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_MetadataResponse_v5(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v5=_enc_MetadataResponseTopic_v5, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     _write_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v5(e, buf, regions)
 
@@ -501,17 +534,29 @@ def _dec_MetadataResponse_v5(data, pos, _MetadataResponse=MetadataResponse, _dec
     return o, pos
 
 
-def _enc_MetadataResponsePartition_v7(o, buf, regions, _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_array_len=_p.write_array_len):
+def _enc_MetadataResponsePartition_v7(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_hiii=_S_hiii.pack, _pk_i=_S_i.pack):
     buf += _pk_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     lst = o.replica_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.isr_nodes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_MetadataResponsePartition_v7(data, pos, _MetadataResponsePartition=MetadataResponsePartition, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_hiii=_S_hiii.unpack_from):
@@ -539,12 +584,13 @@ def _dec_MetadataResponsePartition_v7(data, pos, _MetadataResponsePartition=Meta
     return o, pos
 
 
-def _enc_MetadataResponseTopic_v7(o, buf, regions, _enc_MetadataResponsePartition_v7=_enc_MetadataResponsePartition_v7, _pk_h=_S_h.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_MetadataResponseTopic_v7(o, buf, regions, _enc_MetadataResponsePartition_v7=_enc_MetadataResponsePartition_v7, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.name)
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponsePartition_v7(e, buf, regions)
 
@@ -567,16 +613,18 @@ def _dec_MetadataResponseTopic_v7(data, pos, _MetadataResponseTopic=MetadataResp
     return o, pos
 
 
-def _enc_MetadataResponse_v7(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v7=_enc_MetadataResponseTopic_v7, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_MetadataResponse_v7(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v7=_enc_MetadataResponseTopic_v7, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     _write_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v7(e, buf, regions)
 
@@ -607,12 +655,13 @@ def _dec_MetadataResponse_v7(data, pos, _MetadataResponse=MetadataResponse, _dec
     return o, pos
 
 
-def _enc_MetadataResponseTopic_v8(o, buf, regions, _enc_MetadataResponsePartition_v7=_enc_MetadataResponsePartition_v7, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_MetadataResponseTopic_v8(o, buf, regions, _enc_MetadataResponsePartition_v7=_enc_MetadataResponsePartition_v7, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     _write_string(buf, o.name)
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponsePartition_v7(e, buf, regions)
     buf += _pk_i(o.topic_authorized_operations)
@@ -638,16 +687,18 @@ def _dec_MetadataResponseTopic_v8(data, pos, _MetadataResponseTopic=MetadataResp
     return o, pos
 
 
-def _enc_MetadataResponse_v8(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v8=_enc_MetadataResponseTopic_v8, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_MetadataResponse_v8(o, buf, regions, _enc_MetadataResponseBroker_v1=_enc_MetadataResponseBroker_v1, _enc_MetadataResponseTopic_v8=_enc_MetadataResponseTopic_v8, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseBroker_v1(e, buf, regions)
     _write_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_MetadataResponseTopic_v8(e, buf, regions)
     buf += _pk_i(o.cluster_authorized_operations)
@@ -701,17 +752,38 @@ def _dec_MetadataResponseBroker_v9(data, pos, _MetadataResponseBroker=MetadataRe
     return o, pos
 
 
-def _enc_MetadataResponsePartition_v9(o, buf, regions, _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_MetadataResponsePartition_v9(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_hiii=_S_hiii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     lst = o.replica_nodes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.isr_nodes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -746,7 +818,11 @@ def _enc_MetadataResponseTopic_v9(o, buf, regions, _enc_MetadataResponsePartitio
     _write_compact_string(buf, o.name)
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponsePartition_v9(e, buf, regions)
     buf += _pk_i(o.topic_authorized_operations)
@@ -777,13 +853,21 @@ def _dec_MetadataResponseTopic_v9(data, pos, _MetadataResponseTopic=MetadataResp
 def _enc_MetadataResponse_v9(o, buf, regions, _enc_MetadataResponseBroker_v9=_enc_MetadataResponseBroker_v9, _enc_MetadataResponseTopic_v9=_enc_MetadataResponseTopic_v9, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseBroker_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseTopic_v9(e, buf, regions)
     buf += _pk_i(o.cluster_authorized_operations)
@@ -825,7 +909,11 @@ def _enc_MetadataResponseTopic_v10(o, buf, regions, _enc_MetadataResponsePartiti
     buf += o.topic_id.bytes
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponsePartition_v9(e, buf, regions)
     buf += _pk_i(o.topic_authorized_operations)
@@ -857,13 +945,21 @@ def _dec_MetadataResponseTopic_v10(data, pos, _MetadataResponseTopic=MetadataRes
 def _enc_MetadataResponse_v10(o, buf, regions, _enc_MetadataResponseBroker_v9=_enc_MetadataResponseBroker_v9, _enc_MetadataResponseTopic_v10=_enc_MetadataResponseTopic_v10, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseBroker_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseTopic_v10(e, buf, regions)
     buf += _pk_i(o.cluster_authorized_operations)
@@ -902,13 +998,21 @@ def _dec_MetadataResponse_v10(data, pos, _MetadataResponse=MetadataResponse, _de
 def _enc_MetadataResponse_v11(o, buf, regions, _enc_MetadataResponseBroker_v9=_enc_MetadataResponseBroker_v9, _enc_MetadataResponseTopic_v10=_enc_MetadataResponseTopic_v10, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseBroker_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseTopic_v10(e, buf, regions)
     buf.append(0)
@@ -947,7 +1051,11 @@ def _enc_MetadataResponseTopic_v12(o, buf, regions, _enc_MetadataResponsePartiti
     buf += o.topic_id.bytes
     buf += _pk_o(o.is_internal)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponsePartition_v9(e, buf, regions)
     buf += _pk_i(o.topic_authorized_operations)
@@ -979,13 +1087,21 @@ def _dec_MetadataResponseTopic_v12(data, pos, _MetadataResponseTopic=MetadataRes
 def _enc_MetadataResponse_v12(o, buf, regions, _enc_MetadataResponseBroker_v9=_enc_MetadataResponseBroker_v9, _enc_MetadataResponseTopic_v12=_enc_MetadataResponseTopic_v12, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseBroker_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.cluster_id)
     buf += _pk_i(o.controller_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_MetadataResponseTopic_v12(e, buf, regions)
     buf.append(0)

@@ -111,10 +111,11 @@ def _dec_OffsetCommitRequestPartition_v0(data, pos, _OffsetCommitRequestPartitio
     return o, pos
 
 
-def _enc_OffsetCommitRequestTopic_v0(o, buf, regions, _enc_OffsetCommitRequestPartition_v0=_enc_OffsetCommitRequestPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequestTopic_v0(o, buf, regions, _enc_OffsetCommitRequestPartition_v0=_enc_OffsetCommitRequestPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestPartition_v0(e, buf, regions)
 
@@ -133,10 +134,11 @@ def _dec_OffsetCommitRequestTopic_v0(data, pos, _OffsetCommitRequestTopic=Offset
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v0(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v0(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v0(e, buf, regions)
 
@@ -168,10 +170,11 @@ def _dec_OffsetCommitRequestPartition_v1(data, pos, _OffsetCommitRequestPartitio
     return o, pos
 
 
-def _enc_OffsetCommitRequestTopic_v1(o, buf, regions, _enc_OffsetCommitRequestPartition_v1=_enc_OffsetCommitRequestPartition_v1, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequestTopic_v1(o, buf, regions, _enc_OffsetCommitRequestPartition_v1=_enc_OffsetCommitRequestPartition_v1, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestPartition_v1(e, buf, regions)
 
@@ -190,12 +193,13 @@ def _dec_OffsetCommitRequestTopic_v1(data, pos, _OffsetCommitRequestTopic=Offset
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v1(o, buf, regions, _enc_OffsetCommitRequestTopic_v1=_enc_OffsetCommitRequestTopic_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v1(o, buf, regions, _enc_OffsetCommitRequestTopic_v1=_enc_OffsetCommitRequestTopic_v1, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id_or_member_epoch)
     _write_string(buf, o.member_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v1(e, buf, regions)
 
@@ -217,13 +221,14 @@ def _dec_OffsetCommitRequest_v1(data, pos, _OffsetCommitRequest=OffsetCommitRequ
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v2(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v2(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _pk_q=_S_q.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id_or_member_epoch)
     _write_string(buf, o.member_id)
     buf += _pk_q(o.retention_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v0(e, buf, regions)
 
@@ -247,12 +252,13 @@ def _dec_OffsetCommitRequest_v2(data, pos, _OffsetCommitRequest=OffsetCommitRequ
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v5(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v5(o, buf, regions, _enc_OffsetCommitRequestTopic_v0=_enc_OffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id_or_member_epoch)
     _write_string(buf, o.member_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v0(e, buf, regions)
 
@@ -287,10 +293,11 @@ def _dec_OffsetCommitRequestPartition_v6(data, pos, _OffsetCommitRequestPartitio
     return o, pos
 
 
-def _enc_OffsetCommitRequestTopic_v6(o, buf, regions, _enc_OffsetCommitRequestPartition_v6=_enc_OffsetCommitRequestPartition_v6, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequestTopic_v6(o, buf, regions, _enc_OffsetCommitRequestPartition_v6=_enc_OffsetCommitRequestPartition_v6, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestPartition_v6(e, buf, regions)
 
@@ -309,12 +316,13 @@ def _dec_OffsetCommitRequestTopic_v6(data, pos, _OffsetCommitRequestTopic=Offset
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v6(o, buf, regions, _enc_OffsetCommitRequestTopic_v6=_enc_OffsetCommitRequestTopic_v6, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v6(o, buf, regions, _enc_OffsetCommitRequestTopic_v6=_enc_OffsetCommitRequestTopic_v6, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id_or_member_epoch)
     _write_string(buf, o.member_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v6(e, buf, regions)
 
@@ -336,13 +344,14 @@ def _dec_OffsetCommitRequest_v6(data, pos, _OffsetCommitRequest=OffsetCommitRequ
     return o, pos
 
 
-def _enc_OffsetCommitRequest_v7(o, buf, regions, _enc_OffsetCommitRequestTopic_v6=_enc_OffsetCommitRequestTopic_v6, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_OffsetCommitRequest_v7(o, buf, regions, _enc_OffsetCommitRequestTopic_v6=_enc_OffsetCommitRequestTopic_v6, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id_or_member_epoch)
     _write_string(buf, o.member_id)
     _write_nullable_string(buf, o.group_instance_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v6(e, buf, regions)
 
@@ -383,7 +392,11 @@ def _dec_OffsetCommitRequestPartition_v8(data, pos, _OffsetCommitRequestPartitio
 def _enc_OffsetCommitRequestTopic_v8(o, buf, regions, _enc_OffsetCommitRequestPartition_v8=_enc_OffsetCommitRequestPartition_v8, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetCommitRequestPartition_v8(e, buf, regions)
     buf.append(0)
@@ -410,7 +423,11 @@ def _enc_OffsetCommitRequest_v8(o, buf, regions, _enc_OffsetCommitRequestTopic_v
     _write_compact_string(buf, o.member_id)
     _write_compact_nullable_string(buf, o.group_instance_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetCommitRequestTopic_v8(e, buf, regions)
     buf.append(0)

@@ -92,10 +92,11 @@ def _dec_OffsetCommitResponsePartition_v0(data, pos, _OffsetCommitResponsePartit
     return o, pos
 
 
-def _enc_OffsetCommitResponseTopic_v0(o, buf, regions, _enc_OffsetCommitResponsePartition_v0=_enc_OffsetCommitResponsePartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetCommitResponseTopic_v0(o, buf, regions, _enc_OffsetCommitResponsePartition_v0=_enc_OffsetCommitResponsePartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitResponsePartition_v0(e, buf, regions)
 
@@ -114,9 +115,10 @@ def _dec_OffsetCommitResponseTopic_v0(data, pos, _OffsetCommitResponseTopic=Offs
     return o, pos
 
 
-def _enc_OffsetCommitResponse_v0(o, buf, regions, _enc_OffsetCommitResponseTopic_v0=_enc_OffsetCommitResponseTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_OffsetCommitResponse_v0(o, buf, regions, _enc_OffsetCommitResponseTopic_v0=_enc_OffsetCommitResponseTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitResponseTopic_v0(e, buf, regions)
 
@@ -134,10 +136,11 @@ def _dec_OffsetCommitResponse_v0(data, pos, _OffsetCommitResponse=OffsetCommitRe
     return o, pos
 
 
-def _enc_OffsetCommitResponse_v3(o, buf, regions, _enc_OffsetCommitResponseTopic_v0=_enc_OffsetCommitResponseTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetCommitResponse_v3(o, buf, regions, _enc_OffsetCommitResponseTopic_v0=_enc_OffsetCommitResponseTopic_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetCommitResponseTopic_v0(e, buf, regions)
 
@@ -173,7 +176,11 @@ def _dec_OffsetCommitResponsePartition_v8(data, pos, _OffsetCommitResponsePartit
 def _enc_OffsetCommitResponseTopic_v8(o, buf, regions, _enc_OffsetCommitResponsePartition_v8=_enc_OffsetCommitResponsePartition_v8, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetCommitResponsePartition_v8(e, buf, regions)
     buf.append(0)
@@ -197,7 +204,11 @@ def _dec_OffsetCommitResponseTopic_v8(data, pos, _OffsetCommitResponseTopic=Offs
 def _enc_OffsetCommitResponse_v8(o, buf, regions, _enc_OffsetCommitResponseTopic_v8=_enc_OffsetCommitResponseTopic_v8, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetCommitResponseTopic_v8(e, buf, regions)
     buf.append(0)

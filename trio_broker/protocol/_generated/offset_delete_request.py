@@ -89,10 +89,11 @@ def _dec_OffsetDeleteRequestPartition_v0(data, pos, _OffsetDeleteRequestPartitio
     return o, pos
 
 
-def _enc_OffsetDeleteRequestTopic_v0(o, buf, regions, _enc_OffsetDeleteRequestPartition_v0=_enc_OffsetDeleteRequestPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetDeleteRequestTopic_v0(o, buf, regions, _enc_OffsetDeleteRequestPartition_v0=_enc_OffsetDeleteRequestPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetDeleteRequestPartition_v0(e, buf, regions)
 
@@ -111,10 +112,11 @@ def _dec_OffsetDeleteRequestTopic_v0(data, pos, _OffsetDeleteRequestTopic=Offset
     return o, pos
 
 
-def _enc_OffsetDeleteRequest_v0(o, buf, regions, _enc_OffsetDeleteRequestTopic_v0=_enc_OffsetDeleteRequestTopic_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetDeleteRequest_v0(o, buf, regions, _enc_OffsetDeleteRequestTopic_v0=_enc_OffsetDeleteRequestTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetDeleteRequestTopic_v0(e, buf, regions)
 

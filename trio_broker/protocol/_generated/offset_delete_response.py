@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["OffsetDeleteResponsePartition", "OffsetDeleteResponseTopic", "OffsetDeleteResponse"]
 
 _S_hi = struct.Struct(">hi")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -94,10 +95,11 @@ def _dec_OffsetDeleteResponsePartition_v0(data, pos, _OffsetDeleteResponsePartit
     return o, pos
 
 
-def _enc_OffsetDeleteResponseTopic_v0(o, buf, regions, _enc_OffsetDeleteResponsePartition_v0=_enc_OffsetDeleteResponsePartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetDeleteResponseTopic_v0(o, buf, regions, _enc_OffsetDeleteResponsePartition_v0=_enc_OffsetDeleteResponsePartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetDeleteResponsePartition_v0(e, buf, regions)
 
@@ -116,10 +118,11 @@ def _dec_OffsetDeleteResponseTopic_v0(data, pos, _OffsetDeleteResponseTopic=Offs
     return o, pos
 
 
-def _enc_OffsetDeleteResponse_v0(o, buf, regions, _enc_OffsetDeleteResponseTopic_v0=_enc_OffsetDeleteResponseTopic_v0, _pk_hi=_S_hi.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetDeleteResponse_v0(o, buf, regions, _enc_OffsetDeleteResponseTopic_v0=_enc_OffsetDeleteResponseTopic_v0, _pk_hi=_S_hi.pack, _pk_i=_S_i.pack):
     buf += _pk_hi(o.error_code, o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetDeleteResponseTopic_v0(e, buf, regions)
 

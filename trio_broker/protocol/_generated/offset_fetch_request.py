@@ -109,11 +109,15 @@ class OffsetFetchRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_OffsetFetchRequestTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetFetchRequestTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_indexes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_OffsetFetchRequestTopic_v0(data, pos, _OffsetFetchRequestTopic=OffsetFetchRequestTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -128,10 +132,11 @@ def _dec_OffsetFetchRequestTopic_v0(data, pos, _OffsetFetchRequestTopic=OffsetFe
     return o, pos
 
 
-def _enc_OffsetFetchRequest_v0(o, buf, regions, _enc_OffsetFetchRequestTopic_v0=_enc_OffsetFetchRequestTopic_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetFetchRequest_v0(o, buf, regions, _enc_OffsetFetchRequestTopic_v0=_enc_OffsetFetchRequestTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchRequestTopic_v0(e, buf, regions)
 
@@ -150,13 +155,14 @@ def _dec_OffsetFetchRequest_v0(data, pos, _OffsetFetchRequest=OffsetFetchRequest
     return o, pos
 
 
-def _enc_OffsetFetchRequest_v2(o, buf, regions, _enc_OffsetFetchRequestTopic_v0=_enc_OffsetFetchRequestTopic_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetFetchRequest_v2(o, buf, regions, _enc_OffsetFetchRequestTopic_v0=_enc_OffsetFetchRequestTopic_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     lst = o.topics
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_OffsetFetchRequestTopic_v0(e, buf, regions)
 
@@ -175,11 +181,18 @@ def _dec_OffsetFetchRequest_v2(data, pos, _OffsetFetchRequest=OffsetFetchRequest
     return o, pos
 
 
-def _enc_OffsetFetchRequestTopic_v6(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_OffsetFetchRequestTopic_v6(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -202,7 +215,11 @@ def _enc_OffsetFetchRequest_v6(o, buf, regions, _enc_OffsetFetchRequestTopic_v6=
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_OffsetFetchRequestTopic_v6(e, buf, regions)
     buf.append(0)
@@ -229,7 +246,11 @@ def _enc_OffsetFetchRequest_v7(o, buf, regions, _enc_OffsetFetchRequestTopic_v6=
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_OffsetFetchRequestTopic_v6(e, buf, regions)
     buf += _pk_o(o.require_stable)
@@ -253,11 +274,18 @@ def _dec_OffsetFetchRequest_v7(data, pos, _OffsetFetchRequest=OffsetFetchRequest
     return o, pos
 
 
-def _enc_OffsetFetchRequestTopics_v8(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_OffsetFetchRequestTopics_v8(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -280,7 +308,11 @@ def _enc_OffsetFetchRequestGroup_v8(o, buf, regions, _enc_OffsetFetchRequestTopi
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_OffsetFetchRequestTopics_v8(e, buf, regions)
     buf.append(0)
@@ -303,7 +335,11 @@ def _dec_OffsetFetchRequestGroup_v8(data, pos, _OffsetFetchRequestGroup=OffsetFe
 
 def _enc_OffsetFetchRequest_v8(o, buf, regions, _enc_OffsetFetchRequestGroup_v8=_enc_OffsetFetchRequestGroup_v8, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchRequestGroup_v8(e, buf, regions)
     buf += _pk_o(o.require_stable)
@@ -334,7 +370,11 @@ def _enc_OffsetFetchRequestGroup_v9(o, buf, regions, _enc_OffsetFetchRequestTopi
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_OffsetFetchRequestTopics_v8(e, buf, regions)
     buf.append(0)
@@ -360,7 +400,11 @@ def _dec_OffsetFetchRequestGroup_v9(data, pos, _OffsetFetchRequestGroup=OffsetFe
 
 def _enc_OffsetFetchRequest_v9(o, buf, regions, _enc_OffsetFetchRequestGroup_v9=_enc_OffsetFetchRequestGroup_v9, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchRequestGroup_v9(e, buf, regions)
     buf += _pk_o(o.require_stable)

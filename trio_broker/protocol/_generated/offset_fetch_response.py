@@ -177,10 +177,11 @@ def _dec_OffsetFetchResponsePartition_v0(data, pos, _OffsetFetchResponsePartitio
     return o, pos
 
 
-def _enc_OffsetFetchResponseTopic_v0(o, buf, regions, _enc_OffsetFetchResponsePartition_v0=_enc_OffsetFetchResponsePartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetFetchResponseTopic_v0(o, buf, regions, _enc_OffsetFetchResponsePartition_v0=_enc_OffsetFetchResponsePartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponsePartition_v0(e, buf, regions)
 
@@ -199,9 +200,10 @@ def _dec_OffsetFetchResponseTopic_v0(data, pos, _OffsetFetchResponseTopic=Offset
     return o, pos
 
 
-def _enc_OffsetFetchResponse_v0(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_OffsetFetchResponse_v0(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponseTopic_v0(e, buf, regions)
 
@@ -219,9 +221,10 @@ def _dec_OffsetFetchResponse_v0(data, pos, _OffsetFetchResponse=OffsetFetchRespo
     return o, pos
 
 
-def _enc_OffsetFetchResponse_v2(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetFetchResponse_v2(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponseTopic_v0(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -242,10 +245,11 @@ def _dec_OffsetFetchResponse_v2(data, pos, _OffsetFetchResponse=OffsetFetchRespo
     return o, pos
 
 
-def _enc_OffsetFetchResponse_v3(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetFetchResponse_v3(o, buf, regions, _enc_OffsetFetchResponseTopic_v0=_enc_OffsetFetchResponseTopic_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponseTopic_v0(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -284,10 +288,11 @@ def _dec_OffsetFetchResponsePartition_v5(data, pos, _OffsetFetchResponsePartitio
     return o, pos
 
 
-def _enc_OffsetFetchResponseTopic_v5(o, buf, regions, _enc_OffsetFetchResponsePartition_v5=_enc_OffsetFetchResponsePartition_v5, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetFetchResponseTopic_v5(o, buf, regions, _enc_OffsetFetchResponsePartition_v5=_enc_OffsetFetchResponsePartition_v5, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponsePartition_v5(e, buf, regions)
 
@@ -306,10 +311,11 @@ def _dec_OffsetFetchResponseTopic_v5(data, pos, _OffsetFetchResponseTopic=Offset
     return o, pos
 
 
-def _enc_OffsetFetchResponse_v5(o, buf, regions, _enc_OffsetFetchResponseTopic_v5=_enc_OffsetFetchResponseTopic_v5, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetFetchResponse_v5(o, buf, regions, _enc_OffsetFetchResponseTopic_v5=_enc_OffsetFetchResponseTopic_v5, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetFetchResponseTopic_v5(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -353,7 +359,11 @@ def _dec_OffsetFetchResponsePartition_v6(data, pos, _OffsetFetchResponsePartitio
 def _enc_OffsetFetchResponseTopic_v6(o, buf, regions, _enc_OffsetFetchResponsePartition_v6=_enc_OffsetFetchResponsePartition_v6, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchResponsePartition_v6(e, buf, regions)
     buf.append(0)
@@ -377,7 +387,11 @@ def _dec_OffsetFetchResponseTopic_v6(data, pos, _OffsetFetchResponseTopic=Offset
 def _enc_OffsetFetchResponse_v6(o, buf, regions, _enc_OffsetFetchResponseTopic_v6=_enc_OffsetFetchResponseTopic_v6, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchResponseTopic_v6(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -423,7 +437,11 @@ def _dec_OffsetFetchResponsePartitions_v8(data, pos, _OffsetFetchResponsePartiti
 def _enc_OffsetFetchResponseTopics_v8(o, buf, regions, _enc_OffsetFetchResponsePartitions_v8=_enc_OffsetFetchResponsePartitions_v8, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchResponsePartitions_v8(e, buf, regions)
     buf.append(0)
@@ -447,7 +465,11 @@ def _dec_OffsetFetchResponseTopics_v8(data, pos, _OffsetFetchResponseTopics=Offs
 def _enc_OffsetFetchResponseGroup_v8(o, buf, regions, _enc_OffsetFetchResponseTopics_v8=_enc_OffsetFetchResponseTopics_v8, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchResponseTopics_v8(e, buf, regions)
     buf += _pk_h(o.error_code)
@@ -474,7 +496,11 @@ def _dec_OffsetFetchResponseGroup_v8(data, pos, _OffsetFetchResponseGroup=Offset
 def _enc_OffsetFetchResponse_v8(o, buf, regions, _enc_OffsetFetchResponseGroup_v8=_enc_OffsetFetchResponseGroup_v8, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.groups
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetFetchResponseGroup_v8(e, buf, regions)
     buf.append(0)

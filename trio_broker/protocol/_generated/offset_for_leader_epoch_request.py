@@ -95,10 +95,11 @@ def _dec_OffsetForLeaderPartition_v0(data, pos, _OffsetForLeaderPartition=Offset
     return o, pos
 
 
-def _enc_OffsetForLeaderTopic_v0(o, buf, regions, _enc_OffsetForLeaderPartition_v0=_enc_OffsetForLeaderPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetForLeaderTopic_v0(o, buf, regions, _enc_OffsetForLeaderPartition_v0=_enc_OffsetForLeaderPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderPartition_v0(e, buf, regions)
 
@@ -117,9 +118,10 @@ def _dec_OffsetForLeaderTopic_v0(data, pos, _OffsetForLeaderTopic=OffsetForLeade
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochRequest_v0(o, buf, regions, _enc_OffsetForLeaderTopic_v0=_enc_OffsetForLeaderTopic_v0, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochRequest_v0(o, buf, regions, _enc_OffsetForLeaderTopic_v0=_enc_OffsetForLeaderTopic_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopic_v0(e, buf, regions)
 
@@ -148,10 +150,11 @@ def _dec_OffsetForLeaderPartition_v2(data, pos, _OffsetForLeaderPartition=Offset
     return o, pos
 
 
-def _enc_OffsetForLeaderTopic_v2(o, buf, regions, _enc_OffsetForLeaderPartition_v2=_enc_OffsetForLeaderPartition_v2, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetForLeaderTopic_v2(o, buf, regions, _enc_OffsetForLeaderPartition_v2=_enc_OffsetForLeaderPartition_v2, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderPartition_v2(e, buf, regions)
 
@@ -170,9 +173,10 @@ def _dec_OffsetForLeaderTopic_v2(data, pos, _OffsetForLeaderTopic=OffsetForLeade
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochRequest_v2(o, buf, regions, _enc_OffsetForLeaderTopic_v2=_enc_OffsetForLeaderTopic_v2, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochRequest_v2(o, buf, regions, _enc_OffsetForLeaderTopic_v2=_enc_OffsetForLeaderTopic_v2, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopic_v2(e, buf, regions)
 
@@ -190,10 +194,11 @@ def _dec_OffsetForLeaderEpochRequest_v2(data, pos, _OffsetForLeaderEpochRequest=
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochRequest_v3(o, buf, regions, _enc_OffsetForLeaderTopic_v2=_enc_OffsetForLeaderTopic_v2, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochRequest_v3(o, buf, regions, _enc_OffsetForLeaderTopic_v2=_enc_OffsetForLeaderTopic_v2, _pk_i=_S_i.pack):
     buf += _pk_i(o.replica_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopic_v2(e, buf, regions)
 
@@ -229,7 +234,11 @@ def _dec_OffsetForLeaderPartition_v4(data, pos, _OffsetForLeaderPartition=Offset
 def _enc_OffsetForLeaderTopic_v4(o, buf, regions, _enc_OffsetForLeaderPartition_v4=_enc_OffsetForLeaderPartition_v4, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetForLeaderPartition_v4(e, buf, regions)
     buf.append(0)
@@ -253,7 +262,11 @@ def _dec_OffsetForLeaderTopic_v4(data, pos, _OffsetForLeaderTopic=OffsetForLeade
 def _enc_OffsetForLeaderEpochRequest_v4(o, buf, regions, _enc_OffsetForLeaderTopic_v4=_enc_OffsetForLeaderTopic_v4, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.replica_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetForLeaderTopic_v4(e, buf, regions)
     buf.append(0)

@@ -97,10 +97,11 @@ def _dec_EpochEndOffset_v0(data, pos, _EpochEndOffset=EpochEndOffset, _up_hiq=_S
     return o, pos
 
 
-def _enc_OffsetForLeaderTopicResult_v0(o, buf, regions, _enc_EpochEndOffset_v0=_enc_EpochEndOffset_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetForLeaderTopicResult_v0(o, buf, regions, _enc_EpochEndOffset_v0=_enc_EpochEndOffset_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EpochEndOffset_v0(e, buf, regions)
 
@@ -119,9 +120,10 @@ def _dec_OffsetForLeaderTopicResult_v0(data, pos, _OffsetForLeaderTopicResult=Of
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochResponse_v0(o, buf, regions, _enc_OffsetForLeaderTopicResult_v0=_enc_OffsetForLeaderTopicResult_v0, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochResponse_v0(o, buf, regions, _enc_OffsetForLeaderTopicResult_v0=_enc_OffsetForLeaderTopicResult_v0, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopicResult_v0(e, buf, regions)
 
@@ -150,10 +152,11 @@ def _dec_EpochEndOffset_v1(data, pos, _EpochEndOffset=EpochEndOffset, _up_hiiq=_
     return o, pos
 
 
-def _enc_OffsetForLeaderTopicResult_v1(o, buf, regions, _enc_EpochEndOffset_v1=_enc_EpochEndOffset_v1, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_OffsetForLeaderTopicResult_v1(o, buf, regions, _enc_EpochEndOffset_v1=_enc_EpochEndOffset_v1, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_EpochEndOffset_v1(e, buf, regions)
 
@@ -172,9 +175,10 @@ def _dec_OffsetForLeaderTopicResult_v1(data, pos, _OffsetForLeaderTopicResult=Of
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochResponse_v1(o, buf, regions, _enc_OffsetForLeaderTopicResult_v1=_enc_OffsetForLeaderTopicResult_v1, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochResponse_v1(o, buf, regions, _enc_OffsetForLeaderTopicResult_v1=_enc_OffsetForLeaderTopicResult_v1, _pk_i=_S_i.pack):
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopicResult_v1(e, buf, regions)
 
@@ -192,10 +196,11 @@ def _dec_OffsetForLeaderEpochResponse_v1(data, pos, _OffsetForLeaderEpochRespons
     return o, pos
 
 
-def _enc_OffsetForLeaderEpochResponse_v2(o, buf, regions, _enc_OffsetForLeaderTopicResult_v1=_enc_OffsetForLeaderTopicResult_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_OffsetForLeaderEpochResponse_v2(o, buf, regions, _enc_OffsetForLeaderTopicResult_v1=_enc_OffsetForLeaderTopicResult_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_OffsetForLeaderTopicResult_v1(e, buf, regions)
 
@@ -231,7 +236,11 @@ def _dec_EpochEndOffset_v4(data, pos, _EpochEndOffset=EpochEndOffset, _skip_tagg
 def _enc_OffsetForLeaderTopicResult_v4(o, buf, regions, _enc_EpochEndOffset_v4=_enc_EpochEndOffset_v4, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_EpochEndOffset_v4(e, buf, regions)
     buf.append(0)
@@ -255,7 +264,11 @@ def _dec_OffsetForLeaderTopicResult_v4(data, pos, _OffsetForLeaderTopicResult=Of
 def _enc_OffsetForLeaderEpochResponse_v4(o, buf, regions, _enc_OffsetForLeaderTopicResult_v4=_enc_OffsetForLeaderTopicResult_v4, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_OffsetForLeaderTopicResult_v4(e, buf, regions)
     buf.append(0)

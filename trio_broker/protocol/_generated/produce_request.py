@@ -99,10 +99,11 @@ def _dec_PartitionProduceData_v0(data, pos, _PartitionProduceData=PartitionProdu
     return o, pos
 
 
-def _enc_TopicProduceData_v0(o, buf, regions, _enc_PartitionProduceData_v0=_enc_PartitionProduceData_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicProduceData_v0(o, buf, regions, _enc_PartitionProduceData_v0=_enc_PartitionProduceData_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionProduceData_v0(e, buf, regions)
 
@@ -121,10 +122,11 @@ def _dec_TopicProduceData_v0(data, pos, _TopicProduceData=TopicProduceData, _dec
     return o, pos
 
 
-def _enc_ProduceRequest_v0(o, buf, regions, _enc_TopicProduceData_v0=_enc_TopicProduceData_v0, _pk_hi=_S_hi.pack, _write_array_len=_p.write_array_len):
+def _enc_ProduceRequest_v0(o, buf, regions, _enc_TopicProduceData_v0=_enc_TopicProduceData_v0, _pk_hi=_S_hi.pack, _pk_i=_S_i.pack):
     buf += _pk_hi(o.acks, o.timeout_ms)
     lst = o.topic_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceData_v0(e, buf, regions)
 
@@ -144,11 +146,12 @@ def _dec_ProduceRequest_v0(data, pos, _ProduceRequest=ProduceRequest, _dec_Topic
     return o, pos
 
 
-def _enc_ProduceRequest_v3(o, buf, regions, _enc_TopicProduceData_v0=_enc_TopicProduceData_v0, _pk_hi=_S_hi.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_ProduceRequest_v3(o, buf, regions, _enc_TopicProduceData_v0=_enc_TopicProduceData_v0, _pk_hi=_S_hi.pack, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     _write_nullable_string(buf, o.transactional_id)
     buf += _pk_hi(o.acks, o.timeout_ms)
     lst = o.topic_data
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceData_v0(e, buf, regions)
 
@@ -187,7 +190,11 @@ def _dec_PartitionProduceData_v9(data, pos, _PartitionProduceData=PartitionProdu
 def _enc_TopicProduceData_v9(o, buf, regions, _enc_PartitionProduceData_v9=_enc_PartitionProduceData_v9, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionProduceData_v9(e, buf, regions)
     buf.append(0)
@@ -212,7 +219,11 @@ def _enc_ProduceRequest_v9(o, buf, regions, _enc_TopicProduceData_v9=_enc_TopicP
     _write_compact_nullable_string(buf, o.transactional_id)
     buf += _pk_hi(o.acks, o.timeout_ms)
     lst = o.topic_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicProduceData_v9(e, buf, regions)
     buf.append(0)

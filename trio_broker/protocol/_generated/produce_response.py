@@ -176,10 +176,11 @@ def _dec_PartitionProduceResponse_v0(data, pos, _PartitionProduceResponse=Partit
     return o, pos
 
 
-def _enc_TopicProduceResponse_v0(o, buf, regions, _enc_PartitionProduceResponse_v0=_enc_PartitionProduceResponse_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicProduceResponse_v0(o, buf, regions, _enc_PartitionProduceResponse_v0=_enc_PartitionProduceResponse_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionProduceResponse_v0(e, buf, regions)
 
@@ -198,9 +199,10 @@ def _dec_TopicProduceResponse_v0(data, pos, _TopicProduceResponse=TopicProduceRe
     return o, pos
 
 
-def _enc_ProduceResponse_v0(o, buf, regions, _enc_TopicProduceResponse_v0=_enc_TopicProduceResponse_v0, _write_array_len=_p.write_array_len):
+def _enc_ProduceResponse_v0(o, buf, regions, _enc_TopicProduceResponse_v0=_enc_TopicProduceResponse_v0, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceResponse_v0(e, buf, regions)
 
@@ -218,9 +220,10 @@ def _dec_ProduceResponse_v0(data, pos, _ProduceResponse=ProduceResponse, _dec_To
     return o, pos
 
 
-def _enc_ProduceResponse_v1(o, buf, regions, _enc_TopicProduceResponse_v0=_enc_TopicProduceResponse_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ProduceResponse_v1(o, buf, regions, _enc_TopicProduceResponse_v0=_enc_TopicProduceResponse_v0, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceResponse_v0(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -252,10 +255,11 @@ def _dec_PartitionProduceResponse_v2(data, pos, _PartitionProduceResponse=Partit
     return o, pos
 
 
-def _enc_TopicProduceResponse_v2(o, buf, regions, _enc_PartitionProduceResponse_v2=_enc_PartitionProduceResponse_v2, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicProduceResponse_v2(o, buf, regions, _enc_PartitionProduceResponse_v2=_enc_PartitionProduceResponse_v2, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionProduceResponse_v2(e, buf, regions)
 
@@ -274,9 +278,10 @@ def _dec_TopicProduceResponse_v2(data, pos, _TopicProduceResponse=TopicProduceRe
     return o, pos
 
 
-def _enc_ProduceResponse_v2(o, buf, regions, _enc_TopicProduceResponse_v2=_enc_TopicProduceResponse_v2, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ProduceResponse_v2(o, buf, regions, _enc_TopicProduceResponse_v2=_enc_TopicProduceResponse_v2, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceResponse_v2(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -308,10 +313,11 @@ def _dec_PartitionProduceResponse_v5(data, pos, _PartitionProduceResponse=Partit
     return o, pos
 
 
-def _enc_TopicProduceResponse_v5(o, buf, regions, _enc_PartitionProduceResponse_v5=_enc_PartitionProduceResponse_v5, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicProduceResponse_v5(o, buf, regions, _enc_PartitionProduceResponse_v5=_enc_PartitionProduceResponse_v5, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionProduceResponse_v5(e, buf, regions)
 
@@ -330,9 +336,10 @@ def _dec_TopicProduceResponse_v5(data, pos, _TopicProduceResponse=TopicProduceRe
     return o, pos
 
 
-def _enc_ProduceResponse_v5(o, buf, regions, _enc_TopicProduceResponse_v5=_enc_TopicProduceResponse_v5, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ProduceResponse_v5(o, buf, regions, _enc_TopicProduceResponse_v5=_enc_TopicProduceResponse_v5, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceResponse_v5(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -366,10 +373,11 @@ def _dec_BatchIndexAndErrorMessage_v8(data, pos, _BatchIndexAndErrorMessage=Batc
     return o, pos
 
 
-def _enc_PartitionProduceResponse_v8(o, buf, regions, _enc_BatchIndexAndErrorMessage_v8=_enc_BatchIndexAndErrorMessage_v8, _pk_ihqqq=_S_ihqqq.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_PartitionProduceResponse_v8(o, buf, regions, _enc_BatchIndexAndErrorMessage_v8=_enc_BatchIndexAndErrorMessage_v8, _pk_i=_S_i.pack, _pk_ihqqq=_S_ihqqq.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     lst = o.record_errors
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_BatchIndexAndErrorMessage_v8(e, buf, regions)
     _write_nullable_string(buf, o.error_message)
@@ -391,10 +399,11 @@ def _dec_PartitionProduceResponse_v8(data, pos, _PartitionProduceResponse=Partit
     return o, pos
 
 
-def _enc_TopicProduceResponse_v8(o, buf, regions, _enc_PartitionProduceResponse_v8=_enc_PartitionProduceResponse_v8, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TopicProduceResponse_v8(o, buf, regions, _enc_PartitionProduceResponse_v8=_enc_PartitionProduceResponse_v8, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_PartitionProduceResponse_v8(e, buf, regions)
 
@@ -413,9 +422,10 @@ def _dec_TopicProduceResponse_v8(data, pos, _TopicProduceResponse=TopicProduceRe
     return o, pos
 
 
-def _enc_ProduceResponse_v8(o, buf, regions, _enc_TopicProduceResponse_v8=_enc_TopicProduceResponse_v8, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_ProduceResponse_v8(o, buf, regions, _enc_TopicProduceResponse_v8=_enc_TopicProduceResponse_v8, _pk_i=_S_i.pack):
     lst = o.responses
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TopicProduceResponse_v8(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -454,7 +464,11 @@ def _dec_BatchIndexAndErrorMessage_v9(data, pos, _BatchIndexAndErrorMessage=Batc
 def _enc_PartitionProduceResponse_v9(o, buf, regions, _enc_BatchIndexAndErrorMessage_v9=_enc_BatchIndexAndErrorMessage_v9, _pk_ihqqq=_S_ihqqq.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     lst = o.record_errors
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_BatchIndexAndErrorMessage_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.error_message)
@@ -481,7 +495,11 @@ def _dec_PartitionProduceResponse_v9(data, pos, _PartitionProduceResponse=Partit
 def _enc_TopicProduceResponse_v9(o, buf, regions, _enc_PartitionProduceResponse_v9=_enc_PartitionProduceResponse_v9, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionProduceResponse_v9(e, buf, regions)
     buf.append(0)
@@ -504,7 +522,11 @@ def _dec_TopicProduceResponse_v9(data, pos, _TopicProduceResponse=TopicProduceRe
 
 def _enc_ProduceResponse_v9(o, buf, regions, _enc_TopicProduceResponse_v9=_enc_TopicProduceResponse_v9, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicProduceResponse_v9(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -543,7 +565,11 @@ def _dec_LeaderIdAndEpoch_v10(data, pos, _LeaderIdAndEpoch=LeaderIdAndEpoch, _sk
 def _enc_PartitionProduceResponse_v10(o, buf, regions, _enc_BatchIndexAndErrorMessage_v9=_enc_BatchIndexAndErrorMessage_v9, _enc_LeaderIdAndEpoch_v10=_enc_LeaderIdAndEpoch_v10, _pk_ihqqq=_S_ihqqq.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     lst = o.record_errors
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_BatchIndexAndErrorMessage_v9(e, buf, regions)
     _write_compact_nullable_string(buf, o.error_message)
@@ -583,7 +609,11 @@ def _dec_PartitionProduceResponse_v10(data, pos, _PartitionProduceResponse=Parti
 def _enc_TopicProduceResponse_v10(o, buf, regions, _enc_PartitionProduceResponse_v10=_enc_PartitionProduceResponse_v10, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionProduceResponse_v10(e, buf, regions)
     buf.append(0)
@@ -626,7 +656,11 @@ def _dec_NodeEndpoint_v10(data, pos, _NodeEndpoint=NodeEndpoint, _read_compact_n
 
 def _enc_ProduceResponse_v10(o, buf, regions, _enc_NodeEndpoint_v10=_enc_NodeEndpoint_v10, _enc_TopicProduceResponse_v10=_enc_TopicProduceResponse_v10, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicProduceResponse_v10(e, buf, regions)
     buf += _pk_i(o.throttle_time_ms)
@@ -635,7 +669,11 @@ def _enc_ProduceResponse_v10(o, buf, regions, _enc_NodeEndpoint_v10=_enc_NodeEnd
     if x != []:
         tb = bytearray()
         lst = x
-        _write_compact_array_len(tb, len(lst))
+        n = len(lst)
+        if n < 127:
+            tb.append(n + 1)
+        else:
+            _write_compact_array_len(tb, n)
         for e in lst:
             _enc_NodeEndpoint_v10(e, tb, regions)
         tagged.append((0, tb))

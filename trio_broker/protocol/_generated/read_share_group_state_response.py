@@ -131,7 +131,11 @@ def _enc_PartitionResult_v0(o, buf, regions, _enc_StateBatch_v0=_enc_StateBatch_
     _write_compact_nullable_string(buf, o.error_message)
     buf += _pk_iq(o.state_epoch, o.start_offset)
     lst = o.state_batches
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StateBatch_v0(e, buf, regions)
     buf.append(0)
@@ -159,7 +163,11 @@ def _dec_PartitionResult_v0(data, pos, _PartitionResult=PartitionResult, _dec_St
 def _enc_ReadStateResult_v0(o, buf, regions, _enc_PartitionResult_v0=_enc_PartitionResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionResult_v0(e, buf, regions)
     buf.append(0)
@@ -182,7 +190,11 @@ def _dec_ReadStateResult_v0(data, pos, _ReadStateResult=ReadStateResult, _dec_Pa
 
 def _enc_ReadShareGroupStateResponse_v0(o, buf, regions, _enc_ReadStateResult_v0=_enc_ReadStateResult_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReadStateResult_v0(e, buf, regions)
     buf.append(0)

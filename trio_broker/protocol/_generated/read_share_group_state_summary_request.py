@@ -97,7 +97,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _skip_tagged_
 def _enc_ReadStateSummaryData_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -121,7 +125,11 @@ def _dec_ReadStateSummaryData_v0(data, pos, _ReadStateSummaryData=ReadStateSumma
 def _enc_ReadShareGroupStateSummaryRequest_v0(o, buf, regions, _enc_ReadStateSummaryData_v0=_enc_ReadStateSummaryData_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ReadStateSummaryData_v0(e, buf, regions)
     buf.append(0)

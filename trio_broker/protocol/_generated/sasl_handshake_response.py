@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message
 __all__ = ["SaslHandshakeResponse"]
 
 _S_h = struct.Struct(">h")
+_S_i = struct.Struct(">i")
 
 
 class SaslHandshakeResponse(Message):
@@ -40,10 +41,11 @@ class SaslHandshakeResponse(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_SaslHandshakeResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_SaslHandshakeResponse_v0(o, buf, regions, _pk_h=_S_h.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     buf += _pk_h(o.error_code)
     lst = o.mechanisms
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _write_string(buf, e)
 

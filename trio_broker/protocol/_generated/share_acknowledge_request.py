@@ -108,11 +108,18 @@ class ShareAcknowledgeRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_AcknowledgementBatch_v0(o, buf, regions, _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_AcknowledgementBatch_v0(o, buf, regions, _arrays_b=_p.array_structs('b'), _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_qq(o.first_offset, o.last_offset)
     lst = o.acknowledge_types
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%db" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_b[n](*lst)
+    else:
+        buf += _pack(">%db" % n, *lst)
     buf.append(0)
 
 
@@ -133,7 +140,11 @@ def _dec_AcknowledgementBatch_v0(data, pos, _AcknowledgementBatch=Acknowledgemen
 def _enc_AcknowledgePartition_v0(o, buf, regions, _enc_AcknowledgementBatch_v0=_enc_AcknowledgementBatch_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.partition_index)
     lst = o.acknowledgement_batches
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcknowledgementBatch_v0(e, buf, regions)
     buf.append(0)
@@ -158,7 +169,11 @@ def _dec_AcknowledgePartition_v0(data, pos, _AcknowledgePartition=AcknowledgePar
 def _enc_AcknowledgeTopic_v0(o, buf, regions, _enc_AcknowledgePartition_v0=_enc_AcknowledgePartition_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcknowledgePartition_v0(e, buf, regions)
     buf.append(0)
@@ -184,7 +199,11 @@ def _enc_ShareAcknowledgeRequest_v0(o, buf, regions, _enc_AcknowledgeTopic_v0=_e
     _write_compact_nullable_string(buf, o.member_id)
     buf += _pk_i(o.share_session_epoch)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcknowledgeTopic_v0(e, buf, regions)
     buf.append(0)

@@ -170,7 +170,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _dec_LeaderId
 def _enc_ShareAcknowledgeTopicResponse_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -215,11 +219,19 @@ def _enc_ShareAcknowledgeResponse_v0(o, buf, regions, _enc_NodeEndpoint_v0=_enc_
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ShareAcknowledgeTopicResponse_v0(e, buf, regions)
     lst = o.node_endpoints
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_NodeEndpoint_v0(e, buf, regions)
     buf.append(0)

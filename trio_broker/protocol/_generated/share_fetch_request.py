@@ -145,11 +145,18 @@ class ShareFetchRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_AcknowledgementBatch_v0(o, buf, regions, _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_AcknowledgementBatch_v0(o, buf, regions, _arrays_b=_p.array_structs('b'), _pack=struct.pack, _pk_qq=_S_qq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_qq(o.first_offset, o.last_offset)
     lst = o.acknowledge_types
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%db" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_b[n](*lst)
+    else:
+        buf += _pack(">%db" % n, *lst)
     buf.append(0)
 
 
@@ -170,7 +177,11 @@ def _dec_AcknowledgementBatch_v0(data, pos, _AcknowledgementBatch=Acknowledgemen
 def _enc_FetchPartition_v0(o, buf, regions, _enc_AcknowledgementBatch_v0=_enc_AcknowledgementBatch_v0, _pk_ii=_S_ii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ii(o.partition_index, o.partition_max_bytes)
     lst = o.acknowledgement_batches
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcknowledgementBatch_v0(e, buf, regions)
     buf.append(0)
@@ -195,7 +206,11 @@ def _dec_FetchPartition_v0(data, pos, _FetchPartition=FetchPartition, _dec_Ackno
 def _enc_FetchTopic_v0(o, buf, regions, _enc_FetchPartition_v0=_enc_FetchPartition_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchPartition_v0(e, buf, regions)
     buf.append(0)
@@ -216,11 +231,18 @@ def _dec_FetchTopic_v0(data, pos, _FetchTopic=FetchTopic, _dec_FetchPartition_v0
     return o, pos
 
 
-def _enc_ForgottenTopic_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_ForgottenTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -242,11 +264,19 @@ def _enc_ShareFetchRequest_v0(o, buf, regions, _enc_FetchTopic_v0=_enc_FetchTopi
     _write_compact_nullable_string(buf, o.member_id)
     buf += _pk_iiii(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v0(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v0(e, buf, regions)
     buf.append(0)
@@ -281,7 +311,11 @@ def _dec_ShareFetchRequest_v0(data, pos, _ShareFetchRequest=ShareFetchRequest, _
 def _enc_FetchPartition_v1(o, buf, regions, _enc_AcknowledgementBatch_v0=_enc_AcknowledgementBatch_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.partition_index)
     lst = o.acknowledgement_batches
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcknowledgementBatch_v0(e, buf, regions)
     buf.append(0)
@@ -306,7 +340,11 @@ def _dec_FetchPartition_v1(data, pos, _FetchPartition=FetchPartition, _dec_Ackno
 def _enc_FetchTopic_v1(o, buf, regions, _enc_FetchPartition_v1=_enc_FetchPartition_v1, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchPartition_v1(e, buf, regions)
     buf.append(0)
@@ -332,11 +370,19 @@ def _enc_ShareFetchRequest_v1(o, buf, regions, _enc_FetchTopic_v1=_enc_FetchTopi
     _write_compact_nullable_string(buf, o.member_id)
     buf += _pk_iiiiii(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FetchTopic_v1(e, buf, regions)
     lst = o.forgotten_topics_data
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ForgottenTopic_v0(e, buf, regions)
     buf.append(0)

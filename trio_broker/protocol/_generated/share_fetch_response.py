@@ -206,7 +206,11 @@ def _enc_PartitionData_v0(o, buf, regions, _enc_AcquiredRecords_v0=_enc_Acquired
     _enc_LeaderIdAndEpoch_v0(o.current_leader, buf, regions)
     _write_compact_records(buf, o.records, regions)
     lst = o.acquired_records
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_AcquiredRecords_v0(e, buf, regions)
     buf.append(0)
@@ -237,7 +241,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _dec_Acquired
 def _enc_ShareFetchableTopicResponse_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -282,11 +290,19 @@ def _enc_ShareFetchResponse_v0(o, buf, regions, _enc_NodeEndpoint_v0=_enc_NodeEn
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ShareFetchableTopicResponse_v0(e, buf, regions)
     lst = o.node_endpoints
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_NodeEndpoint_v0(e, buf, regions)
     buf.append(0)
@@ -322,11 +338,19 @@ def _enc_ShareFetchResponse_v1(o, buf, regions, _enc_NodeEndpoint_v0=_enc_NodeEn
     _write_compact_nullable_string(buf, o.error_message)
     buf += _pk_i(o.acquisition_lock_timeout_ms)
     lst = o.responses
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_ShareFetchableTopicResponse_v0(e, buf, regions)
     lst = o.node_endpoints
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_NodeEndpoint_v0(e, buf, regions)
     buf.append(0)

@@ -55,7 +55,11 @@ def _enc_ShareGroupHeartbeatRequest_v0(o, buf, regions, _pk_i=_S_i.pack, _write_
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _write_compact_string(buf, e)
     buf.append(0)

@@ -48,7 +48,11 @@ def _enc_ShareGroupMemberMetadataValue_v0(o, buf, regions, _write_compact_array_
     _write_compact_string(buf, o.client_id)
     _write_compact_string(buf, o.client_host)
     lst = o.subscribed_topic_names
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _write_compact_string(buf, e)
     buf.append(0)

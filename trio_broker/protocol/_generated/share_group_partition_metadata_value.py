@@ -82,12 +82,19 @@ class ShareGroupPartitionMetadataValue(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_TopicPartitionsInfo_v0(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_TopicPartitionsInfo_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     buf += o.topic_id.bytes
     _write_compact_string(buf, o.topic_name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -121,11 +128,19 @@ def _dec_TopicInfo_v0(data, pos, _TopicInfo=TopicInfo, _read_compact_string=_p.r
 
 def _enc_ShareGroupPartitionMetadataValue_v0(o, buf, regions, _enc_TopicInfo_v0=_enc_TopicInfo_v0, _enc_TopicPartitionsInfo_v0=_enc_TopicPartitionsInfo_v0, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.initialized_topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicPartitionsInfo_v0(e, buf, regions)
     lst = o.deleting_topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TopicInfo_v0(e, buf, regions)
     buf.append(0)

@@ -151,10 +151,11 @@ def _dec_StopReplicaPartitionV0_v0(data, pos, _StopReplicaPartitionV0=StopReplic
     return o, pos
 
 
-def _enc_StopReplicaRequest_v0(o, buf, regions, _enc_StopReplicaPartitionV0_v0=_enc_StopReplicaPartitionV0_v0, _pk_iio=_S_iio.pack, _write_array_len=_p.write_array_len):
+def _enc_StopReplicaRequest_v0(o, buf, regions, _enc_StopReplicaPartitionV0_v0=_enc_StopReplicaPartitionV0_v0, _pk_i=_S_i.pack, _pk_iio=_S_iio.pack):
     buf += _pk_iio(o.controller_id, o.controller_epoch, o.delete_partitions)
     lst = o.ungrouped_partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_StopReplicaPartitionV0_v0(e, buf, regions)
 
@@ -174,11 +175,15 @@ def _dec_StopReplicaRequest_v0(data, pos, _StopReplicaRequest=StopReplicaRequest
     return o, pos
 
 
-def _enc_StopReplicaTopicV1_v1(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_StopReplicaTopicV1_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_indexes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_StopReplicaTopicV1_v1(data, pos, _StopReplicaTopicV1=StopReplicaTopicV1, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -193,10 +198,11 @@ def _dec_StopReplicaTopicV1_v1(data, pos, _StopReplicaTopicV1=StopReplicaTopicV1
     return o, pos
 
 
-def _enc_StopReplicaRequest_v1(o, buf, regions, _enc_StopReplicaTopicV1_v1=_enc_StopReplicaTopicV1_v1, _pk_iiqo=_S_iiqo.pack, _write_array_len=_p.write_array_len):
+def _enc_StopReplicaRequest_v1(o, buf, regions, _enc_StopReplicaTopicV1_v1=_enc_StopReplicaTopicV1_v1, _pk_i=_S_i.pack, _pk_iiqo=_S_iiqo.pack):
     buf += _pk_iiqo(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_StopReplicaTopicV1_v1(e, buf, regions)
 
@@ -216,11 +222,18 @@ def _dec_StopReplicaRequest_v1(data, pos, _StopReplicaRequest=StopReplicaRequest
     return o, pos
 
 
-def _enc_StopReplicaTopicV1_v2(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_StopReplicaTopicV1_v2(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -240,7 +253,11 @@ def _dec_StopReplicaTopicV1_v2(data, pos, _StopReplicaTopicV1=StopReplicaTopicV1
 def _enc_StopReplicaRequest_v2(o, buf, regions, _enc_StopReplicaTopicV1_v2=_enc_StopReplicaTopicV1_v2, _pk_iiqo=_S_iiqo.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiqo(o.controller_id, o.controller_epoch, o.broker_epoch, o.delete_partitions)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StopReplicaTopicV1_v2(e, buf, regions)
     buf.append(0)
@@ -278,7 +295,11 @@ def _dec_StopReplicaPartitionState_v3(data, pos, _StopReplicaPartitionState=Stop
 def _enc_StopReplicaTopicState_v3(o, buf, regions, _enc_StopReplicaPartitionState_v3=_enc_StopReplicaPartitionState_v3, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StopReplicaPartitionState_v3(e, buf, regions)
     buf.append(0)
@@ -302,7 +323,11 @@ def _dec_StopReplicaTopicState_v3(data, pos, _StopReplicaTopicState=StopReplicaT
 def _enc_StopReplicaRequest_v3(o, buf, regions, _enc_StopReplicaTopicState_v3=_enc_StopReplicaTopicState_v3, _pk_iiq=_S_iiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StopReplicaTopicState_v3(e, buf, regions)
     buf.append(0)
@@ -327,7 +352,11 @@ def _dec_StopReplicaRequest_v3(data, pos, _StopReplicaRequest=StopReplicaRequest
 def _enc_StopReplicaRequest_v4(o, buf, regions, _enc_StopReplicaTopicState_v3=_enc_StopReplicaTopicState_v3, _pk_ioiq=_S_ioiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_ioiq(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StopReplicaTopicState_v3(e, buf, regions)
     buf.append(0)

@@ -11,6 +11,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 __all__ = ["StopReplicaPartitionError", "StopReplicaResponse"]
 
 _S_h = struct.Struct(">h")
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 
 
@@ -76,10 +77,11 @@ def _dec_StopReplicaPartitionError_v0(data, pos, _StopReplicaPartitionError=Stop
     return o, pos
 
 
-def _enc_StopReplicaResponse_v0(o, buf, regions, _enc_StopReplicaPartitionError_v0=_enc_StopReplicaPartitionError_v0, _pk_h=_S_h.pack, _write_array_len=_p.write_array_len):
+def _enc_StopReplicaResponse_v0(o, buf, regions, _enc_StopReplicaPartitionError_v0=_enc_StopReplicaPartitionError_v0, _pk_h=_S_h.pack, _pk_i=_S_i.pack):
     buf += _pk_h(o.error_code)
     lst = o.partition_errors
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_StopReplicaPartitionError_v0(e, buf, regions)
 
@@ -117,7 +119,11 @@ def _dec_StopReplicaPartitionError_v2(data, pos, _StopReplicaPartitionError=Stop
 def _enc_StopReplicaResponse_v2(o, buf, regions, _enc_StopReplicaPartitionError_v2=_enc_StopReplicaPartitionError_v2, _pk_h=_S_h.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_h(o.error_code)
     lst = o.partition_errors
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StopReplicaPartitionError_v2(e, buf, regions)
     buf.append(0)

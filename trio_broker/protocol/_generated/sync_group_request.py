@@ -82,12 +82,13 @@ def _dec_SyncGroupRequestAssignment_v0(data, pos, _SyncGroupRequestAssignment=Sy
     return o, pos
 
 
-def _enc_SyncGroupRequest_v0(o, buf, regions, _enc_SyncGroupRequestAssignment_v0=_enc_SyncGroupRequestAssignment_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_SyncGroupRequest_v0(o, buf, regions, _enc_SyncGroupRequestAssignment_v0=_enc_SyncGroupRequestAssignment_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id)
     _write_string(buf, o.member_id)
     lst = o.assignments
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_SyncGroupRequestAssignment_v0(e, buf, regions)
 
@@ -109,13 +110,14 @@ def _dec_SyncGroupRequest_v0(data, pos, _SyncGroupRequest=SyncGroupRequest, _dec
     return o, pos
 
 
-def _enc_SyncGroupRequest_v3(o, buf, regions, _enc_SyncGroupRequestAssignment_v0=_enc_SyncGroupRequestAssignment_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
+def _enc_SyncGroupRequest_v3(o, buf, regions, _enc_SyncGroupRequestAssignment_v0=_enc_SyncGroupRequestAssignment_v0, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string, _write_string=_p.write_string):
     _write_string(buf, o.group_id)
     buf += _pk_i(o.generation_id)
     _write_string(buf, o.member_id)
     _write_nullable_string(buf, o.group_instance_id)
     lst = o.assignments
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_SyncGroupRequestAssignment_v0(e, buf, regions)
 
@@ -158,7 +160,11 @@ def _enc_SyncGroupRequest_v4(o, buf, regions, _enc_SyncGroupRequestAssignment_v4
     _write_compact_string(buf, o.member_id)
     _write_compact_nullable_string(buf, o.group_instance_id)
     lst = o.assignments
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_SyncGroupRequestAssignment_v4(e, buf, regions)
     buf.append(0)
@@ -191,7 +197,11 @@ def _enc_SyncGroupRequest_v5(o, buf, regions, _enc_SyncGroupRequestAssignment_v4
     _write_compact_nullable_string(buf, o.protocol_type)
     _write_compact_nullable_string(buf, o.protocol_name)
     lst = o.assignments
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_SyncGroupRequestAssignment_v4(e, buf, regions)
     buf.append(0)

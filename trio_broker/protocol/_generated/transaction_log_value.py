@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["PartitionsSchema", "TransactionLogValue"]
 
+_S_i = struct.Struct(">i")
 _S_qhib = struct.Struct(">qhib")
 _S_qq = struct.Struct(">qq")
 
@@ -71,11 +72,15 @@ class TransactionLogValue(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_PartitionsSchema_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_PartitionsSchema_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic)
     lst = o.partition_ids
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_PartitionsSchema_v0(data, pos, _PartitionsSchema=PartitionsSchema, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -90,13 +95,14 @@ def _dec_PartitionsSchema_v0(data, pos, _PartitionsSchema=PartitionsSchema, _rea
     return o, pos
 
 
-def _enc_TransactionLogValue_v0(o, buf, regions, _enc_PartitionsSchema_v0=_enc_PartitionsSchema_v0, _pk_qhib=_S_qhib.pack, _pk_qq=_S_qq.pack, _write_array_len=_p.write_array_len):
+def _enc_TransactionLogValue_v0(o, buf, regions, _enc_PartitionsSchema_v0=_enc_PartitionsSchema_v0, _pk_i=_S_i.pack, _pk_qhib=_S_qhib.pack, _pk_qq=_S_qq.pack):
     buf += _pk_qhib(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     lst = o.transaction_partitions
     if lst is None:
         buf += b"\xff\xff\xff\xff"
     else:
-        _write_array_len(buf, len(lst))
+        n = len(lst)
+        buf += _pk_i(n)
         for e in lst:
             _enc_PartitionsSchema_v0(e, buf, regions)
     buf += _pk_qq(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
@@ -119,11 +125,18 @@ def _dec_TransactionLogValue_v0(data, pos, _TransactionLogValue=TransactionLogVa
     return o, pos
 
 
-def _enc_PartitionsSchema_v1(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_PartitionsSchema_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic)
     lst = o.partition_ids
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -146,7 +159,11 @@ def _enc_TransactionLogValue_v1(o, buf, regions, _enc_PartitionsSchema_v1=_enc_P
     if lst is None:
         buf.append(0)
     else:
-        _write_compact_array_len(buf, len(lst))
+        n = len(lst)
+        if n < 127:
+            buf.append(n + 1)
+        else:
+            _write_compact_array_len(buf, n)
         for e in lst:
             _enc_PartitionsSchema_v1(e, buf, regions)
     buf += _pk_qq(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)

@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["TxnOffsetCommitRequestPartition", "TxnOffsetCommitRequestTopic", "TxnOffsetCommitRequest"]
 
+_S_i = struct.Struct(">i")
 _S_iq = struct.Struct(">iq")
 _S_iqi = struct.Struct(">iqi")
 _S_qh = struct.Struct(">qh")
@@ -112,10 +113,11 @@ def _dec_TxnOffsetCommitRequestPartition_v0(data, pos, _TxnOffsetCommitRequestPa
     return o, pos
 
 
-def _enc_TxnOffsetCommitRequestTopic_v0(o, buf, regions, _enc_TxnOffsetCommitRequestPartition_v0=_enc_TxnOffsetCommitRequestPartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TxnOffsetCommitRequestTopic_v0(o, buf, regions, _enc_TxnOffsetCommitRequestPartition_v0=_enc_TxnOffsetCommitRequestPartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitRequestPartition_v0(e, buf, regions)
 
@@ -134,12 +136,13 @@ def _dec_TxnOffsetCommitRequestTopic_v0(data, pos, _TxnOffsetCommitRequestTopic=
     return o, pos
 
 
-def _enc_TxnOffsetCommitRequest_v0(o, buf, regions, _enc_TxnOffsetCommitRequestTopic_v0=_enc_TxnOffsetCommitRequestTopic_v0, _pk_qh=_S_qh.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TxnOffsetCommitRequest_v0(o, buf, regions, _enc_TxnOffsetCommitRequestTopic_v0=_enc_TxnOffsetCommitRequestTopic_v0, _pk_i=_S_i.pack, _pk_qh=_S_qh.pack, _write_string=_p.write_string):
     _write_string(buf, o.transactional_id)
     _write_string(buf, o.group_id)
     buf += _pk_qh(o.producer_id, o.producer_epoch)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitRequestTopic_v0(e, buf, regions)
 
@@ -174,10 +177,11 @@ def _dec_TxnOffsetCommitRequestPartition_v2(data, pos, _TxnOffsetCommitRequestPa
     return o, pos
 
 
-def _enc_TxnOffsetCommitRequestTopic_v2(o, buf, regions, _enc_TxnOffsetCommitRequestPartition_v2=_enc_TxnOffsetCommitRequestPartition_v2, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TxnOffsetCommitRequestTopic_v2(o, buf, regions, _enc_TxnOffsetCommitRequestPartition_v2=_enc_TxnOffsetCommitRequestPartition_v2, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitRequestPartition_v2(e, buf, regions)
 
@@ -196,12 +200,13 @@ def _dec_TxnOffsetCommitRequestTopic_v2(data, pos, _TxnOffsetCommitRequestTopic=
     return o, pos
 
 
-def _enc_TxnOffsetCommitRequest_v2(o, buf, regions, _enc_TxnOffsetCommitRequestTopic_v2=_enc_TxnOffsetCommitRequestTopic_v2, _pk_qh=_S_qh.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TxnOffsetCommitRequest_v2(o, buf, regions, _enc_TxnOffsetCommitRequestTopic_v2=_enc_TxnOffsetCommitRequestTopic_v2, _pk_i=_S_i.pack, _pk_qh=_S_qh.pack, _write_string=_p.write_string):
     _write_string(buf, o.transactional_id)
     _write_string(buf, o.group_id)
     buf += _pk_qh(o.producer_id, o.producer_epoch)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitRequestTopic_v2(e, buf, regions)
 
@@ -241,7 +246,11 @@ def _dec_TxnOffsetCommitRequestPartition_v3(data, pos, _TxnOffsetCommitRequestPa
 def _enc_TxnOffsetCommitRequestTopic_v3(o, buf, regions, _enc_TxnOffsetCommitRequestPartition_v3=_enc_TxnOffsetCommitRequestPartition_v3, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TxnOffsetCommitRequestPartition_v3(e, buf, regions)
     buf.append(0)
@@ -269,7 +278,11 @@ def _enc_TxnOffsetCommitRequest_v3(o, buf, regions, _enc_TxnOffsetCommitRequestT
     _write_compact_string(buf, o.member_id)
     _write_compact_nullable_string(buf, o.group_instance_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TxnOffsetCommitRequestTopic_v3(e, buf, regions)
     buf.append(0)

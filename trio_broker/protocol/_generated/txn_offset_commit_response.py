@@ -92,10 +92,11 @@ def _dec_TxnOffsetCommitResponsePartition_v0(data, pos, _TxnOffsetCommitResponse
     return o, pos
 
 
-def _enc_TxnOffsetCommitResponseTopic_v0(o, buf, regions, _enc_TxnOffsetCommitResponsePartition_v0=_enc_TxnOffsetCommitResponsePartition_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_TxnOffsetCommitResponseTopic_v0(o, buf, regions, _enc_TxnOffsetCommitResponsePartition_v0=_enc_TxnOffsetCommitResponsePartition_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitResponsePartition_v0(e, buf, regions)
 
@@ -114,10 +115,11 @@ def _dec_TxnOffsetCommitResponseTopic_v0(data, pos, _TxnOffsetCommitResponseTopi
     return o, pos
 
 
-def _enc_TxnOffsetCommitResponse_v0(o, buf, regions, _enc_TxnOffsetCommitResponseTopic_v0=_enc_TxnOffsetCommitResponseTopic_v0, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_TxnOffsetCommitResponse_v0(o, buf, regions, _enc_TxnOffsetCommitResponseTopic_v0=_enc_TxnOffsetCommitResponseTopic_v0, _pk_i=_S_i.pack):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_TxnOffsetCommitResponseTopic_v0(e, buf, regions)
 
@@ -153,7 +155,11 @@ def _dec_TxnOffsetCommitResponsePartition_v3(data, pos, _TxnOffsetCommitResponse
 def _enc_TxnOffsetCommitResponseTopic_v3(o, buf, regions, _enc_TxnOffsetCommitResponsePartition_v3=_enc_TxnOffsetCommitResponsePartition_v3, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TxnOffsetCommitResponsePartition_v3(e, buf, regions)
     buf.append(0)
@@ -177,7 +183,11 @@ def _dec_TxnOffsetCommitResponseTopic_v3(data, pos, _TxnOffsetCommitResponseTopi
 def _enc_TxnOffsetCommitResponse_v3(o, buf, regions, _enc_TxnOffsetCommitResponseTopic_v3=_enc_TxnOffsetCommitResponseTopic_v3, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.throttle_time_ms)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_TxnOffsetCommitResponseTopic_v3(e, buf, regions)
     buf.append(0)

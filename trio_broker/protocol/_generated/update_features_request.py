@@ -87,7 +87,11 @@ def _dec_FeatureUpdateKey_v0(data, pos, _FeatureUpdateKey=FeatureUpdateKey, _rea
 def _enc_UpdateFeaturesRequest_v0(o, buf, regions, _enc_FeatureUpdateKey_v0=_enc_FeatureUpdateKey_v0, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.timeout_ms)
     lst = o.feature_updates
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FeatureUpdateKey_v0(e, buf, regions)
     buf.append(0)
@@ -127,7 +131,11 @@ def _dec_FeatureUpdateKey_v1(data, pos, _FeatureUpdateKey=FeatureUpdateKey, _rea
 def _enc_UpdateFeaturesRequest_v1(o, buf, regions, _enc_FeatureUpdateKey_v1=_enc_FeatureUpdateKey_v1, _pk_i=_S_i.pack, _pk_o=_S_o.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_i(o.timeout_ms)
     lst = o.feature_updates
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_FeatureUpdateKey_v1(e, buf, regions)
     buf += _pk_o(o.validate_only)

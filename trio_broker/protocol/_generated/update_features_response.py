@@ -88,7 +88,11 @@ def _enc_UpdateFeaturesResponse_v0(o, buf, regions, _enc_UpdatableFeatureResult_
     buf += _pk_ih(o.throttle_time_ms, o.error_code)
     _write_compact_nullable_string(buf, o.error_message)
     lst = o.results
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdatableFeatureResult_v0(e, buf, regions)
     buf.append(0)

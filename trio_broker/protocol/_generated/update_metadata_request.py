@@ -165,16 +165,24 @@ class UpdateMetadataRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_UpdateMetadataPartitionState_v0(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_UpdateMetadataPartitionState_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.zk_version)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_UpdateMetadataPartitionState_v0(data, pos, _UpdateMetadataPartitionState=UpdateMetadataPartitionState, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from, _up_i=_S_i.unpack_from, _up_iiii=_S_iiii.unpack_from):
@@ -215,14 +223,16 @@ def _dec_UpdateMetadataBroker_v0(data, pos, _UpdateMetadataBroker=UpdateMetadata
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v0(o, buf, regions, _enc_UpdateMetadataBroker_v0=_enc_UpdateMetadataBroker_v0, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v0(o, buf, regions, _enc_UpdateMetadataBroker_v0=_enc_UpdateMetadataBroker_v0, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v0(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v0(e, buf, regions)
 
@@ -266,10 +276,11 @@ def _dec_UpdateMetadataEndpoint_v1(data, pos, _UpdateMetadataEndpoint=UpdateMeta
     return o, pos
 
 
-def _enc_UpdateMetadataBroker_v1(o, buf, regions, _enc_UpdateMetadataEndpoint_v1=_enc_UpdateMetadataEndpoint_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataBroker_v1(o, buf, regions, _enc_UpdateMetadataEndpoint_v1=_enc_UpdateMetadataEndpoint_v1, _pk_i=_S_i.pack):
     buf += _pk_i(o.id)
     lst = o.endpoints
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataEndpoint_v1(e, buf, regions)
 
@@ -289,14 +300,16 @@ def _dec_UpdateMetadataBroker_v1(data, pos, _UpdateMetadataBroker=UpdateMetadata
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v1(o, buf, regions, _enc_UpdateMetadataBroker_v1=_enc_UpdateMetadataBroker_v1, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v1(o, buf, regions, _enc_UpdateMetadataBroker_v1=_enc_UpdateMetadataBroker_v1, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v0(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v1(e, buf, regions)
 
@@ -324,10 +337,11 @@ def _dec_UpdateMetadataRequest_v1(data, pos, _UpdateMetadataRequest=UpdateMetada
     return o, pos
 
 
-def _enc_UpdateMetadataBroker_v2(o, buf, regions, _enc_UpdateMetadataEndpoint_v1=_enc_UpdateMetadataEndpoint_v1, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_UpdateMetadataBroker_v2(o, buf, regions, _enc_UpdateMetadataEndpoint_v1=_enc_UpdateMetadataEndpoint_v1, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.id)
     lst = o.endpoints
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataEndpoint_v1(e, buf, regions)
     _write_nullable_string(buf, o.rack)
@@ -349,14 +363,16 @@ def _dec_UpdateMetadataBroker_v2(data, pos, _UpdateMetadataBroker=UpdateMetadata
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v2(o, buf, regions, _enc_UpdateMetadataBroker_v2=_enc_UpdateMetadataBroker_v2, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v2(o, buf, regions, _enc_UpdateMetadataBroker_v2=_enc_UpdateMetadataBroker_v2, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v0(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v2(e, buf, regions)
 
@@ -402,10 +418,11 @@ def _dec_UpdateMetadataEndpoint_v3(data, pos, _UpdateMetadataEndpoint=UpdateMeta
     return o, pos
 
 
-def _enc_UpdateMetadataBroker_v3(o, buf, regions, _enc_UpdateMetadataEndpoint_v3=_enc_UpdateMetadataEndpoint_v3, _pk_i=_S_i.pack, _write_array_len=_p.write_array_len, _write_nullable_string=_p.write_nullable_string):
+def _enc_UpdateMetadataBroker_v3(o, buf, regions, _enc_UpdateMetadataEndpoint_v3=_enc_UpdateMetadataEndpoint_v3, _pk_i=_S_i.pack, _write_nullable_string=_p.write_nullable_string):
     buf += _pk_i(o.id)
     lst = o.endpoints
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataEndpoint_v3(e, buf, regions)
     _write_nullable_string(buf, o.rack)
@@ -427,14 +444,16 @@ def _dec_UpdateMetadataBroker_v3(data, pos, _UpdateMetadataBroker=UpdateMetadata
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v3(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v3(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataPartitionState_v0=_enc_UpdateMetadataPartitionState_v0, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v0(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v3(e, buf, regions)
 
@@ -462,19 +481,31 @@ def _dec_UpdateMetadataRequest_v3(data, pos, _UpdateMetadataRequest=UpdateMetada
     return o, pos
 
 
-def _enc_UpdateMetadataPartitionState_v4(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_UpdateMetadataPartitionState_v4(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.zk_version)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_UpdateMetadataPartitionState_v4(data, pos, _UpdateMetadataPartitionState=UpdateMetadataPartitionState, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from, _up_i=_S_i.unpack_from, _up_iiii=_S_iiii.unpack_from):
@@ -505,14 +536,16 @@ def _dec_UpdateMetadataPartitionState_v4(data, pos, _UpdateMetadataPartitionStat
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v4(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataPartitionState_v4=_enc_UpdateMetadataPartitionState_v4, _pk_ii=_S_ii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v4(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataPartitionState_v4=_enc_UpdateMetadataPartitionState_v4, _pk_i=_S_i.pack, _pk_ii=_S_ii.pack):
     buf += _pk_ii(o.controller_id, o.controller_epoch)
     lst = o.ungrouped_partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v4(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v3(e, buf, regions)
 
@@ -540,18 +573,30 @@ def _dec_UpdateMetadataRequest_v4(data, pos, _UpdateMetadataRequest=UpdateMetada
     return o, pos
 
 
-def _enc_UpdateMetadataPartitionState_v5(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataPartitionState_v5(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.zk_version)
     lst = o.replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_UpdateMetadataPartitionState_v5(data, pos, _UpdateMetadataPartitionState=UpdateMetadataPartitionState, _read_array_len=_p.read_array_len, _unpack_from=struct.unpack_from, _up_i=_S_i.unpack_from, _up_iiii=_S_iiii.unpack_from):
@@ -581,10 +626,11 @@ def _dec_UpdateMetadataPartitionState_v5(data, pos, _UpdateMetadataPartitionStat
     return o, pos
 
 
-def _enc_UpdateMetadataTopicState_v5(o, buf, regions, _enc_UpdateMetadataPartitionState_v5=_enc_UpdateMetadataPartitionState_v5, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_UpdateMetadataTopicState_v5(o, buf, regions, _enc_UpdateMetadataPartitionState_v5=_enc_UpdateMetadataPartitionState_v5, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v5(e, buf, regions)
 
@@ -603,14 +649,16 @@ def _dec_UpdateMetadataTopicState_v5(data, pos, _UpdateMetadataTopicState=Update
     return o, pos
 
 
-def _enc_UpdateMetadataRequest_v5(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataTopicState_v5=_enc_UpdateMetadataTopicState_v5, _pk_iiq=_S_iiq.pack, _write_array_len=_p.write_array_len):
+def _enc_UpdateMetadataRequest_v5(o, buf, regions, _enc_UpdateMetadataBroker_v3=_enc_UpdateMetadataBroker_v3, _enc_UpdateMetadataTopicState_v5=_enc_UpdateMetadataTopicState_v5, _pk_i=_S_i.pack, _pk_iiq=_S_iiq.pack):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataTopicState_v5(e, buf, regions)
     lst = o.live_brokers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_UpdateMetadataBroker_v3(e, buf, regions)
 
@@ -638,18 +686,39 @@ def _dec_UpdateMetadataRequest_v5(data, pos, _UpdateMetadataRequest=UpdateMetada
     return o, pos
 
 
-def _enc_UpdateMetadataPartitionState_v6(o, buf, regions, _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_compact_array_len=_p.write_compact_array_len):
+def _enc_UpdateMetadataPartitionState_v6(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _pk_iiii=_S_iiii.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiii(o.partition_index, o.controller_epoch, o.leader, o.leader_epoch)
     lst = o.isr
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf += _pk_i(o.zk_version)
     lst = o.replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     lst = o.offline_replicas
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -684,7 +753,11 @@ def _dec_UpdateMetadataPartitionState_v6(data, pos, _UpdateMetadataPartitionStat
 def _enc_UpdateMetadataTopicState_v6(o, buf, regions, _enc_UpdateMetadataPartitionState_v6=_enc_UpdateMetadataPartitionState_v6, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.topic_name)
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v6(e, buf, regions)
     buf.append(0)
@@ -728,7 +801,11 @@ def _dec_UpdateMetadataEndpoint_v6(data, pos, _UpdateMetadataEndpoint=UpdateMeta
 def _enc_UpdateMetadataBroker_v6(o, buf, regions, _enc_UpdateMetadataEndpoint_v6=_enc_UpdateMetadataEndpoint_v6, _pk_i=_S_i.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_nullable_string=_p.write_compact_nullable_string):
     buf += _pk_i(o.id)
     lst = o.endpoints
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataEndpoint_v6(e, buf, regions)
     _write_compact_nullable_string(buf, o.rack)
@@ -755,11 +832,19 @@ def _dec_UpdateMetadataBroker_v6(data, pos, _UpdateMetadataBroker=UpdateMetadata
 def _enc_UpdateMetadataRequest_v6(o, buf, regions, _enc_UpdateMetadataBroker_v6=_enc_UpdateMetadataBroker_v6, _enc_UpdateMetadataTopicState_v6=_enc_UpdateMetadataTopicState_v6, _pk_iiq=_S_iiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataTopicState_v6(e, buf, regions)
     lst = o.live_brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataBroker_v6(e, buf, regions)
     buf.append(0)
@@ -793,7 +878,11 @@ def _enc_UpdateMetadataTopicState_v7(o, buf, regions, _enc_UpdateMetadataPartiti
     _write_compact_string(buf, o.topic_name)
     buf += o.topic_id.bytes
     lst = o.partition_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataPartitionState_v6(e, buf, regions)
     buf.append(0)
@@ -818,11 +907,19 @@ def _dec_UpdateMetadataTopicState_v7(data, pos, _UpdateMetadataTopicState=Update
 def _enc_UpdateMetadataRequest_v7(o, buf, regions, _enc_UpdateMetadataBroker_v6=_enc_UpdateMetadataBroker_v6, _enc_UpdateMetadataTopicState_v7=_enc_UpdateMetadataTopicState_v7, _pk_iiq=_S_iiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiq(o.controller_id, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataTopicState_v7(e, buf, regions)
     lst = o.live_brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataBroker_v6(e, buf, regions)
     buf.append(0)
@@ -855,11 +952,19 @@ def _dec_UpdateMetadataRequest_v7(data, pos, _UpdateMetadataRequest=UpdateMetada
 def _enc_UpdateMetadataRequest_v8(o, buf, regions, _enc_UpdateMetadataBroker_v6=_enc_UpdateMetadataBroker_v6, _enc_UpdateMetadataTopicState_v7=_enc_UpdateMetadataTopicState_v7, _pk_b=_S_b.pack, _pk_ioiq=_S_ioiq.pack, _write_compact_array_len=_p.write_compact_array_len, _write_tagged_field=_p.write_tagged_field, _write_uvarint=_p.write_uvarint):
     buf += _pk_ioiq(o.controller_id, o.is_k_raft_controller, o.controller_epoch, o.broker_epoch)
     lst = o.topic_states
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataTopicState_v7(e, buf, regions)
     lst = o.live_brokers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_UpdateMetadataBroker_v6(e, buf, regions)
     tagged = []

@@ -128,7 +128,11 @@ def _dec_StateBatch_v0(data, pos, _StateBatch=StateBatch, _skip_tagged_fields=_p
 def _enc_PartitionData_v0(o, buf, regions, _enc_StateBatch_v0=_enc_StateBatch_v0, _pk_iiiq=_S_iiiq.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_iiiq(o.partition, o.state_epoch, o.leader_epoch, o.start_offset)
     lst = o.state_batches
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_StateBatch_v0(e, buf, regions)
     buf.append(0)
@@ -153,7 +157,11 @@ def _dec_PartitionData_v0(data, pos, _PartitionData=PartitionData, _dec_StateBat
 def _enc_WriteStateData_v0(o, buf, regions, _enc_PartitionData_v0=_enc_PartitionData_v0, _write_compact_array_len=_p.write_compact_array_len):
     buf += o.topic_id.bytes
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_PartitionData_v0(e, buf, regions)
     buf.append(0)
@@ -177,7 +185,11 @@ def _dec_WriteStateData_v0(data, pos, _WriteStateData=WriteStateData, _dec_Parti
 def _enc_WriteShareGroupStateRequest_v0(o, buf, regions, _enc_WriteStateData_v0=_enc_WriteStateData_v0, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.group_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WriteStateData_v0(e, buf, regions)
     buf.append(0)

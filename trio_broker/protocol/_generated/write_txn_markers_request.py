@@ -85,11 +85,15 @@ class WriteTxnMarkersRequest(Message):
     __hash__ = None  # type: ignore[assignment]
 
 
-def _enc_WritableTxnMarkerTopic_v0(o, buf, regions, _pack=struct.pack, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_WritableTxnMarkerTopic_v0(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partition_indexes
-    _write_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    buf += _pk_i(n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
 
 
 def _dec_WritableTxnMarkerTopic_v0(data, pos, _WritableTxnMarkerTopic=WritableTxnMarkerTopic, _read_array_len=_p.read_array_len, _read_string=_p.read_string, _unpack_from=struct.unpack_from):
@@ -104,10 +108,11 @@ def _dec_WritableTxnMarkerTopic_v0(data, pos, _WritableTxnMarkerTopic=WritableTx
     return o, pos
 
 
-def _enc_WritableTxnMarker_v0(o, buf, regions, _enc_WritableTxnMarkerTopic_v0=_enc_WritableTxnMarkerTopic_v0, _pk_i=_S_i.pack, _pk_qho=_S_qho.pack, _write_array_len=_p.write_array_len):
+def _enc_WritableTxnMarker_v0(o, buf, regions, _enc_WritableTxnMarkerTopic_v0=_enc_WritableTxnMarkerTopic_v0, _pk_i=_S_i.pack, _pk_qho=_S_qho.pack):
     buf += _pk_qho(o.producer_id, o.producer_epoch, o.transaction_result)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_WritableTxnMarkerTopic_v0(e, buf, regions)
     buf += _pk_i(o.coordinator_epoch)
@@ -130,9 +135,10 @@ def _dec_WritableTxnMarker_v0(data, pos, _WritableTxnMarker=WritableTxnMarker, _
     return o, pos
 
 
-def _enc_WriteTxnMarkersRequest_v0(o, buf, regions, _enc_WritableTxnMarker_v0=_enc_WritableTxnMarker_v0, _write_array_len=_p.write_array_len):
+def _enc_WriteTxnMarkersRequest_v0(o, buf, regions, _enc_WritableTxnMarker_v0=_enc_WritableTxnMarker_v0, _pk_i=_S_i.pack):
     lst = o.markers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_WritableTxnMarker_v0(e, buf, regions)
 
@@ -150,11 +156,18 @@ def _dec_WriteTxnMarkersRequest_v0(data, pos, _WriteTxnMarkersRequest=WriteTxnMa
     return o, pos
 
 
-def _enc_WritableTxnMarkerTopic_v1(o, buf, regions, _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
+def _enc_WritableTxnMarkerTopic_v1(o, buf, regions, _arrays_i=_p.array_structs('i'), _pack=struct.pack, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partition_indexes
-    _write_compact_array_len(buf, len(lst))
-    buf += _pack(">%di" % len(lst), *lst)
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
+    if n < 16:
+        buf += _arrays_i[n](*lst)
+    else:
+        buf += _pack(">%di" % n, *lst)
     buf.append(0)
 
 
@@ -174,7 +187,11 @@ def _dec_WritableTxnMarkerTopic_v1(data, pos, _WritableTxnMarkerTopic=WritableTx
 def _enc_WritableTxnMarker_v1(o, buf, regions, _enc_WritableTxnMarkerTopic_v1=_enc_WritableTxnMarkerTopic_v1, _pk_i=_S_i.pack, _pk_qho=_S_qho.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_qho(o.producer_id, o.producer_epoch, o.transaction_result)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WritableTxnMarkerTopic_v1(e, buf, regions)
     buf += _pk_i(o.coordinator_epoch)
@@ -201,7 +218,11 @@ def _dec_WritableTxnMarker_v1(data, pos, _WritableTxnMarker=WritableTxnMarker, _
 
 def _enc_WriteTxnMarkersRequest_v1(o, buf, regions, _enc_WritableTxnMarker_v1=_enc_WritableTxnMarker_v1, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.markers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WritableTxnMarker_v1(e, buf, regions)
     buf.append(0)

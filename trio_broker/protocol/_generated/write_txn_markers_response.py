@@ -10,6 +10,7 @@ from trio_broker.protocol.primitives import DEFAULT, Message, Struct
 
 __all__ = ["WritableTxnMarkerPartitionResult", "WritableTxnMarkerTopicResult", "WritableTxnMarkerResult", "WriteTxnMarkersResponse"]
 
+_S_i = struct.Struct(">i")
 _S_ih = struct.Struct(">ih")
 _S_q = struct.Struct(">q")
 
@@ -110,10 +111,11 @@ def _dec_WritableTxnMarkerPartitionResult_v0(data, pos, _WritableTxnMarkerPartit
     return o, pos
 
 
-def _enc_WritableTxnMarkerTopicResult_v0(o, buf, regions, _enc_WritableTxnMarkerPartitionResult_v0=_enc_WritableTxnMarkerPartitionResult_v0, _write_array_len=_p.write_array_len, _write_string=_p.write_string):
+def _enc_WritableTxnMarkerTopicResult_v0(o, buf, regions, _enc_WritableTxnMarkerPartitionResult_v0=_enc_WritableTxnMarkerPartitionResult_v0, _pk_i=_S_i.pack, _write_string=_p.write_string):
     _write_string(buf, o.name)
     lst = o.partitions
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_WritableTxnMarkerPartitionResult_v0(e, buf, regions)
 
@@ -132,10 +134,11 @@ def _dec_WritableTxnMarkerTopicResult_v0(data, pos, _WritableTxnMarkerTopicResul
     return o, pos
 
 
-def _enc_WritableTxnMarkerResult_v0(o, buf, regions, _enc_WritableTxnMarkerTopicResult_v0=_enc_WritableTxnMarkerTopicResult_v0, _pk_q=_S_q.pack, _write_array_len=_p.write_array_len):
+def _enc_WritableTxnMarkerResult_v0(o, buf, regions, _enc_WritableTxnMarkerTopicResult_v0=_enc_WritableTxnMarkerTopicResult_v0, _pk_i=_S_i.pack, _pk_q=_S_q.pack):
     buf += _pk_q(o.producer_id)
     lst = o.topics
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_WritableTxnMarkerTopicResult_v0(e, buf, regions)
 
@@ -155,9 +158,10 @@ def _dec_WritableTxnMarkerResult_v0(data, pos, _WritableTxnMarkerResult=Writable
     return o, pos
 
 
-def _enc_WriteTxnMarkersResponse_v0(o, buf, regions, _enc_WritableTxnMarkerResult_v0=_enc_WritableTxnMarkerResult_v0, _write_array_len=_p.write_array_len):
+def _enc_WriteTxnMarkersResponse_v0(o, buf, regions, _enc_WritableTxnMarkerResult_v0=_enc_WritableTxnMarkerResult_v0, _pk_i=_S_i.pack):
     lst = o.markers
-    _write_array_len(buf, len(lst))
+    n = len(lst)
+    buf += _pk_i(n)
     for e in lst:
         _enc_WritableTxnMarkerResult_v0(e, buf, regions)
 
@@ -191,7 +195,11 @@ def _dec_WritableTxnMarkerPartitionResult_v1(data, pos, _WritableTxnMarkerPartit
 def _enc_WritableTxnMarkerTopicResult_v1(o, buf, regions, _enc_WritableTxnMarkerPartitionResult_v1=_enc_WritableTxnMarkerPartitionResult_v1, _write_compact_array_len=_p.write_compact_array_len, _write_compact_string=_p.write_compact_string):
     _write_compact_string(buf, o.name)
     lst = o.partitions
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WritableTxnMarkerPartitionResult_v1(e, buf, regions)
     buf.append(0)
@@ -215,7 +223,11 @@ def _dec_WritableTxnMarkerTopicResult_v1(data, pos, _WritableTxnMarkerTopicResul
 def _enc_WritableTxnMarkerResult_v1(o, buf, regions, _enc_WritableTxnMarkerTopicResult_v1=_enc_WritableTxnMarkerTopicResult_v1, _pk_q=_S_q.pack, _write_compact_array_len=_p.write_compact_array_len):
     buf += _pk_q(o.producer_id)
     lst = o.topics
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WritableTxnMarkerTopicResult_v1(e, buf, regions)
     buf.append(0)
@@ -239,7 +251,11 @@ def _dec_WritableTxnMarkerResult_v1(data, pos, _WritableTxnMarkerResult=Writable
 
 def _enc_WriteTxnMarkersResponse_v1(o, buf, regions, _enc_WritableTxnMarkerResult_v1=_enc_WritableTxnMarkerResult_v1, _write_compact_array_len=_p.write_compact_array_len):
     lst = o.markers
-    _write_compact_array_len(buf, len(lst))
+    n = len(lst)
+    if n < 127:
+        buf.append(n + 1)
+    else:
+        _write_compact_array_len(buf, n)
     for e in lst:
         _enc_WritableTxnMarkerResult_v1(e, buf, regions)
     buf.append(0)
