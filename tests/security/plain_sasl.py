@@ -3,9 +3,12 @@ tests (imported by name: tests have no packages)."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-__all__ = ["JAAS", "USERS", "start"]
+from wire import request_of, roundtrip
+
+__all__ = ["JAAS", "USERS", "Raw", "start"]
 
 USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
 JAAS = "org.apache.kafka.common.security.plain.PlainLoginModule required " + " ".join(
@@ -24,3 +27,19 @@ def start(factory: Any, **extra: str) -> Any:
     }
     props.update(extra)
     return factory(props)
+
+
+class Raw:
+    """One SASL PLAIN connection as `user`, sending requests of our codec numbered in turn:
+    `raw(api_key, version, **fields)` returns the decoded response."""
+
+    def __init__(self, broker: Any, user: str) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=30)
+        self.n = 0
+        assert self(17, 1, mechanism="PLAIN").error_code == 0
+        token = f"\0{user}\0{USERS[user]}".encode()
+        assert self(36, 2, auth_bytes=token).error_code == 0
+
+    def __call__(self, api_key: int, version: int, **fields: Any) -> Any:
+        self.n += 1
+        return roundtrip(self.sock, request_of(api_key, **fields), version, self.n)

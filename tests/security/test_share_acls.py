@@ -4,7 +4,6 @@ with the error code Kafka answers, for the whole request or partition by partiti
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 
@@ -21,8 +20,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from plain_sasl import USERS, start
-from wire import request_of, roundtrip
+from plain_sasl import USERS, Raw, start
 
 from trio_broker.errors import ErrorCode
 
@@ -46,21 +44,6 @@ def allow(principal: str, rtype, name: str, op) -> AclBinding:
     return AclBinding(
         rtype, name, ResourcePatternType.LITERAL, principal, "*", op, AclPermissionType.ALLOW
     )
-
-
-class _Raw:
-    """One SASL PLAIN connection sending requests of our codec, numbered in turn."""
-
-    def __init__(self, broker, user: str) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=30)
-        self.n = 0
-        assert self(17, 1, mechanism="PLAIN").error_code == 0
-        token = f"\0{user}\0{USERS[user]}".encode()
-        assert self(36, 2, auth_bytes=token).error_code == 0
-
-    def __call__(self, api_key: int, version: int, **fields):
-        self.n += 1
-        return roundtrip(self.sock, request_of(api_key, **fields), version, self.n)
 
 
 def _poll_error(consumer: ShareConsumer, seconds: float = 30) -> int | None:
@@ -126,7 +109,7 @@ def test_share_group_acls(kafka_broker_factory):
         finally:
             refused.close()
 
-    raw = _Raw(broker, "alice")
+    raw = Raw(broker, "alice")
     ids = {t.name: t.topic_id for t in raw(3, 12, topics=None).topics}
     assert set(ids) == {"jobs", "secret"}  # what she may describe
     # Heartbeats: the group needs READ, each subscribed topic DESCRIBE.

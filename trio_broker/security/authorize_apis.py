@@ -60,8 +60,8 @@ from trio_broker.security.authorize_share import (
     alter_share_group_offsets,
     delete_share_group_offsets,
     describe_share_group_offsets,
-    share_group_describe,
-    share_group_heartbeat,
+    group_describe,
+    group_heartbeat,
     share_group_read,
 )
 
@@ -135,8 +135,10 @@ _CHECKS: dict[int, Check] = {
     61: describe_producers,
     65: describe_transactions,
     66: list_transactions,
-    76: share_group_heartbeat,
-    77: share_group_describe,
+    68: group_heartbeat,  # ConsumerGroupHeartbeat
+    69: group_describe,  # ConsumerGroupDescribe
+    76: group_heartbeat,  # ShareGroupHeartbeat
+    77: group_describe,  # ShareGroupDescribe
     78: share_group_read,  # ShareFetch
     79: share_group_read,  # ShareAcknowledge
     **STATE_CHECKS,  # the share coordinator's, 83-87

@@ -1,9 +1,11 @@
-"""Authorization of the share group APIs (KIP-932), as Kafka 4.2's KafkaApis does it.
+"""Authorization of the share group APIs (KIP-932), as Kafka 4.2's KafkaApis does it, and
+of the consumer group ones (KIP-848), which it checks the same way.
 
-- ShareGroupHeartbeat: READ on the group, DESCRIBE on every subscribed topic (else the
-  whole answer is TOPIC_AUTHORIZATION_FAILED).
-- ShareGroupDescribe: DESCRIBE on each group; a group whose members are assigned a topic
-  the principal may not describe is answered TOPIC_AUTHORIZATION_FAILED, without members.
+- ShareGroupHeartbeat, ConsumerGroupHeartbeat: READ on the group, DESCRIBE on every
+  subscribed topic (else the whole answer is TOPIC_AUTHORIZATION_FAILED).
+- ShareGroupDescribe, ConsumerGroupDescribe: DESCRIBE on each group; a group whose members
+  are assigned a topic the principal may not describe (or, in a consumer group, will be:
+  the target assignment) is answered TOPIC_AUTHORIZATION_FAILED, without members.
 - ShareFetch, ShareAcknowledge: READ on the group; READ on each topic, partition by
   partition. The partitions of a share session are named once and fetched on every later
   request, so the topic check is made where the session is known (the share-partition
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from trio_broker.protocol._generated import (
     alter_share_group_offsets_response,
+    consumer_group_describe_response,
     delete_share_group_offsets_response,
     delete_share_group_state_response,
     describe_share_group_offsets_response,
@@ -58,19 +61,22 @@ __all__ = [
     "alter_share_group_offsets",
     "delete_share_group_offsets",
     "describe_share_group_offsets",
-    "share_group_describe",
-    "share_group_heartbeat",
+    "group_describe",
+    "group_heartbeat",
     "share_group_read",
     "share_state_check",
 ]
 
 _ZERO = uuid.UUID(int=0)
 _NOT_DESCRIBABLE = "The group has described topic(s) that the client is not authorized to describe."
+_DESCRIBED = {
+    69: consumer_group_describe_response.DescribedGroup,
+    77: share_group_describe_response.DescribedGroup,
+}
 
 
-async def share_group_heartbeat(
-    az: Authorizer, broker: Any, request: Request, dispatch: Dispatch
-) -> Any:
+async def group_heartbeat(az: Authorizer, broker: Any, request: Request, dispatch: Dispatch) -> Any:
+    """ShareGroupHeartbeat, and ConsumerGroupHeartbeat (KIP-848) alike."""
     body = request.body
     if not az.allows(request, Op.READ, G, body.group_id):
         return error_response(request, GROUP_DENIED)
@@ -89,23 +95,25 @@ async def share_group_read(
     return await dispatch(broker, request)
 
 
-async def share_group_describe(
-    az: Authorizer, broker: Any, request: Request, dispatch: Dispatch
-) -> Any:
+async def group_describe(az: Authorizer, broker: Any, request: Request, dispatch: Dispatch) -> Any:
+    """ShareGroupDescribe, and ConsumerGroupDescribe (KIP-848) alike: the topics of a
+    member's assignment (and of its target assignment, which only consumer groups have)."""
     body = request.body
+    group_class = _DESCRIBED[request.api_key]
     denied = [g for g in body.group_ids if not az.allows(request, Op.DESCRIBE, G, g)]
     body.group_ids = [g for g in body.group_ids if g not in denied]
     response = await dispatch(broker, request)
-    groups = [
-        share_group_describe_response.DescribedGroup(group_id=g, error_code=GROUP_DENIED)
-        for g in denied
-    ]
+    groups = [group_class(group_id=g, error_code=GROUP_DENIED) for g in denied]
     for g in response.groups:
         if g.error_code == 0 and body.include_authorized_operations:
             g.authorized_operations = operations(az, request, G, g.group_id, GROUP_OPS)
-        topics = {tp.topic_name for m in g.members for tp in m.assignment.topic_partitions}
+        topics = set()
+        for m in g.members:
+            for assignment in (m.assignment, getattr(m, "target_assignment", None)):
+                if assignment is not None:
+                    topics.update(tp.topic_name for tp in assignment.topic_partitions)
         if any(not az.allows(request, Op.DESCRIBE, T, t) for t in topics):
-            g = share_group_describe_response.DescribedGroup(
+            g = group_class(
                 group_id=g.group_id, error_code=TOPIC_DENIED, error_message=_NOT_DESCRIBABLE
             )
         groups.append(g)
