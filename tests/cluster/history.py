@@ -465,12 +465,14 @@ def check(
         assert transactions > 0, "no transaction ended"
 
     if offsets is not None:
-        last_offset: dict[int, int] = {}
-        for _, p, o in offsets.seen:
-            assert o >= last_offset.get(p, -1), (
-                f"group offset of {p} went back: {last_offset[p]} -> {o}"
+        last_offset: dict[int, tuple[float, int]] = {}
+        for at, p, o in offsets.seen:
+            before_at, before = last_offset.get(p, (0.0, -1))
+            assert o >= before, (
+                f"group {offsets.group}: offset of {p} went back: {before} (read at "
+                f"{_clock(before_at)}) -> {o} (read at {_clock(at)})"
             )
-            last_offset[p] = o
+            last_offset[p] = (at, o)
 
     # The longest time a partition went without an acks=all acknowledgement.
     by_partition: dict[int, list[float]] = {}
@@ -493,3 +495,8 @@ def check(
         transactions=transactions,
         offsets_seen=len(offsets.seen) if offsets is not None else 0,
     )
+
+
+def _clock(at: float) -> str:
+    """A wall-clock time as the brokers' log lines show it."""
+    return time.strftime("%H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"

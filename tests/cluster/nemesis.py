@@ -13,6 +13,7 @@ own (a tmpfs, where mounting is allowed), so that one of them can fill up.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -502,17 +503,39 @@ def run_scenario(
         if after is not None:
             knew.append((after, hits[i + 1] - 2.0 if i + 1 < len(hits) else float("inf")))
     expired_at = knew[0][0] if knew else None
-    report = check(
-        bootstrap=bootstrap,
-        topic="history",
-        partitions=3,
-        acked=producer.acked,
-        ack_times=producer.ack_times,
-        replicas=cluster.log_dirs(),
-        direct={"direct": (direct, knew)},
-        tail=tail,
-        window=(start, end),
-        txn=txn,
-        offsets=offsets,
-    )
+    try:
+        report = check(
+            bootstrap=bootstrap,
+            topic="history",
+            partitions=3,
+            acked=producer.acked,
+            ack_times=producer.ack_times,
+            replicas=cluster.log_dirs(),
+            direct={"direct": (direct, knew)},
+            tail=tail,
+            window=(start, end),
+            txn=txn,
+            offsets=offsets,
+        )
+    except AssertionError as exc:
+        # What the brokers said of leaderships, sessions and coordinators: a failure here
+        # is rare and timing-bound, and the run's directory is gone by the time anyone looks.
+        raise AssertionError(f"{exc}\n{post_mortem(cluster)}") from None
     return Outcome(fault, target, report, whole_s, expired_at, injections)
+
+
+_POST_MORTEM = re.compile(
+    r"__consumer_offsets|coordinator|deposed|presum|session|registered|leader of|"
+    r"became|resign|stall|LeaderAndIsr|not leading|unload|load",
+    re.IGNORECASE,
+)
+
+
+def post_mortem(cluster: NetCluster, per_broker: int = 80) -> str:
+    """Each broker's last lines about leaderships, sessions and coordinators."""
+    parts = []
+    for node_id in sorted(cluster.brokers):
+        lines = [x.rstrip() for x in cluster.lines(node_id) if _POST_MORTEM.search(x)]
+        parts.append(f"--- broker {node_id} ({len(lines)} such lines, the last {per_broker}):")
+        parts.extend(lines[-per_broker:])
+    return "\n".join(parts)
