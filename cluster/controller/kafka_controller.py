@@ -411,9 +411,11 @@ class Controller:
         ctx.live_brokers = live
         return started, gone
 
-    async def _read_topic(self, topic: str) -> list[tuple[str, int]]:
-        """Read a topic's assignment (and the states of partitions not known yet); returns
-        the partitions that are new to the controller."""
+    async def _read_topic(self, topic: str, *, states: bool = True) -> list[tuple[str, int]]:
+        """Read a topic's assignment (and, with `states`, the states of partitions not known
+        yet); returns the partitions that are new to the controller. A topic created while
+        this controller runs has no states yet: `initialize` makes them (and adopts any
+        it finds)."""
         from trio_broker.cluster.controller import partition_state_machine as psm
         from trio_broker.cluster.zookeeper.admin_zk_client import read_assignment
 
@@ -440,9 +442,10 @@ class Controller:
             for partition in sorted(assignment.partitions)
             if known is None or partition not in known.partitions
         ]
-        for tp, state in zip(fresh, await psm.read_states(self.zk, fresh), strict=True):
-            if state is not None:
-                ctx.states[tp] = state
+        if states:
+            for tp, state in zip(fresh, await psm.read_states(self.zk, fresh), strict=True):
+                if state is not None:
+                    ctx.states[tp] = state
         return fresh
 
     # --- brokers ----------------------------------------------------------------------------
@@ -542,7 +545,7 @@ class Controller:
         current = set(children)
         fresh: list[tuple[str, int]] = []
         for topic in sorted(current - set(ctx.assignments)):
-            fresh += await self._read_topic(topic)
+            fresh += await self._read_topic(topic, states=False)
         for topic in set(ctx.assignments) - current:
             # Gone without the controller deleting it (by hand): forget it.
             self.unwatch_topic(topic)

@@ -5,9 +5,10 @@ ReplicaStateMachine's OfflineReplica).
     initialize(ctx, zk, partitions)    NewPartition -> OnlinePartition: leader = the first
                                        live replica of the assignment, ISR = the live
                                        replicas, leader epoch 0; the state znode created
-    elect(ctx, zk, partitions, why)    a fresh read of each state znode, a new leader and
-                                       ISR by `why`'s rule, leader epoch + 1, written only
-                                       at the version read (a leader changes the ISR too)
+    elect(ctx, zk, partitions, why)    a new leader and ISR by `why`'s rule, leader epoch
+                                       + 1, written only at the version the controller
+                                       holds (a leader changes the ISR too); a state that
+                                       moved is read and decided again
 
 Elections (`Election`):
     OFFLINE     the leader is gone (or none): the first replica in assignment order that is
@@ -21,10 +22,12 @@ Every write is a ZooKeeper multi that first checks /controller_epoch at the vers
 controller wrote: a deposed controller's write fails as a whole (ControllerMovedError).
 
 Both work on many partitions at once, as Kafka's controller does through its zkClient's
-batch calls: the states are read with their requests pipelined (`read_states`), and
-written in multis of up to `_MULTI_OPS` partitions (`write_states`), so that a broker
-failure moving thousands of leaderships costs a few ZooKeeper round trips, not two per
-partition. A multi is all or nothing: when one of its partitions' writes fails (the
+batch calls: states are written in multis of up to `_MULTI_OPS` partitions
+(`write_states`), conditional on the versions the controller holds, and read with their
+requests pipelined (`read_states`) only where needed, so that a broker failure moving
+thousands of leaderships costs a few ZooKeeper round trips, not two per partition. (Each
+answer costs kazoo's threads the GIL, which a busy broker's event loop holds: thousands of
+pipelined reads still took seconds on a loaded broker, twenty multis do not.) A multi is all or nothing: when one of its partitions' writes fails (the
 leader changed its ISR meanwhile: a version conflict), that chunk is written again one
 multi per partition, pipelined, and each partition gets its own answer.
 """
@@ -279,30 +282,47 @@ async def elect(
     unclean_default: bool = False,
 ) -> list[tuple[str, int]]:
     """Elect leaders (or shrink ISRs) of `partitions`; returns those whose state changed.
-    All are read at once, the new states written in multis; those whose state moved
-    meanwhile (a version conflict) are read and decided again."""
+
+    Decided first on the states the controller holds, written in multis at the znode
+    versions it holds: a state that moved meanwhile (the leader changed its ISR) fails
+    its version check, and is read and decided again. So every decision is made on what
+    ZooKeeper holds, as when each state was read first (Kafka reads them all), at the
+    cost of reading only the partitions that moved, and those the controller's state
+    says need no change (read to make sure)."""
     from kazoo.exceptions import BadVersionError, NoNodeError
 
     changed: set[tuple[str, int]] = set()
     order = list(dict.fromkeys(partitions))
-    todo = order
+    cached = [tp for tp in order if tp in ctx.states]
+    to_read = [tp for tp in order if tp not in ctx.states]
     unclean_of: dict[str, bool] = {}
     for _attempt in range(_WRITE_ATTEMPTS):
-        if not todo:
+        if not cached and not to_read:
             break
+        candidates = [(tp, ctx.states[tp], True) for tp in cached]
+        if to_read:
+            read = await read_states(zk, to_read)
+            candidates += [(tp, st, False) for tp, st in zip(to_read, read, strict=True)]
+        cached, to_read = [], []
         wanted: dict[tuple[str, int], tuple[PartitionLeadership, PartitionLeadership]] = {}
-        for tp, state in zip(todo, await read_states(zk, todo), strict=True):
+        for tp, state, from_cache in candidates:
             if state is None:
                 continue
-            ctx.states[tp] = state
+            if not from_cache:
+                ctx.states[tp] = state
             unclean = False
             if why is Election.OFFLINE and not any(ctx.is_replica_online(r, tp) for r in state.isr):
                 if tp[0] not in unclean_of:
                     unclean_of[tp[0]] = await _unclean_allowed(zk, tp[0], unclean_default)
                 unclean = unclean_of[tp[0]]
             choice = _choose(ctx, tp, ctx.replicas(*tp), state, why, unclean)
-            if choice is not None:
-                wanted[tp] = (state, state.succeeded_by(*choice, ctx.epoch))
+            if choice is None:
+                if from_cache:
+                    to_read.append(tp)  # nothing to do by the controller's state: make sure
+                continue
+            wanted[tp] = (state, state.succeeded_by(*choice, ctx.epoch))
+        if not wanted:
+            continue
         results = await write_states(
             ctx,
             zk,
@@ -317,11 +337,10 @@ async def elect(
                 for tp, (old, new) in wanted.items()
             },
         )
-        todo = []
         for tp, (old, new) in wanted.items():
             error = results[tp]
             if isinstance(error, BadVersionError):
-                todo.append(tp)  # the leader changed the ISR meanwhile: read again
+                to_read.append(tp)  # the leader changed the ISR meanwhile: read again
                 continue
             if isinstance(error, NoNodeError):
                 continue
