@@ -642,12 +642,21 @@ class ReplicaManager:
         A leader cut off from ZooKeeper (but not from its clients) cannot hear that its
         session expired, nor get the controller's LeaderAndIsr: Kafka's broker goes on
         leading, acknowledging acks=1 produces that the new leader never sees and serving
-        group offsets the new coordinator has moved past. Two signs together say it was
-        deposed: its ZooKeeper connection has been gone for half a session timeout (the
-        connection is declared lost only after two thirds of one without an answer, so
-        ZooKeeper expires the session about then), and the followers in its ISR stopped
-        fetching from it (they follow the new leader the controller named). ZooKeeper
-        down for everyone leaves the followers fetching, and the leaders leading.
+        group offsets the new coordinator has moved past. Two signs together say it is
+        being deposed: its ZooKeeper connection was found lost a fifth of a session timeout
+        ago, and the followers in its ISR stopped fetching from it (cut off from it, or
+        following the new leader). ZooKeeper down for everyone leaves the followers
+        fetching, and the leaders leading.
+
+        Why a fifth: kazoo finds the connection lost once a ping has gone unanswered for a
+        third of a session, so the last request ZooKeeper answered left at most two thirds
+        of a session before that, and the session expires no sooner than a third of a
+        session after the loss is found. Resigning a fifth of a session after it (6 s
+        sessions: 1.2 s, with 0.8 s to spare and the controller's election after that),
+        the old leader and coordinator has stopped before a new one can start, so no
+        client reads a group offset from the new coordinator and then an older one from
+        the old (one-way-leader once read 1321, then 1079, when this waited half a
+        session).
 
         Such a partition leads nothing (NOT_LEADER_OR_FOLLOWER; clients refresh and find
         the new leader; its coordinators unload). If the session then turns out alive,
@@ -657,7 +666,7 @@ class ReplicaManager:
         session_s = zk.session_timeout_ms / 1000
         quiet_ms = max(int(zk.session_timeout_ms / 3), 4 * self.config.replica_fetch_wait_max_ms)
         while True:
-            await trio.sleep(0.25)
+            await trio.sleep(0.1)
             since = zk.disconnected_since
             if since is None:
                 resigned_in = self._resigned_in_session
@@ -679,7 +688,7 @@ class ReplicaManager:
                         )
                         await zk.renew()
                 continue
-            if trio.current_time() - since < session_s / 2:
+            if trio.current_time() - since < session_s / 5:
                 continue
             now = _now_ms()
             resigned = []

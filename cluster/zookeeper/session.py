@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -190,11 +191,16 @@ class ZooKeeperSession:
         if token is None:
             return
         try:
-            token.run_sync_soon(self._set_state, str(state), session_id)
+            token.run_sync_soon(self._set_state, str(state), session_id, time.perf_counter())
         except trio.RunFinishedError:
             pass
 
-    def _set_state(self, state: str, session_id: int | None) -> None:
+    def _set_state(self, state: str, session_id: int | None, at: float | None = None) -> None:
+        # When kazoo saw the change (`at`, perf_counter on its thread), in Trio's clock: a
+        # busy event loop runs this later, and a leader cut off from ZooKeeper times its
+        # resignation from the moment the connection was found lost.
+        now = trio.current_time()
+        seen = now if at is None else now - max(0.0, time.perf_counter() - at)
         if state == "CONNECTED":
             if session_id != self.session_id and self.session_id is not None:
                 logger.warning(
@@ -208,14 +214,14 @@ class ZooKeeperSession:
             )
             self.connected = False
             if self.disconnected_since is None:
-                self.disconnected_since = trio.current_time()
+                self.disconnected_since = seen
         else:  # LOST: the session expired or was closed; its ephemeral znodes are gone
             if self.session_id is not None:
                 level = logging.INFO if self._closing else logging.WARNING
                 logger.log(level, "ZooKeeper session 0x%x ended", self.session_id)
             self.connected, self.session_id = False, None
             if self.disconnected_since is None:
-                self.disconnected_since = trio.current_time()
+                self.disconnected_since = seen
         changed, self._state_changed = self._state_changed, trio.Event()
         changed.set()
 
