@@ -42,7 +42,7 @@ async def controlled_shutdown(ctrl: Controller, broker_id: int) -> list[tuple[st
     logger.info("controller epoch %d: controlled shutdown of broker %d", ctrl.epoch, broker_id)
     mine = [tp for tp in ctx.partitions_on(broker_id) if len(ctx.replicas(*tp)) > 1]
     led = [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader == broker_id]
-    followed = [tp for tp in mine if tp in ctx.states and tp not in led]
+    followed = [tp for tp in mine if tp in ctx.states and ctx.states[tp].leader != broker_id]
     # One batch: new leaders for what it led, the ISRs it leaves for what it followed.
     changed = await psm.elect(ctx, ctrl.zk, led + followed, psm.Election.SHUTDOWN)
     batch = ctrl.batch()
@@ -90,8 +90,9 @@ async def elect_leaders(
         batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
     batch.add_update_metadata(ctx.live_brokers, changed)
     batch.send(ctrl.channel)
+    elected = set(changed)
     for tp in todo:
-        if tp in changed:
+        if tp in elected:
             results[tp] = ErrorCode.NONE
         else:
             results[tp] = (

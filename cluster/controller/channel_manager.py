@@ -237,7 +237,9 @@ class RequestBatch:
         for broker_id in brokers:
             if broker_id in ctx.live_brokers:
                 self.leader_and_isr.setdefault(broker_id, {})[(topic, partition)] = entry
-        self.add_update_metadata(ctx.live_brokers, [(topic, partition)])
+        self.update_metadata_brokers.update(ctx.live_brokers)
+        if self.update_metadata_partitions is not None:
+            self.update_metadata_partitions.add((topic, partition))
 
     def add_stop_replica(self, brokers: Iterable[int], topic: str, partition: int, delete: bool):
         for broker_id in brokers:

@@ -332,12 +332,13 @@ class Controller:
                 ctx.topics_being_deleted.add(topic)
         new = [tp for tp in ctx.partitions() if tp not in ctx.states]
         await psm.initialize(ctx, self.zk, new)
+        fresh = set(new)
         offline = [tp for tp in ctx.partitions() if self._needs_election(tp)]
         await psm.elect(ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean)
         batch = self.batch()
         for tp in ctx.partitions():
             if tp[0] not in ctx.topics_being_deleted:
-                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in new)
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in fresh)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
         logger.info(
@@ -498,8 +499,9 @@ class Controller:
         elected = await psm.elect(
             ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean
         )
+        made = set(created)
         for tp in [*created, *elected]:
-            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
+            batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in made)
         batch.add_update_metadata(ctx.live_brokers)
         batch.send(self.channel)
         from trio_broker.cluster.controller.actions import resume_deletions
@@ -582,10 +584,11 @@ class Controller:
         ctx = self.ctx
         new = [tp for tp in partitions if tp not in ctx.states]
         created = await psm.initialize(ctx, self.zk, new)
+        made = set(created)
         batch = self.batch()
         for tp in partitions:
             if tp in ctx.states:
-                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in created)
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp, is_new=tp in made)
         batch.add_update_metadata(ctx.live_brokers, partitions)
         batch.send(self.channel)
         if created:
