@@ -119,6 +119,45 @@ def test_sarama_from_debian(go_builds, tmp_path):
     assert group["committed"] == 10
 
 
+# kafka-go's tests hold deadlines of their own (1 s around DeleteTopics and the Metadata
+# after it, 5 s per writer batch, 100 ms fetch waits counted in Stats) and race the clock
+# (the special offsets test writes its last message after a 1 s sleep, which must land after
+# the reader's SetOffset(LastOffset); its concurrent writer and reader share a connection
+# where a Fetch of the log end sent before the Produce that fills it waits 2^31 ms with the
+# Produce behind it, one request in flight per connection as in Kafka). On a loaded machine
+# these can fail against any broker: a test that fails or hangs is run once more, alone
+# (its subtests still in parallel), and must pass then.
+@attrs.frozen
+class GoTestRun:
+    results: dict[str, list[str]]  # PASS / FAIL / SKIP -> top-level test names
+    hung: set[str]  # started, never finished (the binary's timeout ended it)
+    output: str
+
+
+def run_kafka_go_tests(builds: GoBuilds, *args: str) -> GoTestRun:
+    run = subprocess.run(
+        [str(builds.kafka_go_tests), "-test.v", "-test.timeout=90s", *args],
+        cwd=builds.kafka_go_dir,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    results: dict[str, list[str]] = {"PASS": [], "FAIL": [], "SKIP": []}
+    started = set()
+    for line in run.stdout.splitlines():
+        if line.startswith("--- "):  # a top-level test's result (subtests are indented)
+            outcome, name = line.split()[1:3]
+            results[outcome.rstrip(":")].append(name)
+        elif line.startswith(("=== RUN", "=== CONT")):
+            started.add(line.split()[2].split("/")[0])
+    finished = {name for names in results.values() for name in names}
+    timed_out = "panic: test timed out" in run.stderr + run.stdout
+    hung = started - finished if timed_out else set()
+    if not (results["FAIL"] or hung):
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return GoTestRun(results, hung, run.stdout + run.stderr)
+
+
 def test_kafka_go_package_tests(go_builds, tmp_path):
     """All of kafka-go 0.2.1's package tests pass against a lone broker but the one that
     names a broker version of its own."""
@@ -134,19 +173,15 @@ def test_kafka_go_package_tests(go_builds, tmp_path):
     with BrokerThread(props):
         # Most of its tests are parallel and wait on timers (its writer's 1 s batches):
         # all of them at once, not GOMAXPROCS at a time.
-        run = subprocess.run(
-            [str(go_builds.kafka_go_tests), "-test.v", "-test.parallel=32", "-test.timeout=240s"],
-            cwd=go_builds.kafka_go_dir,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    results = {"PASS": [], "FAIL": [], "SKIP": []}
-    for line in run.stdout.splitlines():
-        if line.startswith("--- "):  # a top-level test's result (subtests are indented)
-            outcome, name = line.split()[1:3]
-            results[outcome.rstrip(":")].append(name)
-    assert results["FAIL"] == [], run.stdout[-6000:]
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert results["SKIP"] == KAFKA_GO_SKIPS
-    assert len(results["PASS"]) == 51, results["PASS"]
+        first = run_kafka_go_tests(go_builds, "-test.parallel=32")
+        again = set(first.results["FAIL"]) | first.hung
+        passed = set(first.results["PASS"])
+        if again:
+            print(f"kafka-go tests run again: {sorted(again)}\n{first.output[-4000:]}")
+            pattern = "|".join(sorted(again))
+            second = run_kafka_go_tests(go_builds, f"-test.run=^({pattern})$")
+            assert (second.results["FAIL"], second.hung) == ([], set()), second.output[-6000:]
+            assert sorted(second.results["PASS"]) == sorted(again)
+            passed |= again
+    assert first.results["SKIP"] == KAFKA_GO_SKIPS
+    assert len(passed) == 51, sorted(passed)
