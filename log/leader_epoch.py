@@ -42,6 +42,10 @@ class LeaderEpochCache:
         # writes nothing (a broker flushes thousands of partitions that did not change).
         self._on_disk: list[tuple[int, int]] | None = entries
         self._synced = True
+        # Set by a running log manager: a write without fsync only joins this set, and the
+        # manager writes the set's files together in a worker thread (a LeaderAndIsr making
+        # this broker leader of 3,000 partitions wrote 3,000 files on the event loop).
+        self.deferred: set[LeaderEpochCache] | None = None
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self.epochs, self.start_offsets, strict=True))
@@ -125,7 +129,14 @@ class LeaderEpochCache:
         self._on_disk = None
 
     def write(self, *, sync: bool = True) -> None:
-        entries = self.entries()
+        if not sync and self.deferred is not None:
+            self.deferred.add(self)
+            return
+        self.write_entries(self.entries(), sync=sync)
+
+    def write_entries(self, entries: list[tuple[int, int]], *, sync: bool) -> None:
+        """Write `entries` (taken by `entries()` on the event loop; this may run in a
+        worker thread) unless the file holds them already."""
         if entries == self._on_disk and (self._synced or not sync):
             return
         if self.path.parent.exists():

@@ -42,6 +42,7 @@ from trio_broker.log.checkpoints import (
 )
 from trio_broker.log.config import LogConfig
 from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS
+from trio_broker.log.leader_epoch import LeaderEpochCache
 from trio_broker.log.loader import load_log
 from trio_broker.log.log_loading import PendingLog, PendingLogs
 from trio_broker.log.partition_log import PartitionLog, wall_clock_ms
@@ -54,6 +55,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"  # log/dir_mover.py
 _NEVER = 2**63 - 1
+# How often leader epoch checkpoints changed meanwhile are written (see `run`).
+_EPOCH_WRITE_INTERVAL_S = 0.1
 
 TopicPartition = tuple[str, int]
 
@@ -118,6 +121,9 @@ class LogManager:
         self.flush_start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self.logs: dict[TopicPartition, PartitionLog] = {}
+        # Leader epoch caches whose checkpoint waits to be written (while `run` runs).
+        self._epoch_writes: set[LeaderEpochCache] = set()
+        self._epochs_deferred = False
         self.directory_ids: dict[Path, uuid.UUID] = {}
         # Logs renamed to `-delete`, with the time they may be removed.
         self._logs_to_delete: list[tuple[int, PartitionLog]] = []
@@ -347,7 +353,39 @@ class LogManager:
     def _watch(self, log: PartitionLog) -> PartitionLog:
         log.on_dir_failure = self.mark_dir_offline
         log.on_dir_full = self._dir_full
+        if self._epochs_deferred:
+            log.leader_epoch_cache.deferred = self._epoch_writes
         return log
+
+    # -- leader epoch checkpoints, written together ------------------------------------------
+
+    def _defer_epoch_writes(self) -> None:
+        """While `run` runs: leader epoch checkpoints changed on the event loop are written
+        by `_write_epoch_checkpoints` (Kafka writes them without an fsync as well; a flush
+        or close syncs them, and after a crash the log's batches restore the epochs past
+        the recovery point)."""
+        self._epochs_deferred = True
+        for log in self.all_logs():
+            log.leader_epoch_cache.deferred = self._epoch_writes
+
+    def write_epoch_checkpoints(self) -> None:
+        """Write the deferred leader epoch checkpoints now, here (at a stop)."""
+        self._epochs_deferred = False
+        for log in self.all_logs():
+            log.leader_epoch_cache.deferred = None
+        pending = [(c, c.entries()) for c in self._epoch_writes]
+        self._epoch_writes.clear()
+        _write_epochs(pending)
+
+    async def _write_epoch_checkpoints(self) -> None:
+        while True:
+            await trio.sleep(_EPOCH_WRITE_INTERVAL_S)
+            if not self._epoch_writes:
+                continue
+            # The entries are taken here, on the event loop that changes them.
+            pending = [(c, c.entries()) for c in self._epoch_writes]
+            self._epoch_writes.clear()
+            await self._run_sync(_write_epochs, pending)
 
     # -- full log dirs ---------------------------------------------------------------------
 
@@ -688,6 +726,11 @@ class LogManager:
         """
         unclean: set[Path] = set(self.offline_dirs)
         started = time.perf_counter()
+        try:
+            self.write_epoch_checkpoints()
+        except OSError as exc:
+            # Each log's close writes its own again (and says so if that fails too).
+            logger.error("cannot write leader epoch checkpoints: %s", exc)
         # No collection while closing: the closes make garbage by the thousand, and a
         # collection of every generation over a broker of 5,000 logs took 0.1 s of the
         # close (more with more). What the closes leave goes by reference counting.
@@ -793,9 +836,11 @@ class LogManager:
             "producer_expiry": self.producer_id_expiration_check_interval_ms,
         }
         due = {name: start + ms / 1000 for name, ms in intervals.items() if 0 < ms < _NEVER}
+        self._defer_epoch_writes()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery  # log dir moves (AlterReplicaLogDirs) run here
             nursery.start_soon(self._load_in_background)
+            nursery.start_soon(self._write_epoch_checkpoints)
             task_status.started()
             while True:
                 next_due = min(due.values(), default=math.inf)
@@ -850,3 +895,14 @@ class LogManager:
         return any(
             deadline <= now for log in self.all_logs() for deadline, _ in log.pending_deletes
         )
+
+
+def _write_epochs(pending: list[tuple[LeaderEpochCache, list[tuple[int, int]]]]) -> None:
+    """Write leader epoch checkpoints taken on the event loop (in a worker thread). A file
+    that cannot be written (a full disk, a partition deleted meanwhile) keeps what it held;
+    the log's next flush writes it again."""
+    for cache, entries in pending:
+        try:
+            cache.write_entries(entries, sync=False)
+        except OSError as exc:
+            logger.warning("leader epoch checkpoint %s not written: %s", cache.path, exc)

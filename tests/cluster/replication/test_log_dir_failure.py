@@ -90,7 +90,12 @@ def test_a_leaders_failed_log_dir_moves_leadership_and_loses_no_acknowledged_rec
         wait_for_leaders(bootstrap, TOPIC, 1, isr_size=3)
         failing = cluster.brokers[node]
         other = cluster.brokers[3]
-        assert _partition(other.bootstrap).leader_id == node
+        # Broker 3's metadata cache hears of the new topic a moment after the others may.
+        eventually(
+            lambda: getattr(_partition(other.bootstrap), "leader_id", None) == node,
+            budget_s=15,
+            what=f"broker 3 knows {node} leads the new partition",
+        )
         with CountingProducer(bootstrap, TOPIC) as producer:
             eventually(lambda: len(producer.acked) > 300, budget_s=30, what="first acks")
             segment = max(

@@ -138,10 +138,16 @@ def test_leader_change_makes_the_old_leader_truncate_its_divergent_tail(
         )
         got = values_by_offset(segment_bytes(b1.log_dir, "div", 0))
         assert [got[o] for o in range(12)] == [*values, b"new-0", b"new-1"]
-        assert (
-            (b1.log_dir / "div-0" / "leader-epoch-checkpoint").read_text()
-            == (b2.log_dir / "div-0" / "leader-epoch-checkpoint").read_text()
-            == "0\n2\n0 0\n1 10\n"
+        # Both replicas' leader epoch checkpoints, written by their log managers within
+        # a moment of the change (together with others, off the event loop).
+        eventually(
+            lambda: (
+                _text(b1.log_dir / "div-0" / "leader-epoch-checkpoint")
+                == _text(b2.log_dir / "div-0" / "leader-epoch-checkpoint")
+                == "0\n2\n0 0\n1 10\n"
+            ),
+            budget_s=10,
+            what="both leader epoch checkpoints say epoch 1 starts at 10",
         )
         # The new leader takes it back into the ISR once it has caught up.
         eventually(
@@ -244,3 +250,10 @@ def test_a_new_follower_starts_at_the_leaders_log_start_even_inside_a_batch(
             budget_s=20,
             what="the follower joins the ISR",
         )
+
+
+def _text(path) -> str | None:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
