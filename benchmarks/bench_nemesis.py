@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                     bench.progress(f"  {time.monotonic() - began:.0f} s: {outcome.report}")
                 except Exception as exc:  # a finding: counted, printed, its data kept
                     failed.append(f"{type(exc).__name__}: {str(exc)[:300]} ({base})")
-                    bench.progress(f"  FAILED: {failed[-1]}")
+                    # The whole message (the brokers' lines the checker attaches) to stderr:
+                    # the log dirs are tmpfs mounts, gone with the cluster.
+                    bench.progress(f"  FAILED: {type(exc).__name__}: {exc} ({base})")
             failures += len(failed)
             rows.append((fault, outcomes, failed))
 
