@@ -59,7 +59,6 @@ from trio_broker.protocol._generated.share_fetch_response import (
     ShareFetchableTopicResponse,
     ShareFetchResponse,
 )
-from trio_broker.security.acl import Op, Resource
 from trio_broker.server.requests import DELAYED
 
 if TYPE_CHECKING:
@@ -450,6 +449,9 @@ class SharePartitionManager:
         az = getattr(self.broker, "authorizer", None)
         if az is None:
             return _anything
+        # Only with an authorizer: a plaintext broker loads no security module.
+        from trio_broker.security.acl import Op, Resource
+
         return lambda topic: az.allows(request, Op.READ, Resource.TOPIC, topic)
 
     @staticmethod
