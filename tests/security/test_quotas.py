@@ -136,7 +136,12 @@ def test_producer_is_held_to_its_byte_rate(kafka_broker_factory):
 def test_consumer_is_held_to_its_byte_rate(kafka_broker_factory):
     # Two 1 s windows: the allowance before throttling starts is one second's worth.
     broker = kafka_broker_factory({"quota.window.num": "2"})
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    # Batches of at most 50 kB: a fetch answers at least one whole batch, and the records
+    # queued while the auto-created topic first answers LEADER_NOT_AVAILABLE (as Kafka's
+    # does) would otherwise go as two 1 MB batches, each sent whole before the throttle.
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 50_000}
+    )
     for _ in range(2000):
         producer.produce("cq", value=b"c" * 1000)
     assert producer.flush(30) == 0
