@@ -23,7 +23,7 @@ import trio
 from trio_broker.cluster.zookeeper.change_notifications import (
     changed_entity,
     config_changes,
-    notify_config_change,
+    write_entity_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -94,19 +94,11 @@ class ZkBrokerConfigs:
         self._nursery.start_soon(self._write, resource_name, dict(level))
 
     async def _write(self, resource_name: str, level: dict[str, str]) -> None:
-        from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+        from kazoo.exceptions import KazooException
 
         path = f"{BROKERS}/{self._znode(resource_name)}"
-        payload = json.dumps({"version": 1, "config": level}).encode()
         try:
-            try:
-                await self.zk.set(path, payload)
-            except NoNodeError:
-                try:
-                    await self.zk.create(path, payload, makepath=True)
-                except NodeExistsError:
-                    await self.zk.set(path, payload)
-            await notify_config_change(self.zk, f"brokers/{self._znode(resource_name)}")
+            await write_entity_config(self.zk, BROKERS, self._znode(resource_name), level)
         except KazooException as exc:
             logger.error("cannot write %s to ZooKeeper: %r", path, exc)
         finally:

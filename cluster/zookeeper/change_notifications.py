@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 __all__ = [
+    "write_entity_config",
     "CONFIG_CHANGES",
     "CONFIG_CHANGE_PREFIX",
     "ChangeFollower",
@@ -94,3 +95,21 @@ def changed_entity(data: bytes) -> str | None:
 async def notify_config_change(zk: Any, entity: str) -> None:
     data = json.dumps({"version": 2, "entity_path": entity}).encode()
     await notify(zk, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX, data)
+
+
+async def write_entity_config(zk: Any, root: str, entity: str, configs: dict[str, str]) -> None:
+    """Write `{root}/{entity}`'s whole override set (Kafka's `{"version":1,"config":...}`,
+    created if missing) and announce it in /config/changes as `{kind}/{entity}`, where
+    kind is the last part of `root` (/config/brokers, /config/groups)."""
+    from kazoo.exceptions import NodeExistsError, NoNodeError
+
+    path = f"{root}/{entity}"
+    payload = json.dumps({"version": 1, "config": configs}).encode()
+    try:
+        await zk.set(path, payload)
+    except NoNodeError:
+        try:
+            await zk.create(path, payload, makepath=True)
+        except NodeExistsError:
+            await zk.set(path, payload)
+    await notify_config_change(zk, f"{root.rsplit('/', 1)[-1]}/{entity}")

@@ -25,7 +25,7 @@ import trio
 from trio_broker.cluster.zookeeper.change_notifications import (
     changed_entity,
     config_changes,
-    notify_config_change,
+    write_entity_config,
 )
 
 logger = logging.getLogger(__name__)
@@ -107,19 +107,11 @@ class ZkGroupConfigs:
         self._nursery.start_soon(self._write, group, dict(configs))
 
     async def _write(self, group: str, configs: dict[str, str]) -> None:
-        from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+        from kazoo.exceptions import KazooException
 
         path = f"{GROUPS}/{_znode(group)}"
-        payload = json.dumps({"version": 1, "config": configs}).encode()
         try:
-            try:
-                await self.zk.set(path, payload)
-            except NoNodeError:
-                try:
-                    await self.zk.create(path, payload, makepath=True)
-                except NodeExistsError:
-                    await self.zk.set(path, payload)
-            await notify_config_change(self.zk, f"groups/{_znode(group)}")
+            await write_entity_config(self.zk, GROUPS, _znode(group), configs)
         except KazooException as exc:
             logger.error("cannot write %s to ZooKeeper: %r", path, exc)
         finally:
