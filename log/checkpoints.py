@@ -32,6 +32,7 @@ __all__ = [
     "CorruptCheckpointError",
     "PendingSyncs",
     "atomic_write",
+    "child",
     "fsync_dir",
     "read_epoch_checkpoint",
     "read_meta_properties",
@@ -67,6 +68,17 @@ def _fsync_path(path: str | os.PathLike[str], flags: int = os.O_RDONLY) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def child(parent: Path, name: str) -> Path:
+    """`parent / name` for a `name` of one part (no separator, not ".."), without parsing
+    it again: a broker loading 20,000 logs joins about ten paths for each, and pathlib's
+    parse was a sixth of the load's CPU. Python 3.11-3.13's Path has the shortcut
+    (`_make_child_relpath`, what its own directory walks use); elsewhere the plain join."""
+    return _make_child(parent, name)
+
+
+_make_child = getattr(Path, "_make_child_relpath", None) or Path.__truediv__
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -171,9 +183,10 @@ def _read_text(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
+        chunks = [os.read(fd, 65536)]
+        # A regular file's read comes back short only at its end: one read for a small file.
+        while len(chunks[-1]) == 65536:
+            chunks.append(os.read(fd, 65536))
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8")
@@ -259,8 +272,9 @@ def write_partition_metadata(
     """Write the partition's `partition.metadata`; with `sync=False` the caller fsyncs the
     file and its directory (returned) before anyone relies on them."""
     text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}"
-    path = (partition_dir if isinstance(partition_dir, Path) else Path(partition_dir)) / (
-        PARTITION_METADATA
+    path = child(
+        partition_dir if isinstance(partition_dir, Path) else Path(partition_dir),
+        PARTITION_METADATA,
     )
     atomic_write(path, text.encode(), sync=sync)
     return path

@@ -14,6 +14,7 @@ from pathlib import Path
 from trio_broker.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     CorruptCheckpointError,
+    child,
     read_epoch_checkpoint,
     write_epoch_checkpoint,
 )
@@ -30,7 +31,10 @@ class LeaderEpochCache:
     """Sorted (epoch, start_offset) entries, both strictly increasing."""
 
     def __init__(self, partition_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(partition_dir) / LEADER_EPOCH_CHECKPOINT
+        self.path = child(
+            partition_dir if isinstance(partition_dir, Path) else Path(partition_dir),
+            LEADER_EPOCH_CHECKPOINT,
+        )
         try:
             entries = read_epoch_checkpoint(self.path)
         except CorruptCheckpointError:

@@ -58,21 +58,25 @@ def load_log(
     clean_shutdown: bool = True,
     topic_id: uuid.UUID | None = None,
     pending: PendingSyncs | None = None,
+    listed: bool = False,
 ) -> PartitionLog:
     """Open (creating if needed) the partition directory `directory` and load its log.
 
     With `pending`, the fsyncs that make a new directory and its `partition.metadata`
     durable are left to the caller's `pending.sync()` (a topic's partitions, created
-    together); without, they happen here."""
-    directory = Path(directory)
-    try:
+    together); without, they happen here. `listed`: the directory was found by listing
+    its log dir (a start), so it exists and is not made."""
+    directory = directory if isinstance(directory, Path) else Path(directory)
+    fresh = False  # nothing to find, recover or clean up in a directory just made
+    if not listed:
         try:
-            os.mkdir(directory)
-        except FileNotFoundError:
-            directory.mkdir(parents=True)
-        fresh = True  # nothing to find, recover or clean up in a directory just made
-    except FileExistsError:
-        fresh = False
+            try:
+                os.mkdir(directory)
+            except FileNotFoundError:
+                directory.mkdir(parents=True)
+            fresh = True
+        except FileExistsError:
+            pass
     stored_id = None
     if not fresh:
         try:
@@ -90,7 +94,12 @@ def load_log(
             pending.add_file(written)
 
     if not fresh:
-        _find_segments(log, directory, config, now_ms)
+        try:
+            _find_segments(log, directory, config, now_ms)
+        except FileNotFoundError:
+            if not listed or directory.exists():
+                raise
+            directory.mkdir(parents=True)  # removed since it was listed: made anew, empty
     if not log.segments:
         log._new_segment(max(log_start_offset, 0))
     _recover(log, recovery_point, clean_shutdown)

@@ -247,7 +247,7 @@ class LogManager:
 
     def _load_pending(self, tp: TopicPartition, pending: PendingLog) -> PartitionLog | None:
         """Load a log found at start (a worker thread's, or the event loop's on first use)."""
-        log_dir = pending.path.parent
+        log_dir = pending.log_dir
         if log_dir in self.offline_dirs:
             return None
         try:
@@ -261,6 +261,7 @@ class LogManager:
                 log_start_offset=pending.log_start_offset or 0,
                 high_watermark=pending.high_watermark or 0,
                 clean_shutdown=pending.clean_shutdown,
+                listed=True,
             )
         except OSError as exc:
             if exc.errno in DESCRIPTOR_ERRNOS:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from trio_broker.log.checkpoints import child
 from trio_broker.log.file_cache import SegmentFile, segment_files
 from trio_broker.log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from trio_broker.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
@@ -74,7 +75,9 @@ class LogSegment:
         self.dir = partition_dir
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = partition_dir / segment_file_name(base_offset, LOG_SUFFIX + file_suffix)
+        self.log_path = child(
+            partition_dir, segment_file_name(base_offset, LOG_SUFFIX + file_suffix)
+        )
         self.closed = False
         # The open descriptor while the file cache holds it (see `file`).
         self._file: SegmentFile | None = None
@@ -130,9 +133,11 @@ class LogSegment:
         self.size = os.fstat(file.fd).st_size
         self.bytes_since_last_index_entry = 0
         self.index_needs_rebuild = False
-        index_path = partition_dir / segment_file_name(base_offset, INDEX_SUFFIX + file_suffix)
-        time_index_path = partition_dir / segment_file_name(
-            base_offset, TIME_INDEX_SUFFIX + file_suffix
+        index_path = child(
+            partition_dir, segment_file_name(base_offset, INDEX_SUFFIX + file_suffix)
+        )
+        time_index_path = child(
+            partition_dir, segment_file_name(base_offset, TIME_INDEX_SUFFIX + file_suffix)
         )
         # A segment with data but no index files lost them (or predates them): rebuild.
         if present is not None:
@@ -162,7 +167,7 @@ class LogSegment:
         # Aborted transactions (issue 15); the file exists only once one was aborted here.
         txn_name = segment_file_name(base_offset, TXN_INDEX_SUFFIX + file_suffix)
         self.txn_index = TransactionIndex(
-            partition_dir / txn_name, exists=None if present is None else txn_name in present
+            child(partition_dir, txn_name), exists=None if present is None else txn_name in present
         )
 
     # -- reading headers -------------------------------------------------------------------

@@ -57,6 +57,27 @@ def test_create_close_reopen_with_checkpoints(tmp_path):
         LogManager([tmp_path / "d1"], node_id=2, cluster_id="abcdefghijklmnopqrstuv").open()
 
 
+def test_a_listed_log_removed_before_its_lazy_load_loads_empty(tmp_path):
+    """Logs found at start are loaded without making their directory again; one removed
+    between the listing and its load is made anew, empty, and its log dir stays online."""
+    import shutil
+
+    m = manager(tmp_path)
+    kept, gone = m.create_log("orders", 0, TOPIC_ID), m.create_log("orders", 1, TOPIC_ID)
+    append(kept, make_batch(3))
+    append(gone, make_batch(2))
+    m.close()
+    m = LogManager(
+        [tmp_path / "d1", tmp_path / "d2"], node_id=1, cluster_id="abcdefghijklmnopqrstuv"
+    )
+    m.open(lazy=True)
+    shutil.rmtree(gone.dir)
+    assert m.get_log("orders", 0).log_end_offset == 3
+    assert m.get_log("orders", 1).log_end_offset == 0
+    assert gone.dir.is_dir() and not m.offline_dirs
+    m.close()
+
+
 def test_delete_log_renames_then_removes(tmp_path):
     m = manager(tmp_path)
     log = m.create_log("gone", 3)
