@@ -2,7 +2,8 @@
 workload, each run proved by the history checker (tests/cluster/history.py); then a table
 of what it found: safety (acknowledged records lost, duplicated or moved: must be 0) and
 availability (the longest a partition went without an acks=all acknowledgement, the
-longest until every replica was back in every ISR).
+longest until every replica was back in every ISR), and for the faults that cut a live
+leader off, how long before the controller's election it had given its leaderships up.
 
     sudo .venv/bin/python benchmarks/bench_nemesis.py [--smoke] [--rounds 2]
         [--injections 9] [--hold 8] [--faults kill-leader,isolate-leader,...]
@@ -86,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                         )
                     outcomes.append(outcome)
                     shutil.rmtree(base, ignore_errors=True)
-                    bench.progress(f"  {time.monotonic() - began:.0f} s: {outcome.report}")
+                    ahead = outcome.deposed_ahead_s
+                    bench.progress(
+                        f"  {time.monotonic() - began:.0f} s: {outcome.report}"
+                        + (f"; deposed {ahead:.2f} s or more ahead" if ahead is not None else "")
+                    )
                 except Exception as exc:  # a finding: counted, printed, its data kept
                     failed.append(f"{type(exc).__name__}: {str(exc)[:300]} ({base})")
                     # The whole message (the brokers' lines the checker attaches) to stderr:
@@ -98,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         "\n| fault | injections | failed checks | acks=all acknowledged, all read back once | "
         "acks=1 lost in Kafka's window | acks=1 lost after expiry known | longest gap s | "
-        "longest until whole s |"
+        "longest until whole s | deposed ahead of the election, least s |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     total = 0
     for fault, outcomes, failed in rows:
         injections = sum(o.injections for o in outcomes) + len(failed) * args.injections
@@ -110,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         lost_after = sum(o.report.lost_one_after_expiry for o in outcomes)
         gap = max((o.report.longest_gap_s for o in outcomes), default=float("nan"))
         whole = max((o.whole_s for o in outcomes), default=float("nan"))
+        aheads = [o.deposed_ahead_s for o in outcomes if o.deposed_ahead_s is not None]
+        ahead = f"{min(aheads):.2f}" if aheads else "-"
         print(
             f"| {fault} | {injections} | {len(failed)} | {acked} | {lost_one} | "
-            f"{lost_after} | {gap:.1f} | {whole:.1f} |"
+            f"{lost_after} | {gap:.1f} | {whole:.1f} | {ahead} |"
         )
     print(
         f"\n{total} injections, {failures} failed checks; ZooKeeper session "

@@ -349,6 +349,89 @@ class Outcome:
     whole_s: float  # the longest from a fault's end until every replica was in every ISR
     expired_at: float | None  # when the target learned its session had expired, if it did
     injections: int = 1
+    # Faults that cut a live broker off: the least time by which a broker deposed by an
+    # offline election had stopped leading the partition before the election (see
+    # `late_depositions`); None where nothing was so elected or the fault is another kind.
+    deposed_ahead_s: float | None = None
+
+
+# Faults after which a broker that is alive but cut off may be deposed: it must have
+# stopped leading before the controller elects another leader in its place (it cannot be
+# told, so it must presume). Not `isolate-leader-from-zookeeper`: its followers go on
+# fetching from it until the controller's election sends them elsewhere, and only then
+# can it tell (as Kafka's broker cannot tell at all).
+CUT_OFF_FAULTS = ("isolate-leader", "isolate-controller", "one-way-leader")
+
+_ELECTED = re.compile(r"offline election of (\S+): leader (\d+) -> (\d+)")
+_LEADS = re.compile(r"broker (\d+) leads (\S+) in epoch")
+_FOLLOWS = re.compile(r"broker (\d+) follows \d+ in (\S+), epoch")
+_RESIGNED = re.compile(r"leads none of (.+?) until|resigned the leadership of (.+)$")
+_STALLED = re.compile(r"did not run for ([\d.]+) s")
+
+
+def late_depositions(cluster: NetCluster) -> tuple[list[str], float | None]:
+    """Every offline election that took a partition from a broker, held against that
+    broker's own lines: it must have stopped leading the partition (presumed deposed,
+    learned its session expired, followed another leader, or its event loop stalled)
+    after it last became its leader and before the controller's election, as both logged
+    them (one machine, one clock). A broker still leading then served as leader and
+    coordinator beside the new one: acks=1 records the new leader never sees, group
+    offsets older than the new coordinator's. Returns the violations and the least
+    margin (election time minus stop time) among the elections that were in order."""
+    from history import log_time
+
+    elections = []  # (time, partition, old leader)
+    for node_id in cluster.brokers:
+        for line in cluster.lines(node_id):
+            m = _ELECTED.search(line)
+            if m and m.group(2) != m.group(3):
+                at = log_time(line)
+                if at is not None:
+                    elections.append((at, m.group(1), int(m.group(2))))
+    violations: list[str] = []
+    margin: float | None = None
+    for old in {o for _, _, o in elections}:
+        if old not in cluster.brokers:
+            continue
+        leads: dict[str, list[float]] = {}
+        stops: dict[str, list[float]] = {}
+        stalls: list[float] = []  # when a stall began
+        for line in cluster.lines(old):
+            at = log_time(line)
+            if at is None:
+                continue
+            if (m := _LEADS.search(line)) and int(m.group(1)) == old:
+                leads.setdefault(m.group(2), []).append(at)
+            elif (m := _FOLLOWS.search(line)) and int(m.group(1)) == old:
+                stops.setdefault(m.group(2), []).append(at)
+            elif m := _RESIGNED.search(line):
+                for name in (m.group(1) or m.group(2)).split(", "):
+                    stops.setdefault(name.strip(), []).append(at)
+            elif m := _STALLED.search(line):
+                stalls.append(at - float(m.group(1)))
+        for at, name, o in elections:
+            if o != old:
+                continue
+            began = [t for t in leads.get(name, []) if t <= at]
+            if not began:
+                continue  # not led since this broker's log began (or led by its lines)
+            since = began[-1]
+            stopped = [t for t in [*stops.get(name, []), *stalls] if since <= t <= at]
+            if not stopped:
+                violations.append(
+                    f"{name}: broker {old} led it from {_clock_of(since)} and had not stopped "
+                    f"when the controller elected another leader at {_clock_of(at)}"
+                )
+            else:
+                ahead = at - min(stopped)
+                margin = ahead if margin is None else min(margin, ahead)
+    return violations, margin
+
+
+def _clock_of(at: float) -> str:
+    import time
+
+    return time.strftime("%H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"
 
 
 def registered_at(lines: list[str], node_id: int, nth: int) -> float | None:
@@ -517,11 +600,18 @@ def run_scenario(
             txn=txn,
             offsets=offsets,
         )
+        deposed_ahead_s = None
+        if fault in CUT_OFF_FAULTS:
+            late, deposed_ahead_s = late_depositions(cluster)
+            assert not late, (
+                f"{len(late)} leaderships still held when the controller elected another "
+                f"leader: {'; '.join(late[:5])}"
+            )
     except AssertionError as exc:
         # What the brokers said of leaderships, sessions and coordinators: a failure here
         # is rare and timing-bound, and the run's directory is gone by the time anyone looks.
-        raise AssertionError(f"{exc}\n{post_mortem(cluster)}") from None
-    return Outcome(fault, target, report, whole_s, expired_at, injections)
+        raise AssertionError(f"{exc}\n{post_mortem(cluster, save_to=cluster.base_dir)}") from None
+    return Outcome(fault, target, report, whole_s, expired_at, injections, deposed_ahead_s)
 
 
 _POST_MORTEM = re.compile(
@@ -531,11 +621,18 @@ _POST_MORTEM = re.compile(
 )
 
 
-def post_mortem(cluster: NetCluster, per_broker: int = 80) -> str:
-    """Each broker's last lines about leaderships, sessions and coordinators."""
+def post_mortem(cluster: NetCluster, per_broker: int = 80, save_to: Path | None = None) -> str:
+    """Each broker's last lines about leaderships, sessions and coordinators; with
+    `save_to`, each broker's whole log is written there too (broker-N.log, beside the
+    tmpfs mounts that go with the cluster), for the lines the filter leaves out."""
     parts = []
     for node_id in sorted(cluster.brokers):
-        lines = [x.rstrip() for x in cluster.lines(node_id) if _POST_MORTEM.search(x)]
+        every = cluster.lines(node_id)
+        lines = [x.rstrip() for x in every if _POST_MORTEM.search(x)]
         parts.append(f"--- broker {node_id} ({len(lines)} such lines, the last {per_broker}):")
         parts.extend(lines[-per_broker:])
+        if save_to is not None:
+            path = save_to / f"broker-{node_id}.log"
+            path.write_text("".join(every))
+            parts.append(f"--- broker {node_id}'s whole log ({len(every)} lines): {path}")
     return "\n".join(parts)
