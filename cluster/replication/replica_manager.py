@@ -643,52 +643,76 @@ class ReplicaManager:
         session expired, nor get the controller's LeaderAndIsr: Kafka's broker goes on
         leading, acknowledging acks=1 produces that the new leader never sees and serving
         group offsets the new coordinator has moved past. Two signs together say it is
-        being deposed: its ZooKeeper connection was found lost a fifth of a session timeout
-        ago, and the followers in its ISR stopped fetching from it (cut off from it, or
-        following the new leader). ZooKeeper down for everyone leaves the followers
-        fetching, and the leaders leading.
+        being deposed: ZooKeeper has not answered it for a while (below), and the
+        followers in its ISR stopped fetching from it (cut off from it, or following the
+        new leader). ZooKeeper down for everyone leaves the followers fetching, and the
+        leaders leading.
 
-        Why a fifth: kazoo finds the connection lost once a ping has gone unanswered for a
-        third of a session, so the last request ZooKeeper answered left at most two thirds
-        of a session before that, and the session expires no sooner than a third of a
-        session after the loss is found. Resigning a fifth of a session after it (6 s
-        sessions: 1.2 s, with 0.8 s to spare and the controller's election after that),
-        the old leader and coordinator has stopped before a new one can start, so no
-        client reads a group offset from the new coordinator and then an older one from
-        the old (one-way-leader once read 1321, then 1079, when this waited half a
-        session).
+        "A while" is the earlier of two bounds, both strictly inside the session:
+
+        - half a session timeout since the latest request ZooKeeper answered was sent
+          (`ZooKeeperSession.silent_for`; `keep_heard` asks every sixth of a session).
+          ZooKeeper expires the session no sooner than a session timeout after it last
+          heard from it, which is after that send, and the controller elects only after
+          the expiry: the old leader and coordinator has stopped at least half a session
+          before a new one can start. This bound holds whatever kazoo's state says:
+          kazoo finds a connection lost only when a ping goes unanswered through a whole
+          select timeout, and every request it sends meanwhile restarts that timeout, so
+          a broker cut one way (its packets dropped) can stay "connected" until ZooKeeper
+          closes the expired session's socket.
+        - a fifth of a session after kazoo found the connection lost (timed on kazoo's
+          thread), as before: kazoo's read timeout is two thirds of a session.
 
         Such a partition leads nothing (NOT_LEADER_OR_FOLLOWER; clients refresh and find
         the new leader; its coordinators unload). If the session then turns out alive,
         the broker ends it and registers anew, so the controller hands out leaderships
         afresh, as to a bounced broker."""
         zk = self.broker.zk
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(zk.keep_heard)
+            await self._depose_when_cut_off(zk)
+
+    async def _depose_when_cut_off(self, zk: Any) -> None:
         session_s = zk.session_timeout_ms / 1000
         quiet_ms = max(int(zk.session_timeout_ms / 3), 4 * self.config.replica_fetch_wait_max_ms)
         while True:
             await trio.sleep(0.1)
             since = zk.disconnected_since
-            if since is None:
+            silent = zk.silent_for()
+            lost_for = trio.current_time() - since if since is not None else 0.0
+            if lost_for < session_s / 5 and silent < session_s / 2:
                 resigned_in = self._resigned_in_session
-                if resigned_in is not None and zk.connected:
+                if since is None and resigned_in is not None and zk.connected:
                     # A round trip in the session proves it alive (an expired one is found
-                    # so by kazoo first, and the call finishes in the next session).
-                    try:
-                        await zk.exists(zk_data.BROKER_IDS_PATH)
-                    except Exception as exc:  # noqa: BLE001 - looked at again next round
-                        logger.info("ZooKeeper check after resigning: %s", exc)
-                        continue
-                    self._resigned_in_session = None
-                    if zk.session_id == resigned_in:
-                        logger.warning(
-                            "broker %s: ZooKeeper session 0x%x is alive after all; starting a "
-                            "new one, so that the controller says what this broker leads",
-                            self.node_id,
-                            resigned_in,
-                        )
-                        await zk.renew()
-                continue
-            if trio.current_time() - since < session_s / 5:
+                    # so by kazoo first, and the call finishes in the next session). Not
+                    # waited on for ever: the bounds above are looked at meanwhile.
+                    with trio.move_on_after(session_s / 10):
+                        try:
+                            await zk.exists(zk_data.BROKER_IDS_PATH)
+                        except Exception as exc:  # noqa: BLE001 - looked at again next round
+                            logger.info("ZooKeeper check after resigning: %s", exc)
+                            continue
+                        self._resigned_in_session = None
+                        if zk.session_id == resigned_in:
+                            # Ending the session makes the controller elect away whatever
+                            # this broker leads: given up first (a LeaderAndIsr may have
+                            # come since the presumption), as a bounced broker would.
+                            again = []
+                            for key, part in list(self.partitions.items()):
+                                if part.is_leader:
+                                    self.fetchers.remove_partition(key)
+                                    self._lead_nothing(key, part)
+                                    self._wake(key)
+                                    again.append(key)
+                            logger.warning(
+                                "broker %s: ZooKeeper session 0x%x is alive after all; "
+                                "starting a new one, so that the controller says what this "
+                                "broker leads; leads none of %s until the controller says so",
+                                self.node_id,
+                                resigned_in,
+                                ", ".join(f"{t}-{p}" for t, p in again) or "nothing",
+                            )
+                            await zk.renew()
                 continue
             now = _now_ms()
             resigned = []
@@ -716,10 +740,12 @@ class ReplicaManager:
                 if self._resigned_in_session is None:
                     self._resigned_in_session = zk.session_id if zk.session_id else -1
                 logger.warning(
-                    "broker %s: no ZooKeeper for %.1f s and no fetch from the ISR for %d ms: "
-                    "presumed deposed, leads none of %s until the controller says so",
+                    "broker %s: no answer from ZooKeeper for %.1f s (connection %s) and no "
+                    "fetch from the ISR for %d ms: presumed deposed, leads none of %s until "
+                    "the controller says so",
                     self.node_id,
-                    trio.current_time() - since,
+                    silent,
+                    f"lost {lost_for:.1f} s ago" if since is not None else "not yet found lost",
                     quiet_ms,
                     ", ".join(f"{t}-{p}" for t, p in resigned),
                 )

@@ -131,6 +131,11 @@ class ZooKeeperSession:
         # trio.current_time() when the connection was lost (None while connected): a broker
         # cut off long enough presumes its session expired (cluster/replication/).
         self.disconnected_since: float | None = None
+        # trio.current_time() when the latest request that ZooKeeper answered was sent
+        # (None before the first): ZooKeeper heard from this session no earlier, so it
+        # cannot expire it before last_heard + the session timeout. kazoo's own pings are
+        # not seen here; `keep_heard` sends a request of its own while nothing else does.
+        self.last_heard: float | None = None
         self._state_changed = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._client: Any = None
@@ -208,6 +213,7 @@ class ZooKeeperSession:
                 )
             self.connected, self.session_id = True, session_id
             self.disconnected_since = None
+            self._heard(seen)
         elif state == "SUSPENDED":
             logger.warning(
                 "ZooKeeper connection lost; session 0x%x may live on", self.session_id or 0
@@ -224,6 +230,46 @@ class ZooKeeperSession:
                 self.disconnected_since = seen
         changed, self._state_changed = self._state_changed, trio.Event()
         changed.set()
+
+    def _heard(self, sent: float) -> None:
+        if self.last_heard is None or sent > self.last_heard:
+            self.last_heard = sent
+
+    def silent_for(self) -> float:
+        """Seconds since the latest request ZooKeeper answered was sent (0 before the
+        first): a lower bound on how long ZooKeeper has not heard from this session,
+        whatever kazoo's state says. kazoo finds a connection lost only when its select
+        times out with a ping unanswered, and every request it sends restarts that
+        timeout: under a one-way loss (its packets dropped, ZooKeeper's arriving) a broker
+        that keeps asking ZooKeeper things can stay "connected" past its expiry."""
+        if self.last_heard is None:
+            return 0.0
+        return max(0.0, trio.current_time() - self.last_heard)
+
+    async def keep_heard(self) -> None:
+        """Until cancelled: while connected, one small read (an `exists` of the chroot) a
+        sixth of a session timeout after the last one was answered, so that `last_heard`
+        is never older than that while ZooKeeper answers. One at a time: an unanswered
+        read is left to kazoo, which then finds the connection lost as it would have
+        (a request every period would restart its ping timeout for ever)."""
+        period = self.session_timeout_ms / 6000
+        while True:
+            client, token = self._client, self._token
+            if client is None or token is None or not self.connected:
+                await self._state_changed.wait()
+                continue
+            sent = trio.current_time()
+            call = _Call(token)
+            result = client.exists_async(self._path("/"))
+            result.rawlink(call.on_done)
+            await call.done.wait()
+            try:
+                result.get_nowait()
+            except Exception:  # noqa: BLE001 - connection lost or session ended: kazoo says so
+                pass
+            else:
+                self._heard(sent)
+            await trio.sleep(period)
 
     async def renew(self) -> None:
         """End this session and open a new one (its ephemeral znodes go at once): what a
@@ -284,16 +330,23 @@ class ZooKeeperSession:
         assert self._token is not None
         while True:
             call = _Call(self._token)
+            sent = trio.current_time()
             result = start(*args, **kwargs)
             result.rawlink(call.on_done)
             await call.done.wait()
             try:
-                return result.get_nowait()
+                value = result.get_nowait()
             except (ConnectionLoss, SessionExpiredError):
                 if self.connected:
                     # kazoo knew first; the state change is on its way to the loop.
                     await trio.sleep(0.01)
                 await self.wait_connected()
+                continue
+            except Exception:
+                self._heard(sent)  # an answer all the same (NoNodeError, ...)
+                raise
+            self._heard(sent)
+            return value
 
     def _path(self, path: str) -> str:
         return (self.connect.chroot + path) if path != "/" else (self.connect.chroot or "/")

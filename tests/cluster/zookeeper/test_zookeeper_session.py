@@ -170,3 +170,46 @@ async def test_an_expired_session_is_replaced_and_its_work_redone(zookeeper):
             nursery.cancel_scope.cancel()
     finally:
         await zk.close()
+
+
+async def test_silence_counts_from_the_last_answer_whatever_kazoo_says(zookeeper):
+    """Packets dropped on the way (not a closed connection): kazoo finds the connection
+    lost only once a ping has gone unanswered through a whole select timeout, and each
+    request it sends meanwhile starts that timeout again, so a broker that keeps asking
+    ZooKeeper things (watches re-armed, ISR writes) can stay "connected" past the moment
+    ZooKeeper may expire its session. `silent_for` counts from when the last answered
+    request was sent, a lower bound on ZooKeeper's own count: a cut-off leader times its
+    presumed deposition by it (cluster/replication/replica_manager.py). After the heal
+    ZooKeeper answers again (the session, or the one replacing it), and the count starts
+    again."""
+    from netproxy import TcpProxy
+
+    session_s = 4.0
+    proxy = TcpProxy((zookeeper.host, zookeeper.port))
+    await trio.to_thread.run_sync(proxy.start)  # its calls block: from a thread
+    try:
+        zk = ZooKeeperSession(proxy.address, session_timeout_ms=int(session_s * 1000))
+        await zk.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(zk.keep_heard)
+                await zk.exists("/")
+                assert zk.silent_for() < session_s / 2
+                await trio.to_thread.run_sync(lambda: proxy.cut(silent=True))
+                cut = trio.current_time()
+                while trio.current_time() - cut < session_s:
+                    nursery.start_soon(zk.exists, "/")  # not answered while cut
+                    await trio.sleep(0.3)
+                # Nothing answered since the cut, whether or not kazoo has noticed.
+                assert zk.silent_for() >= trio.current_time() - cut >= session_s
+                await trio.to_thread.run_sync(proxy.heal)
+                # The session, or its successor if ZooKeeper expired it meanwhile (its
+                # expiry rounds up to a tick), answers again.
+                with trio.fail_after(60):  # a budget, not a timing claim
+                    while zk.session_id is None or zk.silent_for() >= session_s / 2:
+                        await trio.sleep(0.1)
+                nursery.cancel_scope.cancel()
+        finally:
+            await zk.close()
+    finally:
+        await trio.to_thread.run_sync(proxy.close)
