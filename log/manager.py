@@ -75,6 +75,14 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _write_back(log_dirs: list[Path]) -> None:
+    """Start the write-back of a clean stop early (see LogManager._close); its errors are
+    the final sync's to report."""
+    for log_dir in log_dirs:
+        with contextlib.suppress(OSError):
+            sync_filesystem(log_dir)
+
+
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
     """`<topic>-<partition>` -> (topic, partition); None for anything else."""
     topic, sep, partition = name.rpartition("-")
@@ -769,8 +777,17 @@ class LogManager:
                 return log.dir.parent
             return None
 
+        # What the logs wrote since their last flush is written back while they close: a
+        # sync of each file system in a thread (syncfs releases the GIL), so that the sync
+        # after the closes, the one the recovery points rely on, finds little left to do.
+        # Closing 20,000 logs just produced to spent as long in that sync as in the closes.
+        early = threading.Thread(
+            target=_write_back, args=(self.online_dirs(),), name="log-writeback", daemon=True
+        )
+        early.start()
         # One thread: closing in four was slower here (the GIL; each close is mostly Python).
         failed = [close_one(log) for log in self.all_logs()]
+        early.join()
         unclean.update(d for d in failed if d is not None)
         for log_dir in self.online_dirs():
             try:
