@@ -204,10 +204,18 @@ class _Fetch:
     def take_response(self) -> FetchResponse:
         """The response of the last build, going out now: the session remembers what the
         client was told (Kafka's CachedPartition.maybeUpdateResponseData)."""
+        cached = self.session.partitions if self.session is not None else None
         for p, data in self._news:
             p.high_watermark = data.high_watermark
             p.log_start_offset = data.log_start_offset
             p.last_stable_offset = data.last_stable_offset
+            if data.records and cached is not None:
+                # To the end of the session: when max_bytes cuts a fetch short, the
+                # partitions that had nothing come first next time (Kafka rotates so).
+                key = (p.topic, p.partition)
+                if cached.get(key) is p:
+                    del cached[key]
+                    cached[key] = p
         if self.follower and self.total_bytes:
             # Every throttled partition's bytes count, in sync or not (Kafka's
             # sizeOfThrottledPartitions), so that the total keeps to the rate.
@@ -384,16 +392,6 @@ async def handle(broker: Broker, request: Request) -> Any:
         # A lone broker has no followers: no broker may fetch as one.
         return FetchResponse(error_code=ErrorCode.NOT_LEADER_OR_FOLLOWER)
     requested, errors, forgotten = _requested(broker, request)
-    client_rack = ""
-    if replicas is not None:
-        _leadership_errors(broker, requested, errors, replica_id, version)
-        if (
-            version >= 11
-            and replica_id < 0
-            and body.rack_id
-            and broker.config.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
-        ):
-            client_rack = body.rack_id
     session = None
     incremental = False
     partitions = requested
@@ -407,7 +405,7 @@ async def handle(broker: Broker, request: Request) -> Any:
             elif epoch == INITIAL_EPOCH:
                 if sid:
                     cache.close(sid)
-                session = cache.new_session(requested)
+                session = cache.new_session(requested, privileged=replica_id >= 0)
             else:
                 session = cache.incremental(sid, epoch)
                 incremental = True
@@ -423,6 +421,22 @@ async def handle(broker: Broker, request: Request) -> Any:
                 partitions = list(session.partitions.values())
         except KafkaError as exc:
             return FetchResponse(error_code=exc.code, session_id=0)
+    client_rack = ""
+    if replicas is not None:
+        # A follower's fetch in a session fetches every partition of the session at the
+        # offset it last named: each is checked and counts as fetched there (its ISR),
+        # named in this request or not, as Kafka's leader reads a session's partitions.
+        # A consumer's unnamed partitions are checked when they are read.
+        _leadership_errors(
+            broker, partitions if replica_id >= 0 else requested, errors, replica_id, version
+        )
+        if (
+            version >= 11
+            and replica_id < 0
+            and body.rack_id
+            and broker.config.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
+        ):
+            client_rack = body.rack_id
     fetch = _Fetch(
         broker=broker,
         request=request,

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from trio_broker.cluster.replication.fetch_session import FetchSessionHandler
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
@@ -40,6 +41,8 @@ TopicPartition = tuple[str, int]
 # Fetch v12: topic names (no ids needed), replica_id in the body, last_fetched_epoch.
 FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+# Top-level answers about the fetch session itself: fetch again at once, in full.
+_SESSION_ERRORS = (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH)
 
 
 @attrs.define(eq=False)
@@ -71,6 +74,8 @@ class ReplicaFetcher:
         self.scope = trio.CancelScope()
         self.fetches = 0
         self.bytes_appended = 0
+        # The fetch session with the leader (one per fetcher: one per connection).
+        self.session = FetchSessionHandler()
 
     def __repr__(self) -> str:
         return f"<ReplicaFetcher {self.source}-{self.index} {len(self.partitions)} partitions>"
@@ -258,17 +263,22 @@ class ReplicaFetcher:
     # -- fetch -----------------------------------------------------------------------------
 
     async def _fetch(self, client: Any) -> None:
+        """One fetch in this fetcher's session with its leader (KIP-227): the first (and
+        any after the leader lost the session) names every partition; later ones only
+        those whose fetch data changed, and the leader answers only partitions with news,
+        while it still counts every partition of the session as fetched (its ISR)."""
         from trio_broker.protocol._generated.fetch_request import (
             FetchPartition,
             FetchRequest,
             FetchTopic,
+            ForgottenTopic,
         )
 
         rm = self.manager.replica_manager
         config = rm.broker.config
         now = trio.current_time()
-        sent: dict[TopicPartition, FetchState] = {}
-        by_topic: dict[str, list[Any]] = {}
+        states: dict[TopicPartition, FetchState] = {}
+        wanted: dict[TopicPartition, tuple[int, int, int, int]] = {}
         quota = rm.quotas.follower
         throttled = 0
         for key, state in self.partitions.items():
@@ -278,42 +288,90 @@ class ReplicaFetcher:
                 throttled += 1  # out of sync and over the follower's quota: not now
                 continue
             log = state.partition.log
-            sent[key] = state
             latest = log.latest_epoch()
-            by_topic.setdefault(key[0], []).append(
-                FetchPartition(
-                    partition=key[1],
-                    current_leader_epoch=state.leader_epoch,
-                    fetch_offset=state.fetch_offset,
-                    last_fetched_epoch=-1 if latest is None else latest,
-                    log_start_offset=log.log_start_offset,
-                    partition_max_bytes=config.replica_fetch_max_bytes,
-                )
+            states[key] = state
+            # What the leader must know of this partition; a change is sent (Kafka's
+            # FetchRequest.PartitionData equality, max bytes being the same for all).
+            wanted[key] = (
+                state.fetch_offset,
+                log.log_start_offset,
+                state.leader_epoch,
+                -1 if latest is None else latest,
             )
-        if not sent:
+        if not wanted:
             await trio.sleep(max(min(quota.delay(), 0.1), 0.01) if throttled else 0.05)
             return
+        built = self.session.build(wanted)
+        max_bytes = config.replica_fetch_max_bytes
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, index), (offset, log_start, epoch, last_epoch) in built.to_send.items():
+            by_topic.setdefault(topic, []).append(
+                FetchPartition(
+                    partition=index,
+                    current_leader_epoch=epoch,
+                    fetch_offset=offset,
+                    last_fetched_epoch=last_epoch,
+                    log_start_offset=log_start,
+                    partition_max_bytes=max_bytes,
+                )
+            )
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in built.forgotten:
+            forgotten.setdefault(topic, []).append(index)
         request = FetchRequest(
             replica_id=rm.node_id,
             max_wait_ms=config.replica_fetch_wait_max_ms,
             min_bytes=config.replica_fetch_min_bytes,
             max_bytes=config.replica_fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,  # no fetch session: every fetch names all its partitions
+            session_id=built.session_id,
+            session_epoch=built.epoch,
             topics=[FetchTopic(topic=t, partitions=ps) for t, ps in by_topic.items()],
+            forgotten_topics_data=[
+                ForgottenTopic(topic=t, partitions=ps) for t, ps in forgotten.items()
+            ],
         )
-        response = await client.send(self.source, request, FETCH_VERSION)
+        try:
+            response = await client.send(self.source, request, FETCH_VERSION)
+        except BaseException:
+            self.session.handle_error()
+            raise
         self.fetches += 1
         self.manager.fetches += 1
-        if response.error_code:
+        if not self.session.handle_response(response.error_code, response.session_id):
+            if response.error_code in _SESSION_ERRORS:
+                # The leader lost our session (restarted, evicted it) or we lost count:
+                # the next fetch, at once, is a full one (Kafka's fetcher does not back
+                # off for these).
+                logger.info(
+                    "replica fetcher %s-%s: %s for session %s epoch %s; fetching in full",
+                    self.source,
+                    self.index,
+                    ErrorCode(response.error_code).name,
+                    built.session_id,
+                    built.epoch,
+                )
+                return
             raise KafkaError(ErrorCode(response.error_code), "fetch from the leader failed")
+        if built.full:
+            logger.info(
+                "follower %s: full fetch of %d partitions from broker %s (fetcher %s); %s",
+                rm.node_id,
+                len(built.to_send),
+                self.source,
+                self.index,
+                f"fetch session {response.session_id}"
+                if response.session_id
+                else "no fetch session (the leader keeps no more)",
+            )
         for topic in response.responses:
             for data in topic.partitions:
                 key = (topic.topic, data.partition_index)
-                state = sent.get(key)
+                state = states.get(key)
                 if state is None or not self._current(key, state):
                     continue  # removed, or re-added for a newer epoch, while in flight
+                if state.fetch_offset != wanted[key][0]:
+                    continue  # moved since the request: this answer is for another offset
                 if data.error_code:
                     self._isolated(
                         key,
