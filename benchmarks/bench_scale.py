@@ -23,6 +23,8 @@ replication factor 3 (topics of --per-topic), session timeout --session-ms; it p
 
 create         seconds for the CreateTopics requests (each answers once every partition
                has a leader)
+idle CPU       each broker's CPU (user + system, 1.0 = one core) over 10 s once every
+               broker has applied the creation: nothing produced, the followers fetch
 kill -9        of a broker leading a third of the partitions (not the controller): until
                both survivors' Metadata name a live leader for every partition
 rejoin         the killed broker started again: until it is in every partition's ISR
@@ -30,7 +32,8 @@ preferred      ElectLeaders (preferred, all partitions): until its answer, and u
                Metadata shows it leading its third again
 SIGTERM        of that broker (controlled shutdown): until it exited, and until both
                survivors' Metadata name a live leader for every partition
-With --profile DIR, py-spy records the controller during each phase and the heaviest
+With --profile DIR, py-spy records the controller during each phase (and in the kill
+phase the other survivor, into kill-broker-N.txt) and the heaviest
 functions of each profile are printed (the raw profiles are kept in DIR, and each
 broker's log lines, broker-N.log, at the end).
 
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import resource
 import signal
 import socket
@@ -317,40 +321,55 @@ def all_led(ports: list[int], live: set[int], count: int) -> bool:
     return True
 
 
+IDLE_S = 10.0
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Profiler:
-    """py-spy recording one process (the controller) while a phase runs."""
+    """py-spy recording processes (the controller, and in the kill phase the other
+    survivor too) while a phase runs."""
 
     def __init__(self, out_dir: str | None) -> None:
         self.out_dir = Path(out_dir) if out_dir else None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.path: Path | None = None
+        self.recording: list[tuple[subprocess.Popen[bytes], Path]] = []
 
-    def start(self, pid: int, name: str) -> None:
+    def start(self, pid: int, name: str, *others: tuple[int, str]) -> None:
+        """Record `pid` into NAME.txt, and each (pid, suffix) of `others` into
+        NAME-SUFFIX.txt."""
         if self.out_dir is None:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.out_dir / f"{name}.txt"
         py_spy = Path(sys.executable).with_name("py-spy")
-        self.proc = subprocess.Popen(
-            [str(py_spy), "record", "--pid", str(pid), "--rate", "100", "--nonblocking"]
-            + ["--format", "raw", "--output", str(self.path)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        for target, path in [(pid, self.out_dir / f"{name}.txt")] + [
+            (other, self.out_dir / f"{name}-{suffix}.txt") for other, suffix in others
+        ]:
+            proc = subprocess.Popen(
+                [str(py_spy), "record", "--pid", str(target), "--rate", "100", "--nonblocking"]
+                + ["--format", "raw", "--output", str(path)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.recording.append((proc, path))
         time.sleep(1)  # py-spy attaches
 
     def stop(self) -> None:
-        if self.proc is None or self.path is None:
-            return
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(60)
-        self.proc = None
-        progress(f"profile {self.path}:\n" + summarize(self.path))
+        recording, self.recording = self.recording, []
+        for proc, _ in recording:
+            proc.send_signal(signal.SIGINT)
+        for proc, path in recording:
+            proc.wait(60)
+            progress(f"profile {path}:\n" + summarize(path))
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        for proc, _ in self.recording:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def summarize(path: Path, top: int = 25) -> str:
@@ -421,6 +440,18 @@ def run_cluster(args: argparse.Namespace) -> None:
 
                 row["settled_s"] = wait_for("full ISRs everywhere", settled, started)
                 progress(f"every broker knows every partition {row['settled_s']:.1f} s after")
+                # Idle: nothing produced, the followers only fetch. Each broker's CPU over
+                # IDLE_S (what the followers' fetches cost at this scale).
+                cpu_before = {b: cpu_s(x.proc.pid) for b, x in cluster.brokers.items()}
+                time.sleep(IDLE_S)
+                row["idle_cpu"] = [
+                    (cpu_s(x.proc.pid) - cpu_before[b]) / IDLE_S for b, x in cluster.brokers.items()
+                ]
+                progress(
+                    "idle CPU per broker: "
+                    + " / ".join(f"{c * 100:.0f}%" for c in row["idle_cpu"])
+                    + f" (load average {os.getloadavg()[0]:.1f})"
+                )
                 row["rss_mb"] = [rss_mb(b.proc.pid) for b in cluster.brokers.values()]
                 row["fds"] = [open_fds(b.proc.pid) for b in cluster.brokers.values()]
                 victim = max(b for b in cluster.brokers if b != controller)
@@ -431,7 +462,14 @@ def run_cluster(args: argparse.Namespace) -> None:
                 )
                 row["victim_led"] = led
                 progress(f"kill -9 of broker {victim}, leading {led}")
-                profiler.start(cluster.brokers[controller].proc.pid, "kill")
+                profiler.start(
+                    cluster.brokers[controller].proc.pid,
+                    "kill",
+                    *(
+                        (cluster.brokers[b].proc.pid, f"broker-{b}")
+                        for b in sorted(live - {controller})
+                    ),
+                )
                 started = time.perf_counter()
                 cluster.brokers[victim].kill()
                 row["kill_s"] = wait_for(
@@ -483,12 +521,14 @@ def run_cluster(args: argparse.Namespace) -> None:
                         log = Path(args.profile) / f"broker-{b}.log"
                         log.write_text("".join(broker.lines))
     print(
-        "| partitions (RF 3) | create | RSS per broker | fds per broker | kill -9: led again "
-        "| rejoin: in every ISR | preferred: answer / led | SIGTERM: exit / led again |"
+        "| partitions (RF 3) | create | idle CPU per broker | RSS per broker | fds per broker "
+        "| kill -9: led again | rejoin: in every ISR | preferred: answer / led "
+        "| SIGTERM: exit / led again |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {count:,} | {row['create_s']:.1f} s "
+        f"| {' / '.join(f'{c * 100:.0f}%' for c in row['idle_cpu'])} "
         f"| {' / '.join(f'{m:.0f}' for m in row['rss_mb'])} MB "
         f"| {' / '.join(f'{n:,}' for n in row['fds'])} "
         f"| {row['kill_s']:.1f} s ({row['victim_led']:,} leaderships; session {args.session_ms} ms) "
