@@ -685,8 +685,9 @@ class ReplicaManager:
                 if since is None and resigned_in is not None and zk.connected:
                     # A round trip in the session proves it alive (an expired one is found
                     # so by kazoo first, and the call finishes in the next session). Not
-                    # waited on for ever: the bounds above are looked at meanwhile.
-                    with trio.move_on_after(session_s / 10):
+                    # waited on for ever (a third of a session, generous on a busy
+                    # machine): the bounds above are looked at again after.
+                    with trio.move_on_after(session_s / 3):
                         try:
                             await zk.exists(zk_data.BROKER_IDS_PATH)
                         except Exception as exc:  # noqa: BLE001 - looked at again next round
