@@ -138,8 +138,13 @@ def options_from_args(args: argparse.Namespace, *, now_ms: int | None = None) ->
     )
 
 
-def build_session(master: str | None = None, app_name: str = "trio-broker-report"):
-    """A SparkSession set up for the report (UTC, adaptive shuffles, dynamic overwrite)."""
+def build_session(
+    master: str | None = None,
+    app_name: str = "trio-broker-report",
+    conf: dict[str, str] | None = None,
+):
+    """A SparkSession set up for the report (UTC, adaptive shuffles, dynamic overwrite);
+    `conf`: more Spark settings (`spark.executor.memory`, ...)."""
     from pyspark.sql import SparkSession
 
     # Python workers must import trio_broker: run them with this interpreter unless the
@@ -148,6 +153,8 @@ def build_session(master: str | None = None, app_name: str = "trio-broker-report
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     return (
         builder.config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
@@ -231,16 +238,23 @@ def run_report(spark, options: ReportOptions) -> ReportResult:
     }
     out = Path(options.out)
     for name in TABLES:
+        # Named in the Spark UI (and its REST API's stages) by the table being written.
+        spark.sparkContext.setJobDescription(f"trio-broker report: write {name}")
         frames[name].write.mode("overwrite").partitionBy("date").parquet(str(out / name))
+    spark.sparkContext.setJobDescription("trio-broker report: collect the report's data")
     scan_seconds = time.monotonic() - started
 
-    summary = [row.asDict() for row in frames["group_summary"].orderBy("group").collect()]
     html_path = md_path = None
     if options.html:
         from trio_broker.analytics import report
 
         data = report.collect_report_data(frames, window, out=out)
         html_path, md_path = report.write_report(out, data, window)
+        # The report collected group_summary already: one Spark job less.
+        summary = sorted(data.groups, key=lambda g: g["group"])
+    else:
+        summary = [row.asDict() for row in frames["group_summary"].orderBy("group").collect()]
+    spark.sparkContext.setJobDescription(None)
     for df in (batches, commits, state, lag, frames["topic_throughput"], frames["group_summary"]):
         df.unpersist()
     return ReportResult(

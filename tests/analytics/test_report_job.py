@@ -686,3 +686,41 @@ def test_report_over_a_cluster_reads_each_partition_once(spark, kafka_cluster, t
         assert state[("replicated", p)]["log_end_offset"] == hw[p]
     throughput = [r for r in _read(spark, result, "topic_throughput") if r["topic"] == "replicated"]
     assert sum(r["records"] for r in throughput) == 600
+
+
+# -- a Spark standalone cluster: the same tables as local[2] --------------------------------
+
+
+def _rows(spark, out: Path, table: str) -> list[dict]:
+    rows = [r.asDict() for r in spark.read.parquet(str(out / table)).collect()]
+    return sorted(rows, key=repr)
+
+
+def test_report_on_a_standalone_cluster_writes_the_same_tables(spark, report, tmp_path):
+    """`trio-broker report --master spark://...` against a master and a worker started with
+    pyspark's `spark-class` on loopback: the job runs in the worker's executor and writes
+    the same rows, in every table, as the local[2] run of the `report` fixture."""
+    import subprocess
+    import sys
+
+    from trio_broker.analytics.job import TABLES
+    from trio_broker.analytics.standalone import StandaloneCluster
+
+    local, facts = report
+    out = tmp_path / "out"
+    with StandaloneCluster(tmp_path / "spark", cores=2, memory="1g") as cluster:
+        command = [sys.executable, "-m", "trio_broker", "report", "--master", cluster.master_url,
+                   "--log-dirs", ",".join(str(d) for d in facts["log_dirs"]), "--out", str(out),
+                   "--since", str(T0), "--until", str(UNTIL)]  # fmt: skip
+        done = subprocess.run(
+            command, env=cluster.env(), capture_output=True, text=True, timeout=600
+        )
+    assert done.returncode == 0, done.stderr[-4000:]
+    # The executor ran in the worker (its work dir holds the application's stderr).
+    executors = list((tmp_path / "spark" / "work").glob("app-*/*/stderr"))
+    assert executors, done.stderr[-4000:]
+    for table in TABLES:
+        expected = _rows(spark, local.out, table)
+        assert expected, table
+        assert _rows(spark, out, table) == expected, table
+    assert (out / "report-2024-05-01.md").read_text() == local.markdown_path.read_text()
