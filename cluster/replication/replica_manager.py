@@ -263,6 +263,8 @@ class ReplicaManager:
         # New logs' directories and partition.metadata files are fsynced together, after
         # all are written and before the controller hears back (checkpoints.PendingSyncs).
         pending = PendingSyncs()
+        # Each topic's configs, read and resolved once per request, not once per partition.
+        resolved: dict[str, tuple[bool, dict[str, str], Any]] = {}
         async with self._state_lock:
             metadata.controller_epoch = body.controller_epoch
             for state, topic_id in states:
@@ -270,7 +272,7 @@ class ReplicaManager:
                 if topic_id is not None:
                     topic_ids[key[0]] = topic_id
                 try:
-                    errors[key] = await self._apply(state, topic_id, pending)
+                    errors[key] = await self._apply(state, topic_id, pending, resolved)
                 except KafkaError as exc:
                     logger.error("LeaderAndIsr for %s-%s failed: %s", key[0], key[1], exc)
                     errors[key] = exc.code
@@ -305,7 +307,9 @@ class ReplicaManager:
             ],
         )
 
-    async def _apply(self, state: Any, topic_id: Any, pending: PendingSyncs) -> int:
+    async def _apply(
+        self, state: Any, topic_id: Any, pending: PendingSyncs, resolved: dict[str, Any]
+    ) -> int:
         topic, index = state.topic_name, state.partition_index
         key = (topic, index)
         if self.node_id not in state.replicas:
@@ -351,7 +355,7 @@ class ReplicaManager:
                     # half-way, or its fetcher gave up on it): fetch now.
                     self.fetchers.add_partition(part)
                 return ErrorCode.NONE
-        log = await self._ensure_log(topic, index, topic_id, pending)
+        log = await self._ensure_log(topic, index, topic_id, pending, resolved)
         if part is None:
             part = self.partitions[key] = Partition(topic, index, log, self.node_id)
         was_leader = part.is_leader
@@ -399,23 +403,35 @@ class ReplicaManager:
         return ErrorCode.NONE
 
     async def _ensure_log(
-        self, topic: str, index: int, topic_id: Any, pending: PendingSyncs
+        self,
+        topic: str,
+        index: int,
+        topic_id: Any,
+        pending: PendingSyncs,
+        resolved: dict[str, tuple[bool, dict[str, str], Any]],
     ) -> Any:
+        """The partition's log, made if new; `resolved` holds the topic configs this
+        request has read (from ZooKeeper for a new log) and resolved so far."""
         from trio_broker.cluster.topic_config import resolve_log_config
         from trio_broker.protocol.primitives import ZERO_UUID
 
-        # Not the metadata cache: only UpdateMetadata puts topics there (a topic made here
-        # would be answered in Metadata with only this broker's partitions).
-        tstate = self.broker.metadata.topics.get(topic)
-        configs = tstate.configs if tstate is not None else None
-        if configs is None or (topic, index) not in self.partitions:
-            configs = await self._topic_configs(topic)
-        self.topic_configs[topic] = dict(configs)
+        read = (topic, index) not in self.partitions
+        known = resolved.get(topic)
+        if known is None or (read and not known[0]):
+            # Not the metadata cache: only UpdateMetadata puts topics there (a topic made
+            # here would be answered in Metadata with only this broker's partitions).
+            tstate = self.broker.metadata.topics.get(topic)
+            configs = tstate.configs if tstate is not None else None
+            read = read or configs is None
+            if read:
+                configs = await self._topic_configs(topic)
+            known = resolved[topic] = (read, configs, resolve_log_config(configs, self.config))
+            self.topic_configs[topic] = dict(configs)
+        log_config = known[2]
         if topic_id is not None and topic_id == ZERO_UUID:
             topic_id = None
         if topic_id is not None:
             self.topic_ids[topic] = topic_id
-        log_config = resolve_log_config(configs, self.config)
         log = self.broker.log_manager.get_log(topic, index)
         if log is None:
             # Writes partition.metadata when topic_id is given (load_log).
