@@ -527,11 +527,23 @@ class Controller:
             if tp in ctx.states
             and (ctx.states[tp].leader in broker_ids or set(ctx.states[tp].isr) & broker_ids)
         ]
-        changed = await psm.elect(
-            ctx, self.zk, affected, psm.Election.OFFLINE, unclean_default=self.unclean
-        )
+        # Kafka's order (onReplicasBecomeOffline): the partitions they led get leaders
+        # first, sent in requests of their own, then the others lose them from their
+        # ISRs. Clients wait for the first only; each broker applies requests in order,
+        # so the second (twice as many partitions, when leaderships are even) no longer
+        # delays them, and its elections are written while the brokers apply the first.
+        leaderless = [tp for tp in affected if ctx.states[tp].leader in broker_ids]
+        followed = [tp for tp in affected if ctx.states[tp].leader not in broker_ids]
         batch = self.batch()
-        for tp in changed:
+        if leaderless:
+            for tp in await psm.elect(
+                ctx, self.zk, leaderless, psm.Election.OFFLINE, unclean_default=self.unclean
+            ):
+                batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
+            batch.send(self.channel)
+        for tp in await psm.elect(
+            ctx, self.zk, followed, psm.Election.OFFLINE, unclean_default=self.unclean
+        ):
             batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
         # Every partition with a replica on them: its offline replicas changed.
         batch.add_update_metadata(
