@@ -49,6 +49,10 @@ _ISR_CHANGES_PER_NOTIFICATION = 1000
 TopicPartition = tuple[str, int]
 
 
+# Partitions of one LeaderAndIsr applied between two turns of the event loop.
+_APPLY_CHUNK = 200
+
+
 def _now_ms() -> int:
     return int(trio.current_time() * 1000)
 
@@ -267,7 +271,12 @@ class ReplicaManager:
         resolved: dict[str, tuple[bool, dict[str, str], Any]] = {}
         async with self._state_lock:
             metadata.controller_epoch = body.controller_epoch
-            for state, topic_id in states:
+            for i, (state, topic_id) in enumerate(states):
+                if i and i % _APPLY_CHUNK == 0:
+                    # Thousands of partitions (a broker failure at scale) are seconds of
+                    # work: let the loop serve fetches and run the stall check meanwhile,
+                    # rather than stall it past half a ZooKeeper session.
+                    await trio.lowlevel.checkpoint()
                 key = (state.topic_name, state.partition_index)
                 if topic_id is not None:
                     topic_ids[key[0]] = topic_id
