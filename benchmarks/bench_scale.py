@@ -396,6 +396,10 @@ def summarize(path: Path, top: int = 25) -> str:
     )
 
 
+def _s(row: dict[str, Any], key: str) -> str:
+    return f"{row[key]:.1f} s" if key in row else "-"
+
+
 def run_cluster(args: argparse.Namespace) -> None:
     from trio_broker.testing import KafkaCluster, ZooKeeperServer
 
@@ -478,38 +482,45 @@ def run_cluster(args: argparse.Namespace) -> None:
                 profiler.stop()
                 progress(f"all led again {row['kill_s']:.1f} s after kill -9")
 
-                started = time.perf_counter()
-                cluster.brokers[victim].start_again()
-                row["rejoin_s"] = wait_for(
-                    "the broker back in every ISR",
-                    lambda: all(victim in isr for _, isr in leaders(ports[controller])[1].values()),
-                    started,
-                )
-                progress(f"rejoined every ISR in {row['rejoin_s']:.1f} s")
-                profiler.start(cluster.brokers[controller].proc.pid, "preferred")
-                started = time.perf_counter()
-                with connect(ports[controller], timeout=600) as sock:
-                    call(sock, 43, 2, election_type=0, topic_partitions=None, timeout_ms=600_000)
-                row["elect_answer_s"] = time.perf_counter() - started
+                if not args.until_kill:
+                    started = time.perf_counter()
+                    cluster.brokers[victim].start_again()
+                    row["rejoin_s"] = wait_for(
+                        "the broker back in every ISR",
+                        lambda: all(
+                            victim in isr for _, isr in leaders(ports[controller])[1].values()
+                        ),
+                        started,
+                    )
+                    progress(f"rejoined every ISR in {row['rejoin_s']:.1f} s")
+                    profiler.start(cluster.brokers[controller].proc.pid, "preferred")
+                    started = time.perf_counter()
+                    with connect(ports[controller], timeout=600) as sock:
+                        call(
+                            sock, 43, 2, election_type=0, topic_partitions=None, timeout_ms=600_000
+                        )
+                    row["elect_answer_s"] = time.perf_counter() - started
 
-                def back() -> bool:
-                    seen = leaders(ports[victim])[1].values()
-                    return sum(1 for leader, _ in seen if leader == victim) >= led
+                    def back() -> bool:
+                        seen = leaders(ports[victim])[1].values()
+                        return sum(1 for leader, _ in seen if leader == victim) >= led
 
-                row["elect_s"] = wait_for("preferred leaders", back, started)
-                profiler.stop()
-                progress(f"preferred election {row['elect_s']:.1f} s")
+                    row["elect_s"] = wait_for("preferred leaders", back, started)
+                    profiler.stop()
+                    progress(f"preferred election {row['elect_s']:.1f} s")
 
-                progress(f"SIGTERM of broker {victim}")
-                profiler.start(cluster.brokers[controller].proc.pid, "sigterm")
-                started = time.perf_counter()
-                cluster.brokers[victim].stop(timeout_s=600)
-                row["term_stop_s"] = time.perf_counter() - started
-                row["term_s"] = wait_for(
-                    "leaders after SIGTERM", lambda: all_led(survivors, live, count), started
-                )
-                profiler.stop()
-                progress(f"SIGTERM: exited {row['term_stop_s']:.1f} s, led {row['term_s']:.1f} s")
+                    progress(f"SIGTERM of broker {victim}")
+                    profiler.start(cluster.brokers[controller].proc.pid, "sigterm")
+                    started = time.perf_counter()
+                    cluster.brokers[victim].stop(timeout_s=600)
+                    row["term_stop_s"] = time.perf_counter() - started
+                    row["term_s"] = wait_for(
+                        "leaders after SIGTERM", lambda: all_led(survivors, live, count), started
+                    )
+                    profiler.stop()
+                    progress(
+                        f"SIGTERM: exited {row['term_stop_s']:.1f} s, led {row['term_s']:.1f} s"
+                    )
             except BaseException:
                 for b, broker in cluster.brokers.items():
                     progress(f"broker {b}'s last lines:\n" + "".join(broker.lines[-20:]))
@@ -532,8 +543,8 @@ def run_cluster(args: argparse.Namespace) -> None:
         f"| {' / '.join(f'{m:.0f}' for m in row['rss_mb'])} MB "
         f"| {' / '.join(f'{n:,}' for n in row['fds'])} "
         f"| {row['kill_s']:.1f} s ({row['victim_led']:,} leaderships; session {args.session_ms} ms) "
-        f"| {row['rejoin_s']:.1f} s | {row['elect_answer_s']:.1f} s / {row['elect_s']:.1f} s "
-        f"| {row['term_stop_s']:.1f} s / {row['term_s']:.1f} s |"
+        f"| {_s(row, 'rejoin_s')} | {_s(row, 'elect_answer_s')} / {_s(row, 'elect_s')} "
+        f"| {_s(row, 'term_stop_s')} / {_s(row, 'term_s')} |"
     )
 
 
@@ -550,6 +561,9 @@ def main() -> None:
     parser.add_argument("--session-ms", type=int, default=6000, help="with --cluster")
     parser.add_argument("--profile", help="with --cluster: py-spy the controller into DIR")
     parser.add_argument("--poll-s", type=float, default=POLL_S, help="with --cluster")
+    parser.add_argument(
+        "--until-kill", action="store_true", help="with --cluster: stop after the kill -9 phase"
+    )
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
