@@ -362,7 +362,7 @@ class Outcome:
 # can it tell (as Kafka's broker cannot tell at all).
 CUT_OFF_FAULTS = ("isolate-leader", "isolate-controller", "one-way-leader")
 
-_ELECTED = re.compile(r"offline election of (\S+): leader (\d+) -> (\d+)")
+_ELECTED = re.compile(r"(\w+) election of (\S+): leader (-?\d+) -> (-?\d+)")
 _LEADS = re.compile(r"broker (\d+) leads (\S+) in epoch")
 _FOLLOWS = re.compile(r"broker (\d+) follows \d+ in (\S+), epoch")
 _RESIGNED = re.compile(r"leads none of (.+?) until|resigned the leadership of (.+)$")
@@ -380,14 +380,24 @@ def late_depositions(cluster: NetCluster) -> tuple[list[str], float | None]:
     margin (election time minus stop time) among the elections that were in order."""
     from history import log_time
 
-    elections = []  # (time, partition, old leader)
+    elections = []  # (time, partition, old leader): offline elections of another leader
+    # The controller's elections of any kind, (partition, new leader) -> times: when a
+    # broker began leading, as the controller logged it (the broker's own "leads" line is
+    # one of those a controller's LeaderAndIsr may have too many of to be logged: the
+    # lines a request causes are limited per client address).
+    elected: dict[tuple[str, int], list[float]] = {}
     for node_id in cluster.brokers:
         for line in cluster.lines(node_id):
             m = _ELECTED.search(line)
-            if m and m.group(2) != m.group(3):
-                at = log_time(line)
-                if at is not None:
-                    elections.append((at, m.group(1), int(m.group(2))))
+            if m is None:
+                continue
+            at = log_time(line)
+            if at is None:
+                continue
+            name, old, new = m.group(2), int(m.group(3)), int(m.group(4))
+            elected.setdefault((name, new), []).append(at)
+            if m.group(1) == "offline" and old != new:
+                elections.append((at, name, old))
     violations: list[str] = []
     margin: float | None = None
     for old in {o for _, _, o in elections}:
@@ -412,14 +422,13 @@ def late_depositions(cluster: NetCluster) -> tuple[list[str], float | None]:
         for at, name, o in elections:
             if o != old:
                 continue
-            began = [t for t in leads.get(name, []) if t <= at]
-            if not began:
-                continue  # not led since this broker's log began (or led by its lines)
-            since = began[-1]
+            began = [t for t in [*leads.get(name, []), *elected.get((name, old), [])] if t < at]
+            since = max(began, default=0.0)  # 0: led since the topic's creation
             stopped = [t for t in [*stops.get(name, []), *stalls] if since <= t <= at]
             if not stopped:
+                began_at = _clock_of(since) if since else "its creation"
                 violations.append(
-                    f"{name}: broker {old} led it from {_clock_of(since)} and had not stopped "
+                    f"{name}: broker {old} led it from {began_at} and had not stopped "
                     f"when the controller elected another leader at {_clock_of(at)}"
                 )
             else:
