@@ -44,6 +44,9 @@ T0 = 1_714_521_600_000  # 2024-05-01T00:00:00Z
 MIN = 60_000
 UNTIL = T0 + 10 * MIN
 VALUE = b"v" * 40
+# The `__consumer_offsets` partition of `_write_today`'s commits, one the live broker's
+# groups (rc-group, ru-group) do not hash to.
+TODAY_OFFSETS_PARTITION = 49
 
 
 def _orders_batches() -> list[bytes]:
@@ -425,34 +428,39 @@ def test_report_subcommand_arguments():
 # -- a window that contains the present ---------------------------------------------------
 
 
-def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
-    """`report --date <today>`: the window ends at midnight, hours ahead; a group 10
-    records behind, produced 5 s ago, is 5 s behind now, and consuming (not STOP)."""
-    import argparse
-    import datetime as dt
-
-    from trio_broker.analytics.job import options_from_args
-
-    now = int(time.time() * 1000)
-    log_dir = tmp_path / "logs"
+def _write_today(log_dir: Path, now: int) -> None:
+    """`live-0`: offsets 0-9 produced 50 s before `now`, 10-19 5 s before; group `today`
+    committed 5, 8 and 10 at 40, 20 and 4 s before. The commits go to a
+    `__consumer_offsets` partition the live broker left empty (as if another broker led
+    it): of a partition found in several log dirs only the fullest replica is read."""
     manager = LogManager([log_dir], node_id=1, cluster_id="report-today")
     manager.open()
     live = manager.create_log("live", 0)
-    # Offsets 0-9 produced 50 s ago, 10-19 5 s ago.
     for start in (now - 50_000, now - 5_000):
         _append(live, build_batch([(None, VALUE, [], start + i) for i in range(10)]))
-    offsets = manager.create_log("__consumer_offsets", 0)
-    # Commits 40 s, 20 s and 4 s ago: offsets move on, the last one leaves 10 records.
+    offsets = manager.create_log("__consumer_offsets", TODAY_OFFSETS_PARTITION)
     for offset, ago in ((5, 40_000), (8, 20_000), (10, 4_000)):
         _append(offsets, build_batch([_commit_record("today", "live", 0, offset, now - ago)]))
     manager.checkpoint()
     manager.close()
 
+
+def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, live_report):
+    """`report --date <today>`: the window ends at midnight, hours ahead; a group 10
+    records behind, produced 5 s ago, is 5 s behind now, and consuming (not STOP). The
+    report is `live_report`'s, whose window also ends hours after the present."""
+    import argparse
+    import datetime as dt
+
+    from trio_broker.analytics.job import options_from_args
+
+    result, _state, facts = live_report
+    now = facts["now"]
     # The window `--date <today>` gives: today's UTC day, which contains the present.
     day = dt.datetime.fromtimestamp(now / 1000, dt.UTC).date()
     args = argparse.Namespace(
-        log_dirs=str(log_dir),
-        out=str(tmp_path / "out"),
+        log_dirs="/a",
+        out="/o",
         date=day.isoformat(),
         since=None,
         until=None,
@@ -463,11 +471,11 @@ def test_todays_report_measures_lag_now_not_at_the_windows_end(spark, tmp_path):
     )
     options = options_from_args(args, now_ms=now)
     assert options.since_ms <= now < options.until_ms and options.now_ms == now
-    result = run_report(spark, options)
+    assert facts["until"] - now >= 3_600_000  # the report's window ends hours ahead too
 
     row = _at_report(spark, result)[("today", "live", 0)]
     assert (row["committed_offset"], row["log_end_offset"], row["lag_records"]) == (10, 20, 10)
-    # Offset 10 was stamped now - 5 s: that is the lag, not the hours until midnight.
+    # Offset 10 was stamped now - 5 s: that is the lag, not the hours until the window's end.
     assert row["lag_seconds"] == 5.0
     assert row["status"] == "OK"
     assert row["timestamp"].timestamp() * 1000 == now
@@ -533,7 +541,15 @@ def _open_transaction(bootstrap: str) -> tuple[Any, dict[str, int]]:
         assert plain.flush(30) == 0
 
     produce_plain(10, b"plain")  # offsets 0-9
-    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": "report-open-txn"})
+    # The transaction stays open through the report, which a loaded machine can stretch
+    # past librdkafka's default 60 s transaction timeout (the broker would abort it).
+    txn = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "report-open-txn",
+            "transaction.timeout.ms": 900_000,
+        }
+    )
     txn.init_transactions(30)
     txn.begin_transaction()
     for i in range(20):
@@ -588,8 +604,9 @@ def _open_transaction(bootstrap: str) -> tuple[Any, dict[str, int]]:
 
 @pytest.fixture(scope="module")
 def live_report(spark, tmp_path_factory):
-    """Both transactional scenarios on one live broker, then one report over its log dir
-    for the last hour (a report costs Spark over ten seconds here)."""
+    """Both transactional scenarios on one live broker, and `_write_today`'s log written
+    just after them, then one report over both log dirs (a report costs Spark over ten
+    seconds here): from an hour ago to six hours ahead, lag measured at `now`."""
     from trio_broker.testing import BrokerThread
 
     root = tmp_path_factory.mktemp("live")
@@ -597,9 +614,23 @@ def live_report(spark, tmp_path_factory):
     with BrokerThread(config) as broker:
         _committed_and_aborted(broker.bootstrap, broker.log_dir)
         txn, facts = _open_transaction(broker.bootstrap)
-        result, state = _report_last_hour(spark, [broker.log_dir], root / "out")
+        now = int(time.time() * 1000)
+        # The report reads the fullest replica of each partition: the live broker's
+        # copy of the partition `today` commits to must be empty.
+        broker_copy = Path(broker.log_dir) / f"__consumer_offsets-{TODAY_OFFSETS_PARTITION}"
+        assert sum(f.stat().st_size for f in broker_copy.glob("*.log")) == 0
+        _write_today(root / "today", now)
+        options = ReportOptions(
+            log_dirs=(str(broker.log_dir), str(root / "today")),
+            out=str(root / "out"),
+            since_ms=now - 3_600_000,
+            until_ms=now + 6 * 3_600_000,
+            now_ms=now,
+        )
+        result = run_report(spark, options)
+        state = {(r["topic"], r["partition"]): r for r in _read(spark, result, "partition_state")}
         txn.abort_transaction(30)
-        yield result, state, facts
+        yield result, state, {**facts, "now": now, "until": options.until_ms}
 
 
 def test_report_counts_committed_records_only(spark, live_report):
