@@ -286,7 +286,10 @@ class ReplicaManager:
                     logger.error("LeaderAndIsr for %s-%s failed: %s", key[0], key[1], exc)
                     errors[key] = exc.code
             try:
-                pending.sync()
+                # In a worker thread: a hundred new logs' fsyncs on a busy disk are seconds
+                # the event loop would not run (fetches unserved, the stall check firing).
+                if pending.files or pending.dirs:
+                    await trio.to_thread.run_sync(pending.sync)
             except OSError as exc:
                 # Those partitions answer KAFKA_STORAGE_ERROR, as when creating one fails.
                 manager = self.broker.log_manager
