@@ -495,6 +495,33 @@ def run_scenario(
     hold_s: float = 15,
     injections: int = 1,
 ) -> Outcome:
+    """See `_run_scenario`. Whatever fails (the checker, or a wait for the cluster to be
+    whole or acknowledging again), each broker's whole log is written to the run's
+    directory first (broker-N.log): the log dirs are tmpfs mounts, gone with the cluster."""
+    try:
+        return _run_scenario(cluster, lab, fault, hold_s=hold_s, injections=injections)
+    except Exception:
+        save_logs(cluster, cluster.base_dir)
+        raise
+
+
+def save_logs(cluster: NetCluster, to: Path) -> list[Path]:
+    paths = []
+    for node_id in sorted(cluster.brokers):
+        path = to / f"broker-{node_id}.log"
+        path.write_text("".join(cluster.lines(node_id)))
+        paths.append(path)
+    return paths
+
+
+def _run_scenario(
+    cluster: NetCluster,
+    lab: NetLab,
+    fault: str,
+    *,
+    hold_s: float = 15,
+    injections: int = 1,
+) -> Outcome:
     """On a started cluster: topics `history` (3 partitions, RF 3, min.insync.replicas 2)
     and `direct` (1 partition, RF 3), both with a partition led by the fault's target; an
     idempotent acks=all producer and a tailing consumer on `history`, acks=1 Produce
