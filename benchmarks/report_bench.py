@@ -190,6 +190,34 @@ def _write_commits(manager, plan) -> int:
     return count
 
 
+def _tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process and every process under it (the Spark JVMs,
+    Python workers, a standalone master, worker and executors): unlike wall time, it does
+    not grow with other people's load on the machine."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        # utime, stime, and the children's that were waited for
+        cpu[pid] = sum(int(f) for f in fields[11:15]) / ticks
+    me = os.getpid()
+
+    def mine(pid: int) -> bool:
+        while pid > 1:
+            if pid == me:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return sum(seconds for pid, seconds in cpu.items() if mine(pid))
+
+
 def time_report(master: str, logs: Path, out: Path, conf: dict[str, str] | None = None) -> dict:
     from trio_broker.analytics import datasource
     from trio_broker.analytics.job import ReportOptions, build_session, run_report
@@ -214,8 +242,10 @@ def time_report(master: str, logs: Path, out: Path, conf: dict[str, str] | None 
             log_dirs=(str(logs),), out=str(out), since_ms=T0, until_ms=T0 + DAY_MS
         )
         t = time.monotonic()
+        cpu = _tree_cpu_seconds()
         result = run_report(spark, options)
         report = time.monotonic() - t
+        cpu = _tree_cpu_seconds() - cpu
         stages = _slowest_stages(spark)
     finally:
         spark.stop()
@@ -223,6 +253,7 @@ def time_report(master: str, logs: Path, out: Path, conf: dict[str, str] | None 
         "startup": startup,
         "scan": scan,
         "report": report,
+        "cpu": cpu,
         "batches": batches,
         "bytes": result.segment_bytes,
         "segments": result.segments,
@@ -293,6 +324,7 @@ def main() -> None:
                 f"{r['groups']} groups; start-up {r['startup']:.1f} s; scan (count) "
                 f"{r['scan']:.1f} s = {r['scan'] / gb:.1f} s/GB; report {r['report']:.1f} s = "
                 f"{r['report'] / gb:.1f} s/GB = {r['report'] / mbatches:.1f} s per M batches; "
+                f"CPU {r['cpu']:.0f} s = {r['cpu'] / gb:.1f} s/GB; "
                 f"load average after: {os.getloadavg()}",
                 flush=True,
             )
