@@ -58,6 +58,7 @@ __all__ = [
     "Report",
     "TailingConsumer",
     "TransactionalProducer",
+    "batch_table",
     "check",
     "log_time",
 ]
@@ -357,6 +358,32 @@ class CommittedOffsets:
 _LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
+def batch_table(log_dir: Path, topic: str, partition: int) -> str:
+    """One line per record batch of a replica's segment files, in offset order: offsets,
+    partition leader epoch, producer id, epoch and sequences, and its first and last
+    values (uncompressed batches), for a post-mortem of a lost or doubled record."""
+    from trio_broker.protocol.record_codec import iter_records
+    from trio_broker.protocol.records import iter_batches
+
+    lines = []
+    data = log_bytes(log_dir, topic, partition)
+    for pos, h in iter_batches(data):
+        values = ""
+        try:
+            records = list(iter_records(memoryview(data)[pos : pos + h.size]))
+            if records:
+                values = f" values {records[0].value!r}..{records[-1].value!r}"
+        except Exception as exc:  # noqa: BLE001 - a post-mortem shows what it can
+            values = f" values unreadable: {exc}"
+        last_seq = h.base_sequence + h.last_offset_delta if h.base_sequence >= 0 else -1
+        lines.append(
+            f"{h.base_offset}-{h.base_offset + h.last_offset_delta} epoch "
+            f"{h.partition_leader_epoch} pid {h.producer_id} pepoch {h.producer_epoch} "
+            f"seq {h.base_sequence}-{last_seq} count {h.record_count}{values}"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def log_time(line: str) -> float | None:
     """The wall-clock time (time.time()) of a broker log line."""
     m = _LOG_TIME.match(line)
@@ -428,7 +455,16 @@ def check(
     for v in at.values():
         counts[v] = counts.get(v, 0) + 1
     doubled = [v for _, _, v in acked if counts.get(v, 0) != 1]
-    assert not doubled, f"{len(doubled)} acks=all records read more than once: {doubled[:5]}"
+    if doubled:
+        # Where each copy sits (partition/offset) and where it was acknowledged: with the
+        # replicas' batch tables (`batch_table`), which batches, leader epochs and producer
+        # sequences the copies are.
+        copies = {v: sorted(po for po, w in at.items() if w == v) for v in doubled[:5]}
+        told = {v: (p, o) for p, o, v in acked if v in copies}
+        raise AssertionError(
+            f"{len(doubled)} acks=all records read more than once: "
+            + "; ".join(f"{v!r} at {copies[v]}, acknowledged at {told[v]}" for v in copies)
+        )
 
     for p, records in final.items():
         read_offsets = [o for o, _ in records]

@@ -13,7 +13,10 @@ own (a tmpfs, where mounting is allowed), so that one of them can fill up.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -514,6 +517,46 @@ def save_logs(cluster: NetCluster, to: Path) -> list[Path]:
     return paths
 
 
+@contextlib.contextmanager
+def _eos_log(path: Path) -> Iterator[dict[str, Any]]:
+    """librdkafka's idempotence debug lines (producer id and epoch changes, epoch bumps,
+    sequence errors: `debug=eos`) of the acks=all producer, to `path` in the run's
+    directory: whether a record read twice was sent again under a new producer epoch
+    (KIP-360) is in them."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log = logging.getLogger(f"nemesis.producer.{path.parent.name}")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    try:
+        yield {"debug": "eos", "logger": log}
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
+def save_batches(cluster: NetCluster, to: Path, topics: dict[str, int]) -> list[Path]:
+    """Each replica's batch table (history.batch_table) of every partition of `topics`,
+    written to `to` as batches-<topic>-<partition>-broker-N.txt: the log dirs are tmpfs
+    mounts, gone with the cluster, and a doubled or lost record is found in them."""
+    from history import batch_table
+
+    paths = []
+    for node_id, log_dir in sorted(cluster.log_dirs().items()):
+        for topic, count in topics.items():
+            for p in range(count):
+                if not (log_dir / f"{topic}-{p}").exists():
+                    continue
+                path = to / f"batches-{topic}-{p}-broker-{node_id}.txt"
+                try:
+                    path.write_text(batch_table(log_dir, topic, p))
+                except (OSError, ValueError) as exc:
+                    path.write_text(f"unreadable: {exc!r}\n")
+                paths.append(path)
+    return paths
+
+
 def _run_scenario(
     cluster: NetCluster,
     lab: NetLab,
@@ -568,7 +611,8 @@ def _run_scenario(
     )
     b = cluster.brokers[target]
     with (
-        CountingProducer(bootstrap, "history") as producer,
+        _eos_log(cluster.base_dir / "producer-eos.log") as eos,
+        CountingProducer(bootstrap, "history", extra=eos) as producer,
         DirectProducer(b.host, b.port, "direct") as direct,
         TailingConsumer(bootstrap, "history", range(3)) as tail,
         TransactionalProducer(bootstrap, "txn", 3) as txn,
@@ -646,7 +690,11 @@ def _run_scenario(
     except AssertionError as exc:
         # What the brokers said of leaderships, sessions and coordinators: a failure here
         # is rare and timing-bound, and the run's directory is gone by the time anyone looks.
-        raise AssertionError(f"{exc}\n{post_mortem(cluster, save_to=cluster.base_dir)}") from None
+        saved = save_batches(cluster, cluster.base_dir, {"history": 3, "direct": 1})
+        raise AssertionError(
+            f"{exc}\n{post_mortem(cluster, save_to=cluster.base_dir)}\n"
+            f"--- each replica's record batches: {', '.join(str(p) for p in saved)}"
+        ) from None
     return Outcome(fault, target, report, whole_s, expired_at, injections, deposed_ahead_s)
 
 
