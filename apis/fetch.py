@@ -143,6 +143,10 @@ class _Fetch:
                     and quota.is_exceeded()
                 ):
                     pass  # throttled: no records for this out-of-sync follower for now
+                elif p.fetch_offset == log.log_end_offset and not (log.offline or log.closed):
+                    # At the log end there is nothing to read (what log.read would find): the
+                    # common case of every idle partition of a follower's session, each fetch.
+                    pass
                 else:
                     try:
                         result = log.read(
