@@ -131,11 +131,13 @@ class ZooKeeperSession:
         # trio.current_time() when the connection was lost (None while connected): a broker
         # cut off long enough presumes its session expired (cluster/replication/).
         self.disconnected_since: float | None = None
-        # trio.current_time() when the latest request that ZooKeeper answered was sent
+        # time.perf_counter() when the latest request that ZooKeeper answered was sent
         # (None before the first): ZooKeeper heard from this session no earlier, so it
         # cannot expire it before last_heard + the session timeout. kazoo's own pings are
         # not seen here; `keep_heard` sends a request of its own while nothing else does.
+        # perf_counter, not Trio's clock: `keep_heard`'s thread sets it too.
         self.last_heard: float | None = None
+        self._heard_lock = threading.Lock()
         self._state_changed = trio.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._client: Any = None
@@ -213,7 +215,7 @@ class ZooKeeperSession:
                 )
             self.connected, self.session_id = True, session_id
             self.disconnected_since = None
-            self._heard(seen)
+            self._heard(time.perf_counter() if at is None else at)
         elif state == "SUSPENDED":
             logger.warning(
                 "ZooKeeper connection lost; session 0x%x may live on", self.session_id or 0
@@ -232,8 +234,9 @@ class ZooKeeperSession:
         changed.set()
 
     def _heard(self, sent: float) -> None:
-        if self.last_heard is None or sent > self.last_heard:
-            self.last_heard = sent
+        with self._heard_lock:  # the event loop's calls and keep_heard's thread
+            if self.last_heard is None or sent > self.last_heard:
+                self.last_heard = sent
 
     def silent_for(self) -> float:
         """Seconds since the latest request ZooKeeper answered was sent (0 before the
@@ -244,32 +247,48 @@ class ZooKeeperSession:
         that keeps asking ZooKeeper things can stay "connected" past its expiry."""
         if self.last_heard is None:
             return 0.0
-        return max(0.0, trio.current_time() - self.last_heard)
+        return max(0.0, time.perf_counter() - self.last_heard)
 
     async def keep_heard(self) -> None:
-        """Until cancelled: while connected, one small read (an `exists` of the chroot) a
-        sixth of a session timeout after the last one was answered, so that `last_heard`
-        is never older than that while ZooKeeper answers. One at a time: an unanswered
-        read is left to kazoo, which then finds the connection lost as it would have
-        (a request every period would restart its ping timeout for ever)."""
+        """Until cancelled: one small read (an `exists` of the chroot) a sixth of a
+        session timeout after the last one was answered, so that `last_heard` is never
+        older than that while ZooKeeper answers. One at a time: an unanswered read is
+        left to kazoo, which then finds the connection lost as it would have (a request
+        every period would restart its ping timeout for ever).
+
+        From a thread of its own, as kazoo's pings are: a busy event loop (a LeaderAndIsr
+        of thousands of partitions, a loaded machine) neither sends these reads nor
+        takes their answers while it is busy, and a loop-driven count made every stall
+        of half a session look like ZooKeeper's silence; with the followers' fetches
+        unanswered too (the same stall), the broker presumed itself deposed and ended a
+        live session, and the controller's failover of its partitions stalled the next
+        broker (10,000 partitions at load 15-25: 2-9 session restarts per broker a run)."""
+        stop = threading.Event()
+        try:
+            await trio.to_thread.run_sync(
+                self._keep_heard_in_thread,
+                stop,
+                abandon_on_cancel=True,
+                limiter=trio.CapacityLimiter(1),  # not one of the loop's worker tokens
+            )
+        finally:
+            stop.set()
+
+    def _keep_heard_in_thread(self, stop: threading.Event) -> None:
         period = self.session_timeout_ms / 6000
-        while True:
-            client, token = self._client, self._token
-            if client is None or token is None or not self.connected:
-                await self._state_changed.wait()
+        while not stop.is_set():
+            client = self._client
+            if client is None or not self.connected:
+                stop.wait(0.1)
                 continue
-            sent = trio.current_time()
-            call = _Call(token)
-            result = client.exists_async(self._path("/"))
-            result.rawlink(call.on_done)
-            await call.done.wait()
+            sent = time.perf_counter()
             try:
-                result.get_nowait()
-            except Exception:  # noqa: BLE001 - connection lost or session ended: kazoo says so
+                client.exists_async(self._path("/")).get(timeout=self.session_timeout_ms / 1000)
+            except Exception:  # noqa: BLE001 - unanswered, connection lost or session ended
                 pass
             else:
                 self._heard(sent)
-            await trio.sleep(period)
+            stop.wait(period)
 
     async def renew(self) -> None:
         """End this session and open a new one (its ephemeral znodes go at once): what a
@@ -330,7 +349,7 @@ class ZooKeeperSession:
         assert self._token is not None
         while True:
             call = _Call(self._token)
-            sent = trio.current_time()
+            sent = time.perf_counter()
             result = start(*args, **kwargs)
             result.rawlink(call.on_done)
             await call.done.wait()

@@ -213,3 +213,29 @@ async def test_silence_counts_from_the_last_answer_whatever_kazoo_says(zookeeper
             await zk.close()
     finally:
         await trio.to_thread.run_sync(proxy.close)
+
+
+async def test_a_busy_event_loop_is_not_silence(zookeeper):
+    """The event loop held for most of a session (a LeaderAndIsr of thousands of
+    partitions, a loaded machine): ZooKeeper went on answering `keep_heard`, whose reads
+    go from a thread of their own, so `silent_for` says so at once afterwards. A count
+    kept by the loop read the whole stall as silence, and a broker presumed itself
+    deposed (and ended a live session) after each such stall."""
+    import time
+
+    session_s = 4.0
+    zk = ZooKeeperSession(zookeeper.connect, session_timeout_ms=int(session_s * 1000))
+    await zk.open()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(zk.keep_heard)
+            connected_at = zk.last_heard
+            with trio.fail_after(30):  # a budget, not a timing claim: keep_heard's first answer
+                while zk.last_heard == connected_at:
+                    await trio.sleep(0.05)
+            time.sleep(session_s * 0.75)  # the loop does not run; threads do
+            assert zk.silent_for() < session_s / 2
+            assert zk.connected
+            nursery.cancel_scope.cancel()
+    finally:
+        await zk.close()
