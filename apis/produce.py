@@ -213,7 +213,12 @@ def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
     return int(text) if text is not None else broker.config.min_insync_replicas
 
 
-async def handle(broker: Broker, request: Request) -> ProduceResponse | None:
+async def handle(broker: Broker, request: Request) -> ProduceResponse | None | object:
+    return handle_now(broker, request)
+
+
+def handle_now(broker: Broker, request: Request) -> ProduceResponse | None | object:
+    """handle() without a coroutine (apis/registry.py answer_now): nothing here waits."""
     body = request.body
     acks = body.acks
     responses = []

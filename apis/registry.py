@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from trio_broker.server.requests import NOT_NOW
+
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
     from trio_broker.server.requests import Request
@@ -26,6 +28,7 @@ __all__ = [
     "KAFKA_40_MIN_VERSIONS",
     "ApiSpec",
     "advertised_versions",
+    "answer_now",
     "dispatch",
     "supported_versions",
 ]
@@ -178,3 +181,22 @@ async def dispatch(broker: Broker, request: Request) -> Any:
         module = importlib.import_module(f"trio_broker.apis.{_BY_KEY[request.api_key].module}")
         handle = _handlers[request.api_key] = module.handle
     return await handle(broker, request)
+
+
+# APIs whose module also has `handle_now(broker, request)`: the same answer as its
+# handle() (or DELAYED), made without awaiting anything, which the handler task calls
+# directly instead of a chain of coroutines (server/requests.py NOT_NOW).
+_ANSWERED_NOW = frozenset({0})  # Produce
+_now_handlers: dict[int, Any] = {}
+
+
+def answer_now(broker: Broker, request: Request) -> Any:
+    """The answer of a request whose handler needs no wait, or NOT_NOW (use dispatch())."""
+    key = request.api_key
+    if key not in _ANSWERED_NOW or request.parsed.unsupported_version:
+        return NOT_NOW
+    handle = _now_handlers.get(key)
+    if handle is None:
+        module = importlib.import_module(f"trio_broker.apis.{_BY_KEY[key].module}")
+        handle = _now_handlers[key] = module.handle_now
+    return handle(broker, request)

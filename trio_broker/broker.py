@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from trio_broker.config import BrokerConfig, Listener
 from trio_broker.server import log_safe
 from trio_broker.server.handler_pool import HandlerPool
 from trio_broker.server.readiness import Readiness
-from trio_broker.server.requests import Request
+from trio_broker.server.requests import NOT_NOW, Request
 from trio_broker.server.socket_server import BoundListener, SocketServer
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,12 @@ class Broker:
     def __init__(
         self, config: BrokerConfig, *, zk: Any = None, cluster_id: str | None = None
     ) -> None:
-        from trio_broker.apis.registry import advertised_versions, dispatch, supported_versions
+        from trio_broker.apis.registry import (
+            advertised_versions,
+            answer_now,
+            dispatch,
+            supported_versions,
+        )
 
         self.config = config
         self.zk = zk  # the ZooKeeperSession of a cluster, or None for a lone broker
@@ -69,6 +74,9 @@ class Broker:
         self.supported = supported_versions(config.min_api_versions)
         self.api_versions_listed = advertised_versions(config.min_api_versions)
         self._dispatch = dispatch
+        # The registry's own dispatch, and its answers made without a wait (answer_now()).
+        self._plain_dispatch = dispatch
+        self._answer_now = answer_now
         self.listeners: list[BoundListener] = []
         # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
         self.metrics: Any = None
@@ -248,8 +256,17 @@ class Broker:
     async def auto_create_topic(self, name: str) -> tuple[Any, Any]:
         return await self.topics.auto_create(name)
 
-    async def dispatch(self, request: Request) -> Any:
-        return await self._dispatch(self, request)
+    def dispatch(self, request: Request) -> Awaitable[Any]:
+        # Not a coroutine of its own: the handler awaits the dispatch's directly.
+        return self._dispatch(self, request)  # type: ignore[no-any-return]
+
+    def answer_now(self, request: Request) -> Any:
+        """The handler's answer to `request` if it needs no wait (apis/registry.py
+        answer_now), else NOT_NOW: always so while an authorizer or client quotas wrap the
+        dispatch (their checks are coroutines), so that every request still passes them."""
+        if self._dispatch is not self._plain_dispatch:
+            return NOT_NOW
+        return self._answer_now(self, request)
 
     def security_state(self) -> Any:
         """The broker's SecurityState (credentials, ACLs), made and imported on first need."""
@@ -443,6 +460,7 @@ async def _serve(
                         broker.dispatch,
                         new_sender=request_send.clone,
                         detach=_may_wait_on_zookeeper if broker.zk is not None else None,
+                        answer_now=broker.answer_now,
                     )
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)

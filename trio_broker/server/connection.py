@@ -76,11 +76,12 @@ class _Held:
         self.nbytes = 0
         self.send = send
 
-    async def add(self, sock: trio.socket.SocketType, buf: bytearray) -> None:
-        self.bufs.append(buf)
+    def add(self, buf: bytearray) -> bool:
+        """Hold `buf`; True when enough is held that it should be flushed now."""
+        bufs = self.bufs
+        bufs.append(buf)
         self.nbytes += len(buf)
-        if self.nbytes >= _HOLD_BYTES or len(self.bufs) >= _HOLD_COUNT:
-            await self.flush(sock)
+        return self.nbytes >= _HOLD_BYTES or len(bufs) >= _HOLD_COUNT
 
     async def flush(self, sock: trio.socket.SocketType) -> None:
         if self.bufs:
@@ -482,19 +483,26 @@ class Connection:
                         if response.regions or not hold:
                             await held.flush(self.io)
                             await self._send_response(self.io, response.buf, response.regions)
-                        else:
-                            await held.add(self.io, response.buf)
+                        elif held.add(response.buf):
+                            await held.flush(self.io)
                     if metrics is not None:
                         metrics.request_done(request, response, len(frame))
                 else:
                     # A batch: produces answered at once, all held for one write.
-                    for member, response, member_frame in zip(members, answer, frames, strict=True):
-                        if response is not NO_RESPONSE:
-                            await held.add(self.io, response.buf)
-                        if metrics is not None:
+                    if metrics is None:
+                        for response in answer:
+                            if response is not NO_RESPONSE and held.add(response.buf):
+                                await held.flush(self.io)
+                    else:
+                        for member, response, member_frame in zip(
+                            members, answer, frames, strict=True
+                        ):
+                            if response is not NO_RESPONSE and held.add(response.buf):
+                                await held.flush(self.io)
                             member.timing.response_dequeue = time.perf_counter()
                             metrics.request_done(member, response, len(member_frame))
-                    del members, frames, member, member_frame
+                        del member, member_frame
+                    del members, frames
                 # Nothing of this request may outlive it here: its frame's buffer is
                 # filled again once no view of it is left (FrameReader._reuse).
                 del frame, parsed, request, response, answer

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from trio_broker.server.requests import Dispatch, Request, handle_one
+from trio_broker.server.requests import AnswerNow, Dispatch, Request, handle_one
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +41,12 @@ class HandlerPool:
         dispatch: Dispatch,
         new_sender: Callable[[], trio.MemorySendChannel[Request]] | None = None,
         detach: Callable[[Request], bool] | None = None,
+        answer_now: AnswerNow | None = None,
     ) -> None:
         self._requests = requests
         self._dispatch = dispatch
+        # The answers made without a wait (server/requests.py NOT_NOW), or None.
+        self._answer_now = answer_now
         # Which requests are answered in a task of their own (see _detached), or None.
         self._detach = detach
         self._side: trio.Nursery | None = None
@@ -105,38 +108,34 @@ class HandlerPool:
                     return
 
     async def _handler(self, index: int, requests: trio.MemoryReceiveChannel[Request]) -> None:
+        dispatch, answer_now = self._dispatch, self._answer_now
         try:
             async with requests:
                 async for request in requests:
                     # A request waiting already is taken without the receive()'s scheduler
                     # pass, up to _DRAIN in a row (a handler that never passed the
                     # scheduler would hold the processors' tasks back).
-                    for _ in range(_DRAIN):
-                        if not await self._one(index, request):
-                            return
-                        try:
-                            request = requests.receive_nowait()
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
-                    else:
-                        if not await self._one(index, request):
-                            return
+                    for i in range(_DRAIN + 1):
+                        if i:
+                            try:
+                                request = requests.receive_nowait()
+                            except (trio.WouldBlock, trio.EndOfChannel):
+                                break
+                        if request is _STOP:
+                            if len(self._running) > self.size:
+                                self._running.discard(index)
+                                return
+                        elif (
+                            self._detach is not None
+                            and self._side is not None
+                            and self._detach(request)
+                        ):
+                            self._side.start_soon(self._detached, index, request)
+                        else:
+                            await handle_one(index, request, dispatch, answer_now)
                     del request  # not held while waiting: its frame's buffer is reused
         finally:
             self._running.discard(index)
-
-    async def _one(self, index: int, request: Request) -> bool:
-        """Answer `request` (or start its task); False for a stop this task obeys."""
-        if request is _STOP:
-            if len(self._running) > self.size:
-                self._running.discard(index)
-                return False
-            return True
-        if self._detach is not None and self._side is not None and self._detach(request):
-            self._side.start_soon(self._detached, index, request)
-        else:
-            await handle_one(index, request, self._dispatch)
-        return True
 
     async def _detached(self, index: int, request: Request) -> None:
         """A request that may wait a long time for something outside the broker (in a
@@ -148,6 +147,6 @@ class HandlerPool:
         with trio.CancelScope() as scope:
             connection.side_scopes.append(scope)
             try:
-                await handle_one(index, request, self._dispatch)
+                await handle_one(index, request, self._dispatch, self._answer_now)
             finally:
                 connection.side_scopes.remove(scope)

@@ -25,7 +25,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import trio
 
 from trio_broker.protocol.quirks import ParsedRequest, encode_response
@@ -36,15 +35,28 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_RESPONSE", "Batch", "Request", "Response", "handle_one", "run_handler"]
+__all__ = [
+    "NOT_NOW",
+    "NO_RESPONSE",
+    "Batch",
+    "Request",
+    "Response",
+    "handle_one",
+    "run_handler",
+]
 
 
-@attrs.frozen
 class Response:
     """An encoded response frame; `regions` are file regions spliced in at their offsets."""
 
-    buf: bytearray
-    regions: list[tuple[int, Any]]
+    __slots__ = ("buf", "regions")
+
+    def __init__(self, buf: bytearray, regions: list[tuple[int, Any]]) -> None:
+        self.buf = buf
+        self.regions = regions
+
+    def __repr__(self) -> str:
+        return f"Response({len(self.buf)} bytes, {len(self.regions)} regions)"
 
 
 # What a request that gets no answer (Produce with acks=0) completes with: the connection
@@ -68,33 +80,53 @@ class Batch:
             request.slot = i
 
 
-@attrs.define(eq=False)
 class Request:
-    parsed: ParsedRequest
-    connection: Connection
-    _done: bool = False
-    # A metrics.RequestTiming when metrics are on (the connection sets it), else None.
-    timing: Any = None
-    # When read together with others and sent as one item (see Batch): its batch, and
-    # its place there. Only the batch's first request is sent on the request channel.
-    batch: Batch | None = None
-    slot: int = 0
+    """A request in flight: its decoded frame, its connection, and what answering it needs.
+    (A plain slotted class, one per request; the header fields handlers read most are
+    copied in rather than reached through `parsed`.)"""
 
-    @property
-    def api_key(self) -> int:
-        return self.parsed.api_key
+    __slots__ = (
+        "_done",
+        "api_key",
+        "api_version",
+        "batch",
+        "body",
+        "connection",
+        "parsed",
+        "slot",
+        "timing",
+    )
 
-    @property
-    def api_version(self) -> int:
-        return self.parsed.api_version
+    def __init__(self, parsed: ParsedRequest, connection: Connection) -> None:
+        self.parsed = parsed
+        self.connection = connection
+        self.api_key = parsed.api_key
+        self.api_version = parsed.api_version
+        self.body = parsed.body
+        self._done = False
+        # A metrics.RequestTiming when metrics are on (the connection sets it), else None.
+        self.timing: Any = None
+        # When read together with others and sent as one item (see Batch): its batch, and
+        # its place there. Only the batch's first request is sent on the request channel.
+        self.batch: Batch | None = None
+        self.slot = 0
 
-    @property
-    def body(self) -> Any:
-        return self.parsed.body
+    def __repr__(self) -> str:
+        return (
+            f"<Request api {self.api_key} v{self.api_version} "
+            f"correlation {self.parsed.correlation_id} on {self.connection!r}>"
+        )
 
     async def respond(self, response: Any) -> None:
         """Encode `response` (a generated response message, or None for no answer) and
         send it to this request's processor. Called exactly once per request."""
+        frame = self.answer(response)
+        if frame is not None:
+            await self.connection.processor.deliver(self.connection, frame)
+
+    def answer(self, response: Any) -> Response | list[Response] | None:
+        """respond() without the delivery: encode `response`, and return what is to go to
+        the processor now (this answer, or its batch's list once the last is in), or None."""
         if self._done:
             raise RuntimeError(f"request {self.parsed.correlation_id} answered twice")
         self._done = True
@@ -111,7 +143,7 @@ class Request:
             )
             try:
                 buf, regions = encode_response(
-                    self.api_key, version, self.parsed.correlation_id, response
+                    self.api_key, version, parsed.correlation_id, response
                 )
             except Exception:
                 # A handler bug (a value the schema cannot carry). The client cannot get
@@ -126,16 +158,16 @@ class Request:
                     exc_info=True,
                 )
                 self.connection.close()
-                return
+                return None
             frame = Response(buf, regions)
         batch = self.batch
         if batch is None:
-            await self.connection.processor.deliver(self.connection, frame)
-            return
+            return frame
         batch.responses[self.slot] = frame
         batch.remaining -= 1
         if not batch.remaining:
-            await self.connection.processor.deliver(self.connection, batch.responses)
+            return batch.responses  # type: ignore[return-value]
+        return None
 
 
 # A handler returns the response, or DELAYED when it handed the request to the purgatory,
@@ -161,23 +193,32 @@ def action_queue() -> list[tuple[Callable[[Any], Awaitable[None]], Any]] | None:
 
 
 Dispatch = Callable[[Request], Awaitable[Any]]
+# The handler's answer made without a wait (the broker's answer_now: a Produce's, when no
+# authorizer or quota wraps the dispatch), or NOT_NOW: then `Dispatch` answers it.
+AnswerNow = Callable[[Request], Any]
+NOT_NOW: Any = object()
 
 
 async def run_handler(
-    index: int, requests: trio.MemoryReceiveChannel[Request], dispatch: Dispatch
+    index: int,
+    requests: trio.MemoryReceiveChannel[Request],
+    dispatch: Dispatch,
+    answer_now: AnswerNow | None = None,
 ) -> None:
     """One of the `num.io.threads` handler tasks (Kafka's KafkaRequestHandler)."""
     async with requests:
         async for request in requests:
-            await handle_one(index, request, dispatch)
+            await handle_one(index, request, dispatch, answer_now)
 
 
-async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
+async def handle_one(
+    index: int, request: Request, dispatch: Dispatch, answer_now: AnswerNow | None = None
+) -> None:
     """Run one request's handler and send its answer (unless the purgatory will); for the
     first request of a batch, each of the batch's in turn."""
     batch = request.batch
     if batch is None:
-        await _handle_one(index, request, dispatch)
+        await _handle_one(index, request, dispatch, answer_now)
         return
     scope = request.connection.scope
     # Its requests refer to the batch: no reference cycle may keep their frames alive.
@@ -185,54 +226,60 @@ async def handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
     for member in members:
         if scope.cancel_called:
             return  # a failed one closed the connection: nobody waits for the rest
-        await _handle_one(index, member, dispatch)
+        await _handle_one(index, member, dispatch, answer_now)
 
 
-async def _handle_one(index: int, request: Request, dispatch: Dispatch) -> None:
+async def _handle_one(
+    index: int, request: Request, dispatch: Dispatch, answer_now: AnswerNow | None
+) -> None:
+    # One coroutine per request on the hot path: a Produce answered by answer_now() awaits
+    # nothing here but the delivery of its answer (or its batch's).
     timing = request.timing
     if timing is not None:
         timing.dequeue = time.perf_counter()
-    if request.api_key not in _DEFERRING_APIS:
-        await _handle(index, request, dispatch)
-        return
-    task = trio.lowlevel.current_task()
-    actions = _ACTIONS[task] = []
-    try:
-        await _handle(index, request, dispatch)
-    finally:
-        del _ACTIONS[task]
-        # Other requests' answers: run even when this one failed.
-        for complete, operation in actions:
-            await complete(operation)
-
-
-async def _handle(index: int, request: Request, dispatch: Dispatch) -> None:
+    connection = request.connection
     # What is logged while answering this request is on its client's behalf (rate-limited
     # by its address: server/log_safe.py); the other requests answered afterwards are not.
-    token = CLIENT_ADDRESS.set(request.connection.peer_host)
+    token = CLIENT_ADDRESS.set(connection.peer_host)
+    deferring = request.api_key in _DEFERRING_APIS
+    if deferring:
+        task = trio.lowlevel.current_task()
+        actions = _ACTIONS[task] = []
     try:
         try:
-            response = await dispatch(request)
+            response = NOT_NOW if answer_now is None else answer_now(request)
+            if response is NOT_NOW:
+                response = await dispatch(request)
         except Exception:
             # A bug, not a client error (those are error codes). Kafka answers what it
             # can; the one safe thing for any API is to close that connection.
-            request.connection.log_client(
+            connection.log_client(
                 "handler",
                 logging.ERROR,
                 "[conn %s] handler %d failed on api %d v%d from client %r; closing",
-                request.connection.id,
+                connection.id,
                 index,
                 request.api_key,
                 request.api_version,
                 request.parsed.client_id,
                 exc_info=True,
             )
-            request.connection.close()
+            connection.close()
             return
-        timing = request.timing
         if timing is not None:
             timing.local = time.perf_counter()
         if response is not DELAYED:
-            await request.respond(response)
+            if request.__class__ is Request:
+                frame = request.answer(response)
+                if frame is not None:
+                    await connection.processor.deliver(connection, frame)
+            else:
+                # A subclass (security/client_quotas.py's metering) answers in its own way.
+                await request.respond(response)
     finally:
         CLIENT_ADDRESS.reset(token)
+        if deferring:
+            del _ACTIONS[task]
+            # Other requests' answers: run even when this one failed.
+            for complete, operation in actions:
+                await complete(operation)
