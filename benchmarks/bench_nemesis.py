@@ -6,7 +6,8 @@ longest until every replica was back in every ISR), and for the faults that cut 
 leader off, how long before the controller's election it had given its leaderships up.
 
     sudo .venv/bin/python benchmarks/bench_nemesis.py [--smoke] [--rounds 2]
-        [--injections 9] [--hold 8] [--faults kill-leader,isolate-leader,...]
+        [--injections 9] [--hold 8] [--faults kill-leader,isolate-leader,...] [--keep]
+        [--override replica.socket.timeout.ms=3000 ...]
 
 Brokers and ZooKeeper run on network namespaces of their own (root, iproute2 and iptables
 needed: .ci/run installs them); faults drop packets with iptables, kill -9, SIGSTOP,
@@ -35,7 +36,7 @@ sys.path[:0] = [
 ]
 
 import run as bench  # noqa: E402  (benchmarks/run.py: progress)
-from nemesis import FAULTS, SESSION_TIMEOUT_S, NetCluster, run_scenario  # noqa: E402
+from nemesis import FAULTS, SESSION_TIMEOUT_S, NetCluster, run_scenario, save_logs  # noqa: E402
 from netlab import NetLab, skip_reason  # noqa: E402
 
 
@@ -46,6 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--injections", type=int, default=9)
     parser.add_argument("--hold", type=float, default=8.0, help="seconds each fault lasts")
     parser.add_argument("--faults", default=",".join(FAULTS))
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker config for every broker of the run (again for more)",
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep every round's directory (broker logs, the producer's eos log), not "
+        "only those of failed rounds",
+    )
     parser.add_argument(
         "--fresh-clusters",
         type=int,
@@ -68,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fresh_clusters:
         return fresh_clusters(args.fresh_clusters)
 
+    overrides = dict(o.split("=", 1) for o in args.override)
     rows = []
     failures = 0
     with NetLab() as lab:
@@ -81,12 +96,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 began = time.monotonic()
                 try:
-                    with NetCluster(lab, base) as cluster:
+                    with NetCluster(lab, base, overrides=overrides) as cluster:
                         outcome = run_scenario(
                             cluster, lab, fault, hold_s=args.hold, injections=args.injections
                         )
+                        if args.keep:
+                            save_logs(cluster, base)
                     outcomes.append(outcome)
-                    shutil.rmtree(base, ignore_errors=True)
+                    if not args.keep:
+                        shutil.rmtree(base, ignore_errors=True)
                     ahead = outcome.deposed_ahead_s
                     bench.progress(
                         f"  {time.monotonic() - began:.0f} s: {outcome.report}"

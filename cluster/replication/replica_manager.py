@@ -94,6 +94,15 @@ class ReplicaManager:
         # saying so (a presumed deposition, a stall); if that session is found alive, it
         # is ended so that the controller treats the broker as the bounced one it was.
         self._resigned_in_session: int | None = None
+        # Leaderships this broker gave up without the controller saying so (presumed
+        # deposed, its session expired, its log dir failed or full), by the leader epoch
+        # it gave them up in: its next registration waits until the controller has
+        # decided them anew (`wait_until_decided_anew`), so that it is not made their
+        # leader again in that epoch. Dropped by a LeaderAndIsr of a newer epoch.
+        self.given_up: dict[TopicPartition, int] = {}
+        membership = getattr(broker, "membership", None)
+        if membership is not None and getattr(broker, "zk", None) is not None:
+            membership.before_registering.append(self.wait_until_decided_anew)
         self._unsure = False  # see `_on_stall`
         self.isr_expands = 0
         # ISR changes written but not yet announced to the controller, and whether a task
@@ -340,6 +349,20 @@ class ReplicaManager:
             # HostedPartition.Offline).
             return ErrorCode.KAFKA_STORAGE_ERROR
         part = self.partitions.get(key)
+        given_up_in = self.given_up.get(key)
+        if given_up_in is not None and state.leader_epoch > given_up_in:
+            del self.given_up[key]
+        elif given_up_in is not None and state.leader == self.node_id:
+            # Only when nobody else could be elected (`wait_until_decided_anew` gave up
+            # waiting): leading is better than no leader at all.
+            logger.warning(
+                "broker %s is made leader of %s-%s again in leader epoch %s, which it gave "
+                "up on its own",
+                self.node_id,
+                topic,
+                index,
+                state.leader_epoch,
+            )
         if part is not None:
             if state.leader_epoch < part.leader_epoch:
                 logger.warning(
@@ -625,6 +648,7 @@ class ReplicaManager:
     def _lead_nothing(self, key: TopicPartition, part: Partition) -> None:
         """The leader `part` becomes a follower of nobody in its own epoch (until the
         controller says otherwise), and the coordinators hear of the resignation."""
+        self.given_up[key] = part.leader_epoch
         part.make_follower(
             leader=-1,
             leader_epoch=part.leader_epoch,
@@ -661,6 +685,67 @@ class ReplicaManager:
                 ", ".join(f"{t}-{p}" for t, p in resigned),
             )
         return resigned
+
+    async def wait_until_decided_anew(self) -> None:
+        """Before this broker registers in a new session: until the controller has decided
+        anew every leadership the broker gave up on its own (`given_up`), i.e. its state
+        znode names another leader or a newer leader epoch, unless no other broker of its
+        ISR is registered (nobody else could be elected); at most a session timeout.
+
+        Registered at once, the broker could be made leader again in the very epoch it
+        gave up: a controller that never saw it gone finds it registered and leading in
+        ZooKeeper and tells it so (a new controller's failover, when the broker that ended
+        its session was the controller; Kafka's controller misses such a bounce too, but
+        Kafka's broker never gives a leadership up on its own, and ignores a LeaderAndIsr
+        of the leader epoch it has). The metadata kept naming it meanwhile, so a producer
+        retried at it, was refused (NOT_LEADER_OR_FOLLOWER) and, a moment later, had the
+        next request of the same pipelined round taken by it as leader: a gap in the
+        sequence (OUT_OF_ORDER_SEQUENCE_NUMBER), for which librdkafka bumps its producer
+        epoch and numbers anew every record not yet acknowledged (KIP-360), including a
+        batch this broker had appended and then answered NOT_LEADER_OR_FOLLOWER when it
+        gave the leadership up, which is appended again. Once another leader is elected,
+        clients go to it; this broker follows."""
+        from kazoo.exceptions import NoNodeError
+
+        given_up = dict(self.given_up)
+        if not given_up:
+            return
+        zk = self.broker.zk
+        waited = trio.current_time()
+        deadline = waited + zk.session_timeout_ms / 1000
+        waiting = sorted(given_up)
+        while True:
+            brokers = await zk.get_children(zk_data.BROKER_IDS_PATH)
+            live = {int(b) for b in brokers if b.isdigit()} - {self.node_id}
+            read = await zk.get_many([zk_data.partition_state_path(*tp) for tp in waiting])
+            still = []
+            for tp, result in zip(waiting, read, strict=True):
+                if isinstance(result, NoNodeError):
+                    continue  # deleted
+                if isinstance(result, Exception):
+                    still.append(tp)
+                    continue
+                state = zk_data.LeaderIsrState.decode(result[0])
+                if (
+                    state.leader == self.node_id
+                    and state.leader_epoch <= given_up[tp]
+                    and live.intersection(state.isr)
+                ):
+                    still.append(tp)
+            waiting = still
+            if not waiting or trio.current_time() >= deadline:
+                break
+            await trio.sleep(0.2)
+        logger.log(
+            logging.WARNING if waiting else logging.INFO,
+            "broker %s: %s of the %d leadership(s) it gave up on its own decided anew by the "
+            "controller after %.1f s%s; registering",
+            self.node_id,
+            "not all" if waiting else "all",
+            len(given_up),
+            trio.current_time() - waited,
+            f" ({', '.join(f'{t}-{p}' for t, p in waiting[:10])} still its own)" if waiting else "",
+        )
 
     # -- a leader cut off from ZooKeeper -----------------------------------------------------
 
@@ -703,81 +788,106 @@ class ReplicaManager:
     async def _depose_when_cut_off(self, zk: Any) -> None:
         session_s = zk.session_timeout_ms / 1000
         quiet_ms = max(int(zk.session_timeout_ms / 3), 4 * self.config.replica_fetch_wait_max_ms)
-        while True:
-            await trio.sleep(0.1)
-            since = zk.disconnected_since
-            silent = zk.silent_for()
-            lost_for = trio.current_time() - since if since is not None else 0.0
-            if lost_for < session_s / 5 and silent < session_s / 2:
+        checking = False
+
+        async def check_alive(resigned_in: int) -> None:
+            # A round trip in the session proves it alive (an expired one is found so by
+            # kazoo first, and the call finishes in the next session). Asked as soon as
+            # the broker has resigned, on a task of its own: the answer comes as soon as
+            # ZooKeeper is reached again (TCP retransmits the request), and the loop
+            # below goes on deposing meanwhile. Not waited on for ever (a third of a
+            # session, generous on a busy machine): asked again after.
+            nonlocal checking
+            try:
+                with trio.move_on_after(session_s / 3):
+                    try:
+                        await zk.exists(zk_data.BROKER_IDS_PATH)
+                    except Exception as exc:  # noqa: BLE001 - asked again next round
+                        logger.info("ZooKeeper check after resigning: %s", exc)
+                        return
+                    if self._resigned_in_session != resigned_in:
+                        return
+                    self._resigned_in_session = None
+                    if zk.session_id == resigned_in:
+                        await self._end_live_session(zk, resigned_in)
+            finally:
+                checking = False
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep(0.1)
+                since = zk.disconnected_since
+                silent = zk.silent_for()
+                lost_for = trio.current_time() - since if since is not None else 0.0
                 resigned_in = self._resigned_in_session
-                if since is None and resigned_in is not None and zk.connected:
-                    # A round trip in the session proves it alive (an expired one is found
-                    # so by kazoo first, and the call finishes in the next session). Not
-                    # waited on for ever (a third of a session, generous on a busy
-                    # machine): the bounds above are looked at again after.
-                    with trio.move_on_after(session_s / 3):
-                        try:
-                            await zk.exists(zk_data.BROKER_IDS_PATH)
-                        except Exception as exc:  # noqa: BLE001 - looked at again next round
-                            logger.info("ZooKeeper check after resigning: %s", exc)
-                            continue
-                        self._resigned_in_session = None
-                        if zk.session_id == resigned_in:
-                            # Ending the session makes the controller elect away whatever
-                            # this broker leads: given up first (a LeaderAndIsr may have
-                            # come since the presumption), as a bounced broker would.
-                            again = []
-                            for key, part in list(self.partitions.items()):
-                                if part.is_leader:
-                                    self.fetchers.remove_partition(key)
-                                    self._lead_nothing(key, part)
-                                    self._wake(key)
-                                    again.append(key)
-                            logger.warning(
-                                "broker %s: ZooKeeper session 0x%x is alive after all; "
-                                "starting a new one, so that the controller says what this "
-                                "broker leads; leads none of %s until the controller says so",
-                                self.node_id,
-                                resigned_in,
-                                ", ".join(f"{t}-{p}" for t, p in again) or "nothing",
-                            )
-                            await zk.renew()
-                continue
-            now = _now_ms()
-            resigned = []
-            for key, part in list(self.partitions.items()):
-                if not part.is_leader:
+                if since is None and resigned_in is not None and zk.connected and not checking:
+                    checking = True
+                    nursery.start_soon(check_alive, resigned_in)
+                if lost_for < session_s / 5 and silent < session_s / 2:
                     continue
-                followers = [r for r in part.isr if r != self.node_id]
-                if not followers:
-                    continue  # nobody else could have been elected
-                heard = max(
-                    (
-                        max(st.last_fetch_ms, st.last_caught_up_ms)
-                        for r, st in part.remote.items()
-                        if r in followers
-                    ),
-                    default=0,
-                )
-                if now - heard < quiet_ms:
-                    continue
+                self._depose_unfetched(zk, quiet_ms, silent, since, lost_for)
+
+    async def _end_live_session(self, zk: Any, resigned_in: int) -> None:
+        """The session this broker resigned in is alive after all: end it, so that the
+        controller elects away whatever it led (given up first: a LeaderAndIsr may have
+        come since the presumption), as for a bounced broker."""
+        again = []
+        for key, part in list(self.partitions.items()):
+            if part.is_leader:
                 self.fetchers.remove_partition(key)
                 self._lead_nothing(key, part)
                 self._wake(key)
-                resigned.append(key)
-            if resigned:
-                if self._resigned_in_session is None:
-                    self._resigned_in_session = zk.session_id if zk.session_id else -1
-                logger.warning(
-                    "broker %s: no answer from ZooKeeper for %.1f s (connection %s) and no "
-                    "fetch from the ISR for %d ms: presumed deposed, leads none of %s until "
-                    "the controller says so",
-                    self.node_id,
-                    silent,
-                    f"lost {lost_for:.1f} s ago" if since is not None else "not yet found lost",
-                    quiet_ms,
-                    ", ".join(f"{t}-{p}" for t, p in resigned),
-                )
+                again.append(key)
+        logger.warning(
+            "broker %s: ZooKeeper session 0x%x is alive after all; starting a new one, so "
+            "that the controller says what this broker leads; leads none of %s until the "
+            "controller says so",
+            self.node_id,
+            resigned_in,
+            ", ".join(f"{t}-{p}" for t, p in again) or "nothing",
+        )
+        await zk.renew()
+
+    def _depose_unfetched(
+        self, zk: Any, quiet_ms: int, silent: float, since: float | None, lost_for: float
+    ) -> None:
+        """Cut off from ZooKeeper: give up every leadership whose ISR followers have not
+        fetched for `quiet_ms` (see `_watch_for_deposition`)."""
+        now = _now_ms()
+        resigned = []
+        for key, part in list(self.partitions.items()):
+            if not part.is_leader:
+                continue
+            followers = [r for r in part.isr if r != self.node_id]
+            if not followers:
+                continue  # nobody else could have been elected
+            heard = max(
+                (
+                    max(st.last_fetch_ms, st.last_caught_up_ms)
+                    for r, st in part.remote.items()
+                    if r in followers
+                ),
+                default=0,
+            )
+            if now - heard < quiet_ms:
+                continue
+            self.fetchers.remove_partition(key)
+            self._lead_nothing(key, part)
+            self._wake(key)
+            resigned.append(key)
+        if resigned:
+            if self._resigned_in_session is None:
+                self._resigned_in_session = zk.session_id if zk.session_id else -1
+            logger.warning(
+                "broker %s: no answer from ZooKeeper for %.1f s (connection %s) and no "
+                "fetch from the ISR for %d ms: presumed deposed, leads none of %s until "
+                "the controller says so",
+                self.node_id,
+                silent,
+                f"lost {lost_for:.1f} s ago" if since is not None else "not yet found lost",
+                quiet_ms,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
 
     async def _tick(self) -> None:
         self._last_tick = trio.current_time()
@@ -856,6 +966,7 @@ class ReplicaManager:
                 # a restart (a deletion is sent again once the broker registers anew).
                 return ErrorCode.KAFKA_STORAGE_ERROR
             self.fetchers.remove_partition(key)
+            self.given_up.pop(key, None)
             was_leader = part is not None and part.is_leader
             if part is not None:
                 del self.partitions[key]

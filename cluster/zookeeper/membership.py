@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -127,6 +127,9 @@ class BrokerMembership:
         # Called when a new session opens after one expired, before registering again
         # (the replica manager gives up its leaderships: cluster/replication/).
         self.on_session_expired: list[Callable[[], object]] = []
+        # Awaited before every registration after the first (the replica manager waits
+        # until the controller has decided anew the leaderships it gave up on its own).
+        self.before_registering: list[Callable[[], Awaitable[object]]] = []
 
     def broker_info(self) -> zk_data.BrokerInfo:
         return zk_data.BrokerInfo(
@@ -152,6 +155,8 @@ class BrokerMembership:
                     )
                     for callback in self.on_session_expired:
                         callback()
+                    for wait in self.before_registering:
+                        await wait()
                 await self._register(session_id)
                 registered.set()
 

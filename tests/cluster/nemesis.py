@@ -333,6 +333,7 @@ FAULTS = {
     "isolate-controller": (fault_isolate, "controller"),
     "one-way-leader": (fault_one_way, "leader"),
     "flapping-leader": (fault_flap, "leader"),
+    "flapping-controller": (fault_flap, "controller"),
     "lossy-leader": (fault_loss, "leader"),
     "zookeeper-restart": (fault_zookeeper_restart, "leader"),
     "kill-leader-zookeeper-down": (fault_leader_and_zookeeper, "leader"),
@@ -444,6 +445,69 @@ def _clock_of(at: float) -> str:
     import time
 
     return time.strftime("%H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"
+
+
+def _given_up_at(cluster: NetCluster, node_id: int, name: str) -> list[float]:
+    """When the broker logged giving up the leadership of partition `name` on its own
+    (presumed deposed, or its session expired)."""
+    from history import log_time
+
+    times = []
+    for line in cluster.lines(node_id):
+        m = _RESIGNED.search(line)
+        if m is None or name not in [n.strip() for n in (m.group(1) or m.group(2)).split(",")]:
+            continue
+        at = log_time(line)
+        if at is not None:
+            times.append(at)
+    return times
+
+
+def registered_before_decided_anew(cluster: NetCluster, name: str) -> list[str]:
+    """A broker that gave the leadership of partition `name` up on its own must register
+    again only once the controller has decided it anew: an election of the partition
+    (another leader, or a newer epoch) after the broker last became its leader and before
+    the registration, as the brokers logged them (one machine, one clock). Registered
+    first, a controller that never saw it gone (a new controller, when it was the
+    controller) made it that partition's leader again in the epoch it gave up: it had
+    refused a producer's retries (NOT_LEADER_OR_FOLLOWER) and then took the next request
+    of the same pipelined round as leader, a gap in the sequence for which librdkafka
+    numbers every record not yet acknowledged anew (KIP-360), and a batch it had appended
+    and answered NOT_LEADER_OR_FOLLOWER when it gave up was appended twice (the soak's
+    flapping-leader read 2 records twice). The other replicas are alive and in the ISR in
+    these scenarios, so another leader can always be elected."""
+    from history import log_time
+
+    elections: list[tuple[float, int]] = []  # (time, new leader) of `name`
+    for node_id in cluster.brokers:
+        for line in cluster.lines(node_id):
+            m = _ELECTED.search(line)
+            if m is not None and m.group(2) == name and (at := log_time(line)) is not None:
+                elections.append((at, int(m.group(4))))
+    elections.sort()
+    violations = []
+    for node_id in cluster.brokers:
+        registrations = [
+            t
+            for t in (
+                log_time(x)
+                for x in cluster.lines(node_id)
+                if f"registered broker {node_id} at" in x
+            )
+            if t is not None
+        ]
+        for gave in _given_up_at(cluster, node_id, name):
+            again = next((t for t in registrations if t > gave), None)
+            if again is None:
+                continue
+            became = max((t for t, new in elections if new == node_id and t < gave), default=0.0)
+            if not any(became < t <= again for t, _ in elections):
+                violations.append(
+                    f"broker {node_id} gave {name} up on its own at {_clock_of(gave)} and "
+                    f"registered again at {_clock_of(again)}, before the controller elected "
+                    f"its leader anew"
+                )
+    return violations
 
 
 def registered_at(lines: list[str], node_id: int, nth: int) -> float | None:
@@ -680,6 +744,8 @@ def _run_scenario(
             txn=txn,
             offsets=offsets,
         )
+        regained = registered_before_decided_anew(cluster, "history-0")
+        assert not regained, "; ".join(regained)
         deposed_ahead_s = None
         if fault in CUT_OFF_FAULTS:
             late, deposed_ahead_s = late_depositions(cluster)
