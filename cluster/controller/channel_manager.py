@@ -155,7 +155,7 @@ class ControllerChannel:
         if sender is None:
             logger.debug("no channel to broker %d: %s dropped", broker_id, type(request).__name__)
             return
-        sender.send.send_nowait(request)
+        sender.send.send_nowait((request, trio.current_time()))
 
     async def _send_loop(
         self, broker_id: int, receive: trio.MemoryReceiveChannel[Any], scope: trio.CancelScope
@@ -165,8 +165,9 @@ class ControllerChannel:
 
         with scope:
             async with receive:
-                async for request in receive:
+                async for request, queued_at in receive:
                     api = type(request).API_KEY
+                    sent_at = trio.current_time()
                     while True:
                         try:
                             response = await self._client.send(broker_id, request)
@@ -194,7 +195,32 @@ class ControllerChannel:
                             break
                         if self.on_response is not None:
                             self.on_response(broker_id, request, response)
+                        _log_if_large(broker_id, request, queued_at, sent_at)
                         break
+
+
+# A request naming this many partitions or more gets a line when answered: how long it
+# waited in the broker's queue, and how long the broker took (a failover at scale).
+_LARGE_REQUEST = 1000
+
+
+def _log_if_large(broker_id: int, request: Any, queued_at: float, sent_at: float) -> None:
+    if isinstance(request, LeaderAndIsrRequest):
+        count = sum(len(t.partition_states) for t in request.topic_states)
+    elif isinstance(request, UpdateMetadataRequest):
+        count = sum(len(t.partition_states) for t in request.topic_states)
+    else:
+        return
+    if count >= _LARGE_REQUEST:
+        now = trio.current_time()
+        logger.info(
+            "%s of %d partitions to broker %d answered: %.2f s queued, %.2f s to answer",
+            type(request).__name__,
+            count,
+            broker_id,
+            sent_at - queued_at,
+            now - sent_at,
+        )
 
 
 @attrs.define

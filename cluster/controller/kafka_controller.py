@@ -535,12 +535,14 @@ class Controller:
         leaderless = [tp for tp in affected if ctx.states[tp].leader in broker_ids]
         followed = [tp for tp in affected if ctx.states[tp].leader not in broker_ids]
         batch = self.batch()
+        started = trio.current_time()
         if leaderless:
             for tp in await psm.elect(
                 ctx, self.zk, leaderless, psm.Election.OFFLINE, unclean_default=self.unclean
             ):
                 batch.add_leader_and_isr(ctx.replicas(*tp), *tp)
             batch.send(self.channel)
+        led_at = trio.current_time()
         for tp in await psm.elect(
             ctx, self.zk, followed, psm.Election.OFFLINE, unclean_default=self.unclean
         ):
@@ -551,6 +553,15 @@ class Controller:
             [tp for tp in ctx.partitions() if broker_ids.intersection(ctx.replicas(*tp))],
         )
         batch.send(self.channel)
+        logger.info(
+            "brokers %s failed: %d partitions they led elected in %.2f s, %d they followed"
+            " in %.2f s more",
+            sorted(broker_ids),
+            len(leaderless),
+            led_at - started,
+            len(followed),
+            trio.current_time() - led_at,
+        )
 
     # --- topics -----------------------------------------------------------------------------
 
