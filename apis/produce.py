@@ -154,7 +154,7 @@ def append_partition(
             records, max_batch_size=config.max_message_bytes, single_batch=True
         )
         header = headers[0]
-        if header.compression == Compression.ZSTD and version < 7:
+        if version < 7 and header.compression == Compression.ZSTD:
             raise KafkaError(
                 ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, "zstd needs produce version 7 or later"
             )
@@ -167,15 +167,16 @@ def append_partition(
                 answer.record_errors = errors
                 answer.error_message = "One or more records have been rejected"
                 return answer
-        min_isr = _min_isr(broker, configs)
-        # A leader's own ISR is the newest (the metadata cache may lag behind it).
-        isr = state.partitions[partition].isr if leader is None else leader.isr
-        if acks == -1 and len(isr) < min_isr:
-            raise KafkaError(
-                ErrorCode.NOT_ENOUGH_REPLICAS,
-                f"The size of the current ISR {isr} is insufficient to satisfy "
-                f"the min.isr requirement of {min_isr}",
-            )
+        if acks == -1:
+            min_isr = _min_isr(broker, configs)
+            # A leader's own ISR is the newest (the metadata cache may lag behind it).
+            isr = state.partitions[partition].isr if leader is None else leader.isr
+            if len(isr) < min_isr:
+                raise KafkaError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    f"The size of the current ISR {isr} is insufficient to satisfy "
+                    f"the min.isr requirement of {min_isr}",
+                )
         result = log.append_as_leader(
             records, headers, leader_epoch=leader_epoch, log_append_time_ms=None
         )
@@ -256,23 +257,26 @@ def _append_all(
     body = request.body
     version = request.api_version
     acks = body.acks
+    transactional_id = body.transactional_id
     responses = []
     for topic in body.topic_data:
-        partitions = [
-            append_partition(
-                broker,
-                topic.name,
-                p.index,
-                p.records,
-                acks,
-                version,
-                body.transactional_id,
-                pending,
-                verified,
+        name = topic.name
+        partitions = []
+        for p in topic.partition_data:
+            partitions.append(
+                append_partition(
+                    broker,
+                    name,
+                    p.index,
+                    p.records,
+                    acks,
+                    version,
+                    transactional_id,
+                    pending,
+                    verified,
+                )
             )
-            for p in topic.partition_data
-        ]
-        responses.append(TopicProduceResponse(name=topic.name, partition_responses=partitions))
+        responses.append(TopicProduceResponse(name=name, partition_responses=partitions))
     if acks == 0:
         # No answer; a failed append shows up for the client only as missing records,
         # as with Kafka (which closes the connection; the client reconnects).

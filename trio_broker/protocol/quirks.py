@@ -127,6 +127,11 @@ def _body_decoder(api_key: int, api_version: int) -> tuple[Any, bool] | None:
             entry = None
         else:
             fn = cls._DECODERS.get(api_version)
+            if fn is not None and api_key == 0:
+                # Small produces: their common shape in one step (protocol/produce_codec.py).
+                from trio_broker.protocol.produce_codec import produce_request_decoder
+
+                fn = produce_request_decoder(api_version)
             entry = None if fn is None else (fn, _is_flexible(cls, api_version))
         _BODY_DECODERS[key] = entry
     return _BODY_DECODERS[key]
@@ -221,11 +226,13 @@ _RESPONSE_ENCODERS: dict[tuple[int, int], tuple[type, Any, bool]] = {}
 def _response_encoder(api_key: int, api_version: int) -> tuple[type, Any, bool]:
     cls = response_class(api_key)
     flexible = _is_flexible(cls, api_version) and api_key != API_VERSIONS_KEY  # quirks 1, 2
-    entry = _RESPONSE_ENCODERS[(api_key, api_version)] = (
-        cls,
-        cls._ENCODERS.get(api_version),
-        flexible,
-    )
+    encode = cls._ENCODERS.get(api_version)
+    if encode is not None and api_key == 0:
+        # Small produces' answers in one step (protocol/produce_codec.py).
+        from trio_broker.protocol.produce_codec import produce_response_encoder
+
+        encode = produce_response_encoder(api_version)
+    entry = _RESPONSE_ENCODERS[(api_key, api_version)] = (cls, encode, flexible)
     return entry
 
 
