@@ -449,7 +449,14 @@ class Connection:
                         except (InvalidFrame, InvalidRequest) as exc:
                             bad_request = exc
                             break
-                        if not _may_batch(parsed, at_once):
+                        # _may_batch, inline (this runs for every request of a batch).
+                        body = parsed.body
+                        if (
+                            parsed.api_key
+                            or body is None
+                            or body.acks not in at_once
+                            or body.transactional_id
+                        ):
                             after = (following, parsed)
                             break
                         member = Request(parsed, self)
@@ -461,7 +468,7 @@ class Connection:
                         members = None
                     else:
                         Batch(members)
-                    following = member = None
+                    following = member = body = None
                 try:
                     requests.send_nowait(request)
                 except trio.WouldBlock:

@@ -220,13 +220,62 @@ async def handle_one(
     if batch is None:
         await _handle_one(index, request, dispatch, answer_now)
         return
-    scope = request.connection.scope
     # Its requests refer to the batch: no reference cycle may keep their frames alive.
     members, batch.requests = batch.requests, []
-    for member in members:
-        if scope.cancel_called:
-            return  # a failed one closed the connection: nobody waits for the rest
-        await _handle_one(index, member, dispatch, answer_now)
+    await _handle_batch(index, members, dispatch, answer_now)
+
+
+async def _handle_batch(
+    index: int, members: list[Request], dispatch: Dispatch, answer_now: AnswerNow | None
+) -> None:
+    # _handle_one for each of a batch's produces, in order, with what is the same for all
+    # of them (the client address, the action queue) set once: the answers of the delayed
+    # operations one of them makes answerable are still run right after it is answered.
+    connection = members[0].connection
+    scope = connection.scope
+    peer_host = connection.peer_host
+    task = trio.lowlevel.current_task()
+    token = CLIENT_ADDRESS.set(peer_host)
+    actions = _ACTIONS[task] = []
+    try:
+        for member in members:
+            if scope.cancel_called:
+                return  # a failed one closed the connection: nobody waits for the rest
+            timing = member.timing
+            if timing is not None:
+                timing.dequeue = time.perf_counter()
+            try:
+                response = NOT_NOW if answer_now is None else answer_now(member)
+                if response is NOT_NOW:
+                    response = await dispatch(member)
+            except Exception:
+                _log_failed(index, member)
+                connection.close()
+                return
+            if timing is not None:
+                timing.local = time.perf_counter()
+            if response is not DELAYED:
+                if member.__class__ is Request:
+                    frame = member.answer(response)
+                    if frame is not None:
+                        await connection.processor.deliver(connection, frame)
+                else:
+                    await member.respond(response)
+            if actions:
+                # As _handle_one runs them: on no client's behalf, with no action queue.
+                del _ACTIONS[task]
+                CLIENT_ADDRESS.reset(token)
+                try:
+                    for complete, operation in actions:
+                        await complete(operation)
+                finally:
+                    token = CLIENT_ADDRESS.set(peer_host)
+                    actions = _ACTIONS[task] = []
+    finally:
+        CLIENT_ADDRESS.reset(token)
+        del _ACTIONS[task]
+        for complete, operation in actions:
+            await complete(operation)
 
 
 async def _handle_one(
@@ -251,19 +300,7 @@ async def _handle_one(
             if response is NOT_NOW:
                 response = await dispatch(request)
         except Exception:
-            # A bug, not a client error (those are error codes). Kafka answers what it
-            # can; the one safe thing for any API is to close that connection.
-            connection.log_client(
-                "handler",
-                logging.ERROR,
-                "[conn %s] handler %d failed on api %d v%d from client %r; closing",
-                connection.id,
-                index,
-                request.api_key,
-                request.api_version,
-                request.parsed.client_id,
-                exc_info=True,
-            )
+            _log_failed(index, request)
             connection.close()
             return
         if timing is not None:
@@ -283,3 +320,20 @@ async def _handle_one(
             # Other requests' answers: run even when this one failed.
             for complete, operation in actions:
                 await complete(operation)
+
+
+def _log_failed(index: int, request: Request) -> None:
+    # A bug, not a client error (those are error codes). Kafka answers what it can; the
+    # one safe thing for any API is to close that connection (the caller does).
+    connection = request.connection
+    connection.log_client(
+        "handler",
+        logging.ERROR,
+        "[conn %s] handler %d failed on api %d v%d from client %r; closing",
+        connection.id,
+        index,
+        request.api_key,
+        request.api_version,
+        request.parsed.client_id,
+        exc_info=True,
+    )

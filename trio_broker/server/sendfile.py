@@ -134,7 +134,12 @@ async def send_bytes(sock: trio.socket.SocketType, *parts: Any) -> None:
     """Write every byte of `parts` (buffers), gathered into as few syscalls as the kernel
     allows; waits for writability only after EAGAIN."""
     fd = sock.fileno()
-    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    # Byte buffers as they are (most often: held answers), anything else as bytes.
+    views = [
+        p if p.__class__ is bytearray or p.__class__ is bytes else memoryview(p).cast("B")
+        for p in parts
+        if len(p)
+    ]
     while views:
         try:
             if len(views) > 1:
@@ -148,13 +153,15 @@ async def send_bytes(sock: trio.socket.SocketType, *parts: Any) -> None:
             if exc.errno in _BROKEN:
                 raise trio.BrokenResourceError("peer closed during send") from exc
             raise
+        if len(views) <= _IOV_MAX and sent == sum(map(len, views)):
+            return  # all of it, the usual case
         while sent:
             head = views[0]
             if sent >= len(head):
                 sent -= len(head)
                 views.pop(0)
             else:
-                views[0] = head[sent:]
+                views[0] = memoryview(head).cast("B")[sent:]
                 sent = 0
 
 
