@@ -9,6 +9,11 @@ import struct
 from wire import encode_request, is_closed, read_response, recv_exact, request_of, roundtrip
 
 from trio_broker.protocol._generated import response_class
+from trio_broker.protocol._generated.alter_client_quotas_request import (
+    EntityData,
+    EntryData,
+    OpData,
+)
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
 from trio_broker.protocol._generated.produce_request import (
@@ -19,6 +24,7 @@ from trio_broker.protocol._generated.produce_request import (
 from trio_broker.protocol._generated.response_header import ResponseHeader
 from trio_broker.protocol.record_codec import build_batch, iter_records
 from trio_broker.protocol.records import iter_batches
+from trio_broker.testing import free_port
 
 PRODUCE_V = 9
 FETCH_V = 12
@@ -104,6 +110,36 @@ def decode(frame: bytes, api_key: int, version: int):
 def test_frames_sent_together_are_answered_in_request_order(kafka_broker):
     sock = connect(kafka_broker)
     create_topics(sock, "order-a", "order-b")
+    check_answers_in_order(sock)
+    sock.close()
+
+
+def test_answers_in_order_with_metrics_request_log_and_quotas_on(kafka_broker_factory):
+    # Every request timed (metrics, the request log) and metered (a client quota on this
+    # client id, far above what it sends): the dispatch is wrapped, so a batch's produces
+    # go through the handlers' coroutines instead of being answered at once, and their
+    # answers are timed one by one. Same order, same answers.
+    port = free_port()
+    broker = kafka_broker_factory(
+        {"metrics.listener": f"http://127.0.0.1:{port}", "request.log.enable": "true"}
+    )
+    sock = connect(broker)
+    quota = request_of(
+        49,
+        entries=[
+            EntryData(
+                entity=[EntityData(entity_type="client-id", entity_name="test")],
+                ops=[OpData(key="producer_byte_rate", value=1e12)],
+            )
+        ],
+    )
+    assert [e.error_code for e in roundtrip(sock, quota, 1).entries] == [0]
+    create_topics(sock, "order-a", "order-b")
+    check_answers_in_order(sock)
+    sock.close()
+
+
+def check_answers_in_order(sock: socket.socket) -> None:
     # One send: produces to two topics (more than one batch's worth in a row), acks=0
     # produces among them (no answer), a Metadata request and an ApiVersions request
     # between them (never batched), then more produces. Expected answers, in order:
@@ -159,7 +195,6 @@ def test_frames_sent_together_are_answered_in_request_order(kafka_broker):
         assert offsets[topic] == answered
         # And nothing more came back: the next bytes answer the fetch, with every record.
         assert fetch_values(sock, topic, cid=7) == values
-    sock.close()
 
 
 def test_a_bad_request_behind_a_batch_closes_after_the_answers(kafka_broker):
