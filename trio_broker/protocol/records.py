@@ -20,6 +20,7 @@ encoded and decoded by `trio_broker.protocol.record_codec`.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -191,7 +192,8 @@ def _codec_of(attributes: int) -> Compression:
     return _CODECS[codec]
 
 
-_make_header = BatchHeader._make
+# BatchHeader._make without its Python frame (HEADER always gives the 13 fields).
+_make_header = functools.partial(tuple.__new__, BatchHeader)
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
