@@ -7,8 +7,9 @@ processes, each on its own host, so that the test can drop their packets.
         cluster.bootstrap           every broker's address, for clients on the test's host
 
 Short timeouts, so that faults play out in seconds: a 6 s ZooKeeper session, followers
-out of the ISR after 3 s without catching up. Each broker's log directory is a disk of its
-own (a tmpfs, where mounting is allowed), so that one of them can fill up.
+out of the ISR after 3 s without catching up, their fetches timed out after 3 s. Each
+broker's log directory is a disk of its own (a tmpfs, where mounting is allowed), so that
+one of them can fill up.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ DISK_SIZE = "512m"  # each broker's log directory: a tmpfs (memory only as far a
 BROKER_DEFAULTS = {
     "zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
     "replica.lag.time.max.ms": "3000",
+    # The followers' fetches time out after 3 s (+ the fetch wait), not Kafka's 30: a
+    # fetch sent into a cut is retransmitted by TCP with a backoff that, after an 8 s cut,
+    # next tries 4-5 s after the heal, and with 30 s the follower waited for it (Kafka's
+    # followers do too) before the ISR could grow back; timed out, it reconnects.
+    "replica.socket.timeout.ms": "3000",
     "controlled.shutdown.retry.backoff.ms": "200",
     "default.replication.factor": "3",
     "offsets.topic.replication.factor": "3",
