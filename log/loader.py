@@ -84,7 +84,14 @@ def load_log(
         except CorruptCheckpointError:
             logger.warning("ignoring corrupt partition.metadata in %s", directory)
     log = PartitionLog(
-        directory, topic, partition, config, now_ms=now_ms, topic_id=topic_id or stored_id
+        directory,
+        topic,
+        partition,
+        config,
+        now_ms=now_ms,
+        topic_id=topic_id or stored_id,
+        # After a clean shutdown nothing at load needs the epochs (recovery does).
+        lazy_epochs=clean_shutdown and not fresh,
     )
     if fresh and pending is not None:
         pending.add_dir(directory.parent)
@@ -112,8 +119,7 @@ def load_log(
         log.log_end_offset if clean_shutdown else min(max(recovery_point, 0), log.log_end_offset)
     )
     log.active_segment.resize_indexes(config.segment_index_bytes)
-    log.leader_epoch_cache.truncate_from_end(log.log_end_offset)
-    log.leader_epoch_cache.truncate_from_start(log.log_start_offset)
+    log.leader_epoch_cache.truncate_lazily(log.log_end_offset, log.log_start_offset)
     rebuild_producer_state(log, log.log_end_offset, clean_shutdown=clean_shutdown)
     log.remove_expired_producers(now_ms())
     log.high_watermark = high_watermark
@@ -152,6 +158,7 @@ def _find_segments(
         for name in kept
         if name.endswith(LOG_SUFFIX) and (stem := name[: -len(LOG_SUFFIX)]).isdigit()
     )
+    created = now_ms()
     for base in bases:
         log._add_segment(
             LogSegment(
@@ -159,7 +166,7 @@ def _find_segments(
                 base,
                 index_interval_bytes=config.index_interval_bytes,
                 max_index_size=config.segment_index_bytes,
-                created_ms=now_ms(),
+                created_ms=created,
                 present=present,
             )
         )

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
+# How long the loading workers stay paused after the event loop's thread loaded a log.
+_PAUSE_S = 0.01
+
 
 @attrs.define(kw_only=True)
 class PendingLog:
@@ -51,7 +54,7 @@ class PendingLog:
     log_start_offset: int | None  # None: not in log-start-offset-checkpoint
     high_watermark: int | None
     clean_shutdown: bool
-    loading: threading.Event | None = None  # set when the load (by anyone) is over
+    loading: bool = False  # someone is loading it (PendingLogs.done tells when it is over)
 
     @property
     def path(self) -> Path:
@@ -68,6 +71,17 @@ class PendingLogs:
         self._pending: dict[TopicPartition, PendingLog] = {}
         self._queue: collections.deque[TopicPartition] = collections.deque()
         self._lock = threading.Lock()
+        # Notified whenever a load ends. One for all logs: an Event per log was a twentieth
+        # of a load's CPU, and waiting for a worker's log is rare (it is loading it now).
+        self._done = threading.Condition(self._lock)
+        # Loads on the event loop's thread (a request asked for a pending log) in progress,
+        # and when the last one ended: the workers pause meanwhile and for _PAUSE_S after.
+        # Two threads loading under one GIL hand it over at every file operation: a request
+        # for every partition, sent while the workers loaded, cost twice the CPU of one
+        # thread loading them all.
+        self._foreground = 0
+        self._foreground_ended = 0.0
+        self._resume = threading.Condition(self._lock)  # never notified: paused workers poll
         self.started = time.perf_counter()
         self.total = 0
         self.unclean = 0  # of them, after an unclean shutdown: recovered
@@ -109,9 +123,9 @@ class PendingLogs:
             pending = self._pending.get(tp)
             if pending is None:
                 return None, False
-            if pending.loading is not None:
+            if pending.loading:
                 return pending, False
-            pending.loading = threading.Event()
+            pending.loading = True
             return pending, True
 
     def _run(self, tp: TopicPartition, pending: PendingLog) -> PartitionLog | None:
@@ -120,8 +134,7 @@ class PendingLogs:
         finally:
             with self._lock:
                 self._pending.pop(tp, None)
-            assert pending.loading is not None
-            pending.loading.set()
+                self._done.notify_all()
             if not self._pending:
                 logger.info(
                     "loaded %d logs in %.1f s (%d checked from their recovery point after an "
@@ -133,22 +146,36 @@ class PendingLogs:
 
     def load_now(self, tp: TopicPartition) -> bool:
         """Make sure `tp` is loaded (if it was pending): load it here, or wait for the thread
-        loading it. Returns whether it was pending."""
-        pending, mine = self._claim(tp)
-        if pending is None:
-            return False
-        if mine:
-            self._run(tp, pending)
-        else:
-            assert pending.loading is not None
-            pending.loading.wait()
-        return True
+        loading it. Returns whether it was pending. The workers pause while this loads."""
+        with self._lock:
+            self._foreground += 1
+        try:
+            pending, mine = self._claim(tp)
+            if pending is None:
+                return False
+            if mine:
+                self._run(tp, pending)
+            else:
+                with self._lock:
+                    while tp in self._pending:
+                        self._done.wait()
+            return True
+        finally:
+            with self._lock:
+                self._foreground -= 1
+                self._foreground_ended = time.perf_counter()
 
     def load_batch(self, budget_s: float = 0.05) -> bool:
         """Load pending logs for about `budget_s` (a worker thread); False when none is left."""
         deadline = time.perf_counter() + budget_s
         while True:
             with self._lock:
+                # Loads on the event loop's thread go first (see _foreground); a slice
+                # still ends at its deadline, so that a stop never waits long for it.
+                while self._foreground or time.perf_counter() - self._foreground_ended < _PAUSE_S:
+                    if time.perf_counter() >= deadline:
+                        return bool(self._queue)
+                    self._resume.wait(_PAUSE_S)
                 if not self._queue:
                     return False
                 tp = self._queue.popleft()

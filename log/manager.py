@@ -32,7 +32,7 @@ from trio_broker.log.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     CorruptCheckpointError,
     PendingSyncs,
-    atomic_write,
+    StagedWrites,
     read_meta_properties,
     read_offset_checkpoint,
     sync_filesystem,
@@ -161,6 +161,7 @@ class LogManager:
         # loop's): a lone broker's leader catches its high watermark up (cluster/topics.py).
         self.on_log_loaded: Callable[[PartitionLog], None] | None = None
         self._loaded = trio.Event()  # set once no log waits to be loaded
+        self._write_back_thread: threading.Thread | None = None  # see start_write_back
 
     # -- start -----------------------------------------------------------------------------
 
@@ -661,11 +662,13 @@ class LogManager:
         offsets: Callable[[list[PartitionLog]], dict[TopicPartition, int]],
         stored: str,
         by_dir: dict[Path, list[PartitionLog]] | None = None,
+        staged: dict[Path, StagedWrites] | None = None,
     ) -> list[Path]:
         """Write `name` in every online log dir; returns the dirs where that failed.
 
         A write that fails (ENOSPC) leaves the previous file whole (atomic_write writes a
         temporary file and renames it), so it is logged and tried again next time.
+        `staged`: only staged in each dir's StagedWrites (a clean stop's, see `_close`).
         """
         failed = []
         for log_dir, logs in (by_dir or self._logs_by_dir()).items():
@@ -674,24 +677,31 @@ class LogManager:
                 # Logs not loaded yet keep what the last checkpoint said of them.
                 values = {**self.pending.stored_offsets(log_dir, stored), **values}
             try:
-                write_offset_checkpoint(log_dir / name, values)
+                write_offset_checkpoint(
+                    log_dir / name, values, staged=None if staged is None else staged[log_dir]
+                )
             except OSError as exc:
                 logger.error("cannot write %s in %s (the old one stays): %s", name, log_dir, exc)
                 failed.append(log_dir)
         return failed
 
     def checkpoint_recovery_points(
-        self, by_dir: dict[Path, list[PartitionLog]] | None = None
+        self,
+        by_dir: dict[Path, list[PartitionLog]] | None = None,
+        staged: dict[Path, StagedWrites] | None = None,
     ) -> list[Path]:
         return self._write_checkpoints(
             RECOVERY_POINT_CHECKPOINT,
             lambda logs: {(log.topic, log.partition): log.recovery_point for log in logs},
             "recovery_point",
             by_dir,
+            staged,
         )
 
     def checkpoint_log_start_offsets(
-        self, by_dir: dict[Path, list[PartitionLog]] | None = None
+        self,
+        by_dir: dict[Path, list[PartitionLog]] | None = None,
+        staged: dict[Path, StagedWrites] | None = None,
     ) -> list[Path]:
         # Like Kafka, only logs whose start moved past their first segment need an entry.
         return self._write_checkpoints(
@@ -703,25 +713,29 @@ class LogManager:
             },
             "log_start_offset",
             by_dir,
+            staged,
         )
 
     def checkpoint_high_watermarks(
-        self, by_dir: dict[Path, list[PartitionLog]] | None = None
+        self,
+        by_dir: dict[Path, list[PartitionLog]] | None = None,
+        staged: dict[Path, StagedWrites] | None = None,
     ) -> list[Path]:
         return self._write_checkpoints(
             REPLICATION_OFFSET_CHECKPOINT,
             lambda logs: {(log.topic, log.partition): log.high_watermark for log in logs},
             "high_watermark",
             by_dir,
+            staged,
         )
 
-    def checkpoint(self) -> list[Path]:
+    def checkpoint(self, staged: dict[Path, StagedWrites] | None = None) -> list[Path]:
         """Write the three offset checkpoint files of every online log dir (blocking:
-        fsyncs); returns the dirs where a write failed."""
+        fsyncs); returns the dirs where a write failed. `staged`: see _write_checkpoints."""
         by_dir = self._logs_by_dir()
-        failed = self.checkpoint_recovery_points(by_dir)
-        failed += self.checkpoint_log_start_offsets(by_dir)
-        failed += self.checkpoint_high_watermarks(by_dir)
+        failed = self.checkpoint_recovery_points(by_dir, staged)
+        failed += self.checkpoint_log_start_offsets(by_dir, staged)
+        failed += self.checkpoint_high_watermarks(by_dir, staged)
         return failed
 
     # -- stop ------------------------------------------------------------------------------
@@ -745,13 +759,17 @@ class LogManager:
         # close (more with more). What the closes leave goes by reference counting.
         collecting = gc.isenabled()
         gc.disable()
+        phases: dict[str, float] = {}
         try:
-            self._close(unclean)
+            self._close(unclean, phases)
         finally:
             if collecting:
                 gc.enable()
         logger.info(
-            "log manager closed %d logs in %.3f s", len(self.logs), time.perf_counter() - started
+            "log manager closed %d logs in %.3f s (%s)",
+            len(self.logs),
+            time.perf_counter() - started,
+            ", ".join(f"{name} {seconds:.3f} s" for name, seconds in phases.items()),
         )
         # The closed logs go now, by reference counting, instead of by the cyclic collector
         # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
@@ -760,7 +778,28 @@ class LogManager:
             log.on_dir_full = None
         self.logs.clear()
 
-    def _close(self, unclean: set[Path]) -> None:
+    def start_write_back(self) -> None:
+        """A stop begins (SIGTERM): write back what the logs wrote since their last flush,
+        in a thread (syncfs releases the GIL), while the broker drains its requests and
+        closes its logs (see _close). Nothing relies on it: the close syncs again."""
+        running = self._write_back_thread
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_write_back, args=(self.online_dirs(),), name="log-writeback", daemon=True
+        )
+        thread.start()
+        self._write_back_thread = thread
+
+    def _close(self, unclean: set[Path], phases: dict[str, float]) -> None:
+        """The close's steps; `phases` gets the seconds each took (for the log line)."""
+        mark = time.perf_counter()
+
+        def phase(name: str) -> None:
+            nonlocal mark
+            now = time.perf_counter()
+            phases[name] = now - mark
+            mark = now
 
         def close_one(log: PartitionLog) -> Path | None:
             """Close one log; the log dir to leave unclean if that failed."""
@@ -777,46 +816,68 @@ class LogManager:
                 return log.dir.parent
             return None
 
-        # What the logs wrote since their last flush is written back while they close: a
-        # sync of each file system in a thread (syncfs releases the GIL), so that the sync
-        # after the closes, the one the recovery points rely on, finds little left to do.
-        # Closing 20,000 logs just produced to spent as long in that sync as in the closes.
-        early = threading.Thread(
-            target=_write_back, args=(self.online_dirs(),), name="log-writeback", daemon=True
-        )
-        early.start()
+        # What the logs wrote since their last flush is written back while they close (and
+        # since the stop began, see start_write_back), so that the sync after the closes,
+        # the one the recovery points rely on, finds little left to do.
+        self.start_write_back()
         # One thread: closing in four was slower here (the GIL; each close is mostly Python).
         failed = [close_one(log) for log in self.all_logs()]
-        early.join()
+        phase("closes")
+        early = self._write_back_thread
+        if early is not None:
+            early.join()
+        phase("write-back")
         unclean.update(d for d in failed if d is not None)
-        for log_dir in self.online_dirs():
-            try:
-                sync_filesystem(log_dir)
-            except OSError as exc:
-                logger.error("log dir %s: cannot sync its file system: %s", log_dir, exc)
-                unclean.add(log_dir)
-        unclean.update(self.checkpoint())
+        # The checkpoints and the clean-shutdown marker are written beside their place now
+        # and made durable by the same sync as the logs; then they are renamed into place,
+        # the checkpoints first: a dir's rename is durable before the next one's (the dir
+        # is synced in between), so the marker never stands without the recovery points
+        # it vouches for, and those never say more than is on disk.
+        online = self.online_dirs()
+        staged = {log_dir: StagedWrites() for log_dir in online}
+        unclean.update(self.checkpoint(staged))
+        phase("checkpoints")
         # Logs never loaded (a stop during the load) still need the recovery they were due.
         unclean.update(self.pending.unclean_dirs())
         try:
             self.delete_pending(force=True)
         except OSError:
             logger.exception("error removing deleted logs")
+        markers: dict[Path, StagedWrites] = {}
+        for log_dir in online:
+            if log_dir in unclean:
+                continue
+            marker = markers[log_dir] = StagedWrites()
+            try:
+                marker.write(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
+            except OSError as exc:
+                logger.error("log dir %s: cannot write the clean-shutdown marker: %s", log_dir, exc)
+                unclean.add(log_dir)
+        for log_dir in online:
+            try:
+                sync_filesystem(log_dir)
+            except OSError as exc:
+                logger.error("log dir %s: cannot sync its file system: %s", log_dir, exc)
+                unclean.add(log_dir)
+                staged[log_dir].discard()  # the old checkpoints stay: nothing new is sure
+        phase("sync")
+        for log_dir in online:
+            try:
+                staged[log_dir].commit()
+                if log_dir not in unclean:
+                    markers[log_dir].commit()
+            except OSError as exc:
+                logger.error("log dir %s: cannot put its checkpoints in place: %s", log_dir, exc)
+                unclean.add(log_dir)
+            finally:
+                if log_dir in markers:
+                    markers[log_dir].discard()  # left only when not committed
         for log_dir in self.log_dirs:
             if log_dir in unclean:
                 logger.warning(
                     "log dir %s: no clean-shutdown marker; the next start recovers it", log_dir
                 )
-                continue
-            try:
-                atomic_write(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
-            except OSError as exc:
-                logger.error(
-                    "log dir %s: cannot write the clean-shutdown marker (%s); the next start "
-                    "recovers it",
-                    log_dir,
-                    exc,
-                )
+        phase("marker")
 
     # -- background maintenance ------------------------------------------------------------
 

@@ -89,8 +89,10 @@ class PartitionLog:
         *,
         now_ms: Callable[[], int] = wall_clock_ms,
         topic_id: uuid.UUID | None = None,
+        lazy_epochs: bool = False,
     ) -> None:
-        """An empty, unloaded log; use `trio_broker.log.loader.load_log` to open one."""
+        """An empty, unloaded log; use `trio_broker.log.loader.load_log` to open one.
+        `lazy_epochs`: the leader epoch checkpoint is read on first use (LeaderEpochCache)."""
         self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.topic = topic
         self.partition = partition
@@ -103,7 +105,7 @@ class PartitionLog:
         self.log_end_offset = 0
         self._high_watermark = 0
         self.recovery_point = 0
-        self.leader_epoch_cache = LeaderEpochCache(self.dir)
+        self.leader_epoch_cache = LeaderEpochCache(self.dir, lazy=lazy_epochs)
         self.producer_state = ProducerStateManager(self.dir)
         self.last_flush_ms = now_ms()
         self.unflushed_messages = 0

@@ -41,6 +41,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
 _INT32_MAX = 2**31 - 1
+_UNREAD = object()  # a lazily read field not read yet
 # Recovery reads this much at a time to check CRCs: big enough to amortise the syscalls,
 # small enough not to hold a whole 1 GiB segment in memory.
 _RECOVERY_CHUNK = 8 * 1024 * 1024
@@ -94,13 +95,28 @@ class LogSegment:
             segment_files.forget(self)
             raise
         self.created_ms = created_ms
-        self.rolling_based_timestamp: int | None = None
-        if self.size >= HEADER_SIZE:
-            self.rolling_based_timestamp = self.read_header_at(0).max_timestamp
+        # The first batch's max timestamp, read on first use (as Kafka's
+        # loadFirstBatchTimestamp): a segment loaded is not always appended to or rolled.
+        self._rolling_based_timestamp: int | None | object = (
+            _UNREAD if self.size >= HEADER_SIZE else None
+        )
         self._next_offset: int | None = None if self.size else base_offset
         # (position, header) of the last batch appended by this process, for fetches at
         # the log end; None until an append, and after anything that rewrites the tail.
         self._tail: tuple[int, BatchHeader] | None = None
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """The max timestamp of the first batch (None when empty): what time-based rolls
+        measure from (Kafka's rollingBasedTimestamp)."""
+        value = self._rolling_based_timestamp
+        if value is _UNREAD:
+            value = self._rolling_based_timestamp = self.read_header_at(0).max_timestamp
+        return value  # type: ignore[return-value]
+
+    @rolling_based_timestamp.setter
+    def rolling_based_timestamp(self, value: int | None) -> None:
+        self._rolling_based_timestamp = value
 
     def _open_file(self) -> int:
         flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if self._create else 0)

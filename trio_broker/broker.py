@@ -445,6 +445,9 @@ async def _serve(
         # answer now instead of at their max_wait_ms.
         broker.fetch_purgatory.expire_all()
         loading.cancel()
+        # The logs' close syncs what they wrote: its write-back starts now, while the
+        # broker drains.
+        broker.log_manager.start_write_back()
 
     loading = trio.CancelScope()  # the wait for the logs found at start to load
 
