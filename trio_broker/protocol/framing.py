@@ -456,7 +456,10 @@ class FrameReader:
         else:
             self._frame_charge += self._need
         self._need = -1
-        frame = memoryview(bytearray(memoryview(buf)[start + 4 : end]))
+        if buf.__class__ is bytearray:
+            frame = memoryview(buf[start + 4 : end])  # a copy, in one step
+        else:
+            frame = memoryview(bytearray(memoryview(buf)[start + 4 : end]))
         if end == self._end:
             self._start = self._end = 0  # all read: reuse the chunk from its start
         else:
