@@ -14,7 +14,8 @@ rss, fds       the broker's VmRSS and its open descriptors (/proc/PID/fd); at th
                ApiVersions), so that descriptors for partitions and connections add up
 SIGTERM        stop: from the signal to the exit; first: from the new process's launch to
                its first ApiVersions answer; all: to a ListOffsets (latest) answered
-               without error for every partition
+               without error for every partition (and, after the table, the broker's CPU
+               seconds in the stop and from its launch to all serving)
 kill -9        the same restart after SIGKILL (one more record produced to every partition
                first, so that recovery has something to read after the recovery point)
 
@@ -164,8 +165,12 @@ class Broker:
     def stop(self, sig: int) -> float:
         assert self.proc is not None
         started = time.perf_counter()
+        before = cpu_s(self.proc.pid)
         self.proc.send_signal(sig)
-        self.proc.wait(300)
+        # wait4: the exit status and the process's CPU (its rusage), for stop_cpu
+        _, status, usage = os.wait4(self.proc.pid, 0)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.stop_cpu = usage.ru_utime + usage.ru_stime - before
         return time.perf_counter() - started
 
 
@@ -273,11 +278,20 @@ def open_connections(port: int, n: int) -> list[socket.socket]:
 
 
 def restart(broker: Broker, sig: int, topics: list[str], per_topic: int) -> dict[str, float]:
+    """Wall seconds of the stop, to the first answer and to all serving, and the broker's
+    CPU seconds in its stop and from its launch to all serving (on a loaded machine the
+    CPU figures say more than the wall ones)."""
     stop = broker.stop(sig)
     launched = broker.launch()
     first = broker.first_answer(launched)
     every = all_serving(broker.port, topics, per_topic, launched)
-    return {"stop": stop, "first": first, "all": every}
+    return {
+        "stop": stop,
+        "first": first,
+        "all": every,
+        "stop_cpu": broker.stop_cpu,
+        "all_cpu": cpu_s(broker.pid),
+    }
 
 
 # ---------------------------------------------------------------- a 3-broker cluster (--cluster)
@@ -637,6 +651,13 @@ def main() -> None:
             f"| {row['rss_mb']:.0f} MB | {row['fds']:,} | {conn} "
             f"| {term['stop']:.2f} s / {term['first']:.1f} s / {term['all']:.1f} s "
             f"| {kill['first']:.1f} s / {kill['all']:.1f} s |"
+        )
+    for row in rows:
+        term, kill = row["term"], row["kill"]
+        print(
+            f"{row['partitions']:,} partitions, broker CPU: SIGTERM stop {term['stop_cpu']:.2f} s, "
+            f"launch to all serving {term['all_cpu']:.2f} s; after kill -9 "
+            f"{kill['all_cpu']:.2f} s"
         )
 
 

@@ -148,6 +148,14 @@ class _Index:
     def sync_to_file(self, *, fsync: bool = False) -> None:
         """Write the entries the file lacks and cut it to the entries; `fsync`: make it
         durable. Safe in a worker thread (the flusher) while the event loop appends."""
+        if (
+            not fsync
+            and self.on_disk == len(self.keys)
+            and self._file_len == self.on_disk * self.entry.size
+        ):
+            # Nothing to write (most calls: a flush or close of a log not written since),
+            # seen without the lock: an entry appended meanwhile is written next time.
+            return
         with self._lock:
             # The event loop may be between the two appends of _write: whole entries only.
             n = min(len(self.keys), len(self.values))
