@@ -740,12 +740,14 @@ class LogManager:
 
     # -- stop ------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def close(self, *, release: bool = True) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown marker.
 
         Never raises for I/O (a stop on a full disk must exit): what fails is logged, and a
         dir where anything failed gets no clean-shutdown marker, so the next start runs
         recovery there, which keeps every whole batch. Offline dirs are not written at all.
+        `release=False`: the closed logs stay listed (a broker whose process ends next:
+        freeing 20,000 logs' objects one by one was the last tenth of a second of a stop).
         """
         unclean: set[Path] = set(self.offline_dirs)
         started = time.perf_counter()
@@ -771,6 +773,8 @@ class LogManager:
             time.perf_counter() - started,
             ", ".join(f"{name} {seconds:.3f} s" for name, seconds in phases.items()),
         )
+        if not release:
+            return
         # The closed logs go now, by reference counting, instead of by the cyclic collector
         # at the process's exit: 20,000 logs' objects walked there added a second to a stop.
         for log in self.all_logs():

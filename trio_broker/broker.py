@@ -507,7 +507,9 @@ async def _serve(
             guard.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
-            broker.log_manager.close()
+            # Not released one by one: `trio-broker serve` ends its process next (os._exit),
+            # and an in-process broker's objects go with it, by the cyclic collector.
+            broker.log_manager.close(release=False)
             logger.info("broker %d stopped", broker.node_id)
 
 
