@@ -27,8 +27,8 @@ def _topics(bootstrap: str) -> dict[str, int]:
     return {t.name: len(t.partitions) for t in metadata(bootstrap).topics}
 
 
-def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_view):
-    brokers = kafka_cluster.brokers
+def test_delete_topics_and_create_partitions_from_any_broker(shared_cluster, shared_zk_view):
+    brokers = shared_cluster.brokers
     all_see(brokers)
     admin = AdminClient({"bootstrap.servers": brokers[3].bootstrap})
     created = admin.create_topics([NewTopic("doomed", 3, 2), NewTopic("growing", 2, 3)])
@@ -40,8 +40,8 @@ def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_v
     admin.create_partitions(
         [NewPartitions("growing", 5, replica_assignment=[[2, 1, 3]])], operation_timeout=15
     )["growing"].result()
-    states = _states(zk_view, "growing")
-    assignment = zk_view.json("/brokers/topics/growing")["partitions"]
+    states = _states(shared_zk_view, "growing")
+    assignment = shared_zk_view.json("/brokers/topics/growing")["partitions"]
     assert sorted(states) == [0, 1, 2, 3, 4]
     assert assignment["4"] == [2, 1, 3] and states[4]["leader"] == 2
     for p, replicas in assignment.items():
@@ -57,12 +57,12 @@ def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_v
 
     # DeleteTopics on a broker that is not the controller: gone from its Metadata when the
     # call returns, then from ZooKeeper and from every broker.
-    not_controller = next(b for n, b in brokers.items() if n != zk_view.controller())
+    not_controller = next(b for n, b in brokers.items() if n != shared_zk_view.controller())
     other = AdminClient({"bootstrap.servers": not_controller.bootstrap})
     other.delete_topics(["doomed"], operation_timeout=15)["doomed"].result()
     assert "doomed" not in _topics(not_controller.bootstrap)
     for path in ("/brokers/topics/doomed", "/config/topics/doomed", "/admin/delete_topics/doomed"):
-        eventually(lambda path=path: zk_view.exists(path) is None, budget_s=10, what=path)
+        eventually(lambda path=path: shared_zk_view.exists(path) is None, budget_s=10, what=path)
     for b in brokers.values():
         eventually(lambda b=b: "doomed" not in _topics(b.bootstrap), budget_s=10, what="deleted")
     with pytest.raises(KafkaException) as info:
@@ -70,15 +70,15 @@ def test_delete_topics_and_create_partitions_from_any_broker(kafka_cluster, zk_v
     assert info.value.args[0].code() == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     # The name is free again.
     admin.create_topics([NewTopic("doomed", 1, 3)])["doomed"].result()
-    assert sorted(zk_view.json("/brokers/topics/doomed")["partitions"]["0"]) == [1, 2, 3]
+    assert sorted(shared_zk_view.json("/brokers/topics/doomed")["partitions"]["0"]) == [1, 2, 3]
 
 
-def test_names_that_cannot_be_topics_and_a_zero_timeout(kafka_cluster, zk_view):
+def test_names_that_cannot_be_topics_and_a_zero_timeout(shared_cluster, shared_zk_view):
     # A name no topic can have never becomes a ZooKeeper path: the empty name would be
     # /brokers/topics itself, and a NUL or ".." makes the ZooKeeper client raise. Each gets
     # UNKNOWN_TOPIC_OR_PARTITION, and the connection goes on serving. (A fuzzer found
     # both: the handler failed and the broker closed the connection.)
-    broker = kafka_cluster.brokers[1]
+    broker = shared_cluster.brokers[1]
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("short-wait", 1, 3)])["short-wait"].result()
     names = ["", "..", "a/b", "bad\x00name", "x" * 300]
@@ -111,14 +111,14 @@ def test_names_that_cannot_be_topics_and_a_zero_timeout(kafka_cluster, zk_view):
                 ("short-wait", ErrorCode.REQUEST_TIMED_OUT)
             ]
             eventually(
-                lambda: zk_view.exists("/brokers/topics/short-wait") is None,
+                lambda: shared_zk_view.exists("/brokers/topics/short-wait") is None,
                 budget_s=15,
                 what="deleted anyway",
             )
             eventually(
                 lambda: "short-wait" not in _topics(broker.bootstrap), budget_s=15, what="gone"
             )
-    assert zk_view.exists("/brokers/topics") is not None
+    assert shared_zk_view.exists("/brokers/topics") is not None
 
 
 def test_preferred_leaders_come_back_by_election(zookeeper, tmp_path, zk_view):
@@ -175,8 +175,8 @@ def test_preferred_leaders_come_back_by_election(zookeeper, tmp_path, zk_view):
             )
 
 
-def test_producer_ids_come_in_blocks_from_zookeeper(kafka_cluster, zk_view):
-    brokers = kafka_cluster.brokers
+def test_producer_ids_come_in_blocks_from_zookeeper(shared_cluster, shared_zk_view):
+    brokers = shared_cluster.brokers
     all_see(brokers)
 
     def init_producer_id(bootstrap: str) -> list[int]:
@@ -202,13 +202,13 @@ def test_producer_ids_come_in_blocks_from_zookeeper(kafka_cluster, zk_view):
         # Consecutive ids from one block of 1000 per broker, blocks apart.
         assert pids == list(range(pids[0], pids[0] + 3))
         assert pids[0] % 1000 == 0
-    latest = zk_view.json("/latest_producer_id_block")
+    latest = shared_zk_view.json("/latest_producer_id_block")
     assert latest["version"] == 1
     assert int(latest["block_end"]) - int(latest["block_start"]) == 999
     assert int(latest["block_end"]) >= max(every)
 
 
-def test_topic_configs_altered_on_one_broker_reach_every_broker(kafka_cluster, zk_view):
+def test_topic_configs_altered_on_one_broker_reach_every_broker(shared_cluster, shared_zk_view):
     from confluent_kafka.admin import (
         AlterConfigOpType,
         ConfigEntry,
@@ -216,7 +216,7 @@ def test_topic_configs_altered_on_one_broker_reach_every_broker(kafka_cluster, z
         ResourceType,
     )
 
-    brokers = kafka_cluster.brokers
+    brokers = shared_cluster.brokers
     all_see(brokers)
     admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
     admin.create_topics([NewTopic("tuned", 1, 3, config={"retention.ms": "100000"})])[
@@ -233,10 +233,10 @@ def test_topic_configs_altered_on_one_broker_reach_every_broker(kafka_cluster, z
     for f in admin.incremental_alter_configs([resource]).values():
         f.result()
     # In ZooKeeper when the call returns: the config, and a change notification.
-    assert zk_view.json("/config/topics/tuned")["config"] == {"min.insync.replicas": "2"}
-    changes = zk_view.client.get_children(zk_view.root + "/config/changes")
+    assert shared_zk_view.json("/config/topics/tuned")["config"] == {"min.insync.replicas": "2"}
+    changes = shared_zk_view.client.get_children(shared_zk_view.root + "/config/changes")
     assert any(
-        zk_view.json(f"/config/changes/{c}") == {"version": 2, "entity_path": "topics/tuned"}
+        shared_zk_view.json(f"/config/changes/{c}") == {"version": 2, "entity_path": "topics/tuned"}
         for c in changes
     )
 

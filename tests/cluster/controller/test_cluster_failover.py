@@ -212,21 +212,21 @@ def test_a_new_controller_takes_over_and_topics_still_work(zookeeper, tmp_path, 
             assert {t.name for t in m.topics} == {"before", "after"}
 
 
-def test_isr_changes_by_leaders_reach_every_broker(kafka_cluster, zk_view):
+def test_isr_changes_by_leaders_reach_every_broker(shared_cluster, shared_zk_view):
     """What a leader does when its ISR changes (the replica half): a conditional write of
     the state znode, then an /isr_change_notification znode; the controller re-reads the
     state and sends UpdateMetadata to everyone."""
-    brokers = kafka_cluster.brokers
+    brokers = shared_cluster.brokers
     all_see(brokers)
-    _create(kafka_cluster.bootstrap, NewTopic("isr", 1, 3))
-    path = zk_view.root + "/brokers/topics/isr/partitions/0/state"
-    data, stat = zk_view.client.get(path)
-    state = zk_view.json("/brokers/topics/isr/partitions/0/state")
+    _create(shared_cluster.bootstrap, NewTopic("isr", 1, 3))
+    path = shared_zk_view.root + "/brokers/topics/isr/partitions/0/state"
+    data, stat = shared_zk_view.client.get(path)
+    state = shared_zk_view.json("/brokers/topics/isr/partitions/0/state")
     shrunk = state | {"isr": [state["leader"]]}
 
-    zk_view.client.set(path, json.dumps(shrunk).encode(), version=stat.version)
-    zk_view.client.create(
-        zk_view.root + "/isr_change_notification/isr_change_",
+    shared_zk_view.client.set(path, json.dumps(shrunk).encode(), version=stat.version)
+    shared_zk_view.client.create(
+        shared_zk_view.root + "/isr_change_notification/isr_change_",
         b'{"version":1,"partitions":[{"topic":"isr","partition":0}]}',
         sequence=True,
     )
@@ -237,15 +237,18 @@ def test_isr_changes_by_leaders_reach_every_broker(kafka_cluster, zk_view):
             what=f"{b.bootstrap} sees the shrunk ISR",
         )
     eventually(
-        lambda: zk_view.client.get_children(zk_view.root + "/isr_change_notification") == [],
+        lambda: (
+            shared_zk_view.client.get_children(shared_zk_view.root + "/isr_change_notification")
+            == []
+        ),
         budget_s=10,
         what="the notification deleted",
     )
     # And back (the followers caught up): every broker sees the whole ISR again.
-    data, stat = zk_view.client.get(path)
-    zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
-    zk_view.client.create(
-        zk_view.root + "/isr_change_notification/isr_change_",
+    data, stat = shared_zk_view.client.get(path)
+    shared_zk_view.client.set(path, json.dumps(state).encode(), version=stat.version)
+    shared_zk_view.client.create(
+        shared_zk_view.root + "/isr_change_notification/isr_change_",
         b'{"version":1,"partitions":[{"topic":"isr","partition":0}]}',
         sequence=True,
     )
@@ -257,18 +260,18 @@ def test_isr_changes_by_leaders_reach_every_broker(kafka_cluster, zk_view):
         )
 
 
-def test_a_stale_controller_epoch_is_refused(kafka_cluster, zk_view):
-    all_see(kafka_cluster.brokers)
-    epoch = zk_view.controller_epoch()
-    host, port = kafka_cluster.brokers[1].bootstrap.rsplit(":", 1)
+def test_a_stale_controller_epoch_is_refused(shared_cluster, shared_zk_view):
+    all_see(shared_cluster.brokers)
+    epoch = shared_zk_view.controller_epoch()
+    host, port = shared_cluster.brokers[1].bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         stale = request_of(6, controller_id=2, controller_epoch=epoch - 1, live_brokers=[])
         assert roundtrip(sock, stale, 8).error_code == ErrorCode.STALE_CONTROLLER_EPOCH
     # And the cache is untouched: every broker is still listed.
-    assert len(metadata(kafka_cluster.brokers[1].bootstrap).brokers) == 3
+    assert len(metadata(shared_cluster.brokers[1].bootstrap).brokers) == 3
 
 
-def test_requests_for_an_earlier_registration_are_refused(kafka_cluster, zk_view):
+def test_requests_for_an_earlier_registration_are_refused(shared_cluster, shared_zk_view):
     # KIP-380: a broker's epoch is the czxid of its registration; the controller's requests
     # carry it, and one built for an earlier registration (smaller) is STALE_BROKER_EPOCH.
     from trio_broker.protocol._generated.leader_and_isr_request import (
@@ -276,15 +279,15 @@ def test_requests_for_an_earlier_registration_are_refused(kafka_cluster, zk_view
         LeaderAndIsrTopicState,
     )
 
-    all_see(kafka_cluster.brokers)
-    controller_epoch = zk_view.controller_epoch()
-    controller_id = zk_view.controller()
-    target = next(n for n in kafka_cluster.brokers if n != controller_id)
-    epoch = zk_view.client.exists(f"{zk_view.root}/brokers/ids/{target}").czxid
+    all_see(shared_cluster.brokers)
+    controller_epoch = shared_zk_view.controller_epoch()
+    controller_id = shared_zk_view.controller()
+    target = next(n for n in shared_cluster.brokers if n != controller_id)
+    epoch = shared_zk_view.client.exists(f"{shared_zk_view.root}/brokers/ids/{target}").czxid
     stale = epoch - 1
 
     def call(node: int, request, version: int):
-        host, port = kafka_cluster.brokers[node].bootstrap.rsplit(":", 1)
+        host, port = shared_cluster.brokers[node].bootstrap.rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             return roundtrip(sock, request, version)
 
@@ -311,9 +314,9 @@ def test_requests_for_an_earlier_registration_are_refused(kafka_cluster, zk_view
     shutdown = request_of(7, broker_id=target, broker_epoch=stale)
     assert call(controller_id, shutdown, 3).error_code == ErrorCode.STALE_BROKER_EPOCH
     # None of them applied: no ghost partition, every broker still listed.
-    log_dir = kafka_cluster.brokers[target].config.log_dirs[0]
+    log_dir = shared_cluster.brokers[target].config.log_dirs[0]
     assert not (Path(log_dir) / "ghost-0").exists()
-    assert len(metadata(kafka_cluster.brokers[target].bootstrap).brokers) == 3
+    assert len(metadata(shared_cluster.brokers[target].bootstrap).brokers) == 3
     # (The current epoch is what the controller's own requests carry: every cluster test.)
 
 
