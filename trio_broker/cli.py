@@ -109,18 +109,26 @@ def _serve(args: argparse.Namespace) -> int:
         from functools import partial
 
         from trio_broker.broker import serve
+        from trio_broker.gc_policy import FreezeAfterLongCollections
 
         async def serve_then_freeze() -> None:
-            async with trio.open_nursery() as inner:
-                addresses = await inner.start(partial(serve, config, readiness=readiness))
-                # What start-up made (modules, the codec's tables, configs) lives as long as
-                # the process: out of the collector's sight, a collection of the older
-                # generations no longer walks it (tracked objects 39k -> 6k). Only here,
-                # where the process is ours; an embedding program decides its own.
-                gc.freeze()
-                if notifier is not None:
-                    where = ", ".join(f"{a[0]}:{a[1]}" for a in addresses)
-                    notifier.send(READY=1, STATUS=f"serving on {where}")
+            freezer = FreezeAfterLongCollections(trio.lowlevel.current_trio_token())
+            try:
+                async with trio.open_nursery() as inner:
+                    addresses = await inner.start(partial(serve, config, readiness=readiness))
+                    # What start-up made (modules, the codec's tables, configs) lives as
+                    # long as the process: out of the collector's sight, a collection of
+                    # the older generations no longer walks it (tracked objects 39k -> 6k).
+                    # Only here, where the process is ours; an embedding program decides
+                    # its own. And what grows later (thousands of partitions' state), once
+                    # a full collection takes long (trio_broker/gc_policy.py).
+                    gc.freeze()
+                    freezer.install()
+                    if notifier is not None:
+                        where = ", ".join(f"{a[0]}:{a[1]}" for a in addresses)
+                        notifier.send(READY=1, STATUS=f"serving on {where}")
+            finally:
+                freezer.uninstall()
 
         async with trio.open_nursery() as nursery:
             if watchdog_s is not None:
