@@ -291,6 +291,9 @@ class LogDirMove:
         suffix = f"-{log.partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
         delete_dir = old_dir.parent / (log.topic[: 255 - len(suffix)] + suffix)
         final = self.target / old_dir.name
+        # Read before the rename what a log loaded after a clean shutdown reads on first
+        # use: its leader epochs stay with it, in the new dir.
+        log.leader_epoch_cache.read_now()
         # Kafka's order: the current dir is retired first, so no restart ever finds two
         # current dirs; a crash between the renames leaves the future, which is complete.
         os.rename(old_dir, delete_dir)

@@ -87,6 +87,10 @@ class LeaderEpochCache:
     def is_read(self) -> bool:
         return "epochs" in self.__dict__
 
+    def read_now(self) -> None:
+        """Read the file now if it was not (before its directory is renamed)."""
+        self.epochs  # noqa: B018 - a lazy cache reads its file on first use
+
     def truncate_lazily(self, end_offset: int, start_offset: int) -> None:
         """truncate_from_end(end_offset) and truncate_from_start(start_offset), now if the
         file was read, else when it is."""
@@ -174,7 +178,7 @@ class LeaderEpochCache:
 
     def moved_to(self, path: Path) -> None:
         """The partition dir was renamed (a log dir move): the file there is written anew."""
-        self.epochs  # noqa: B018 - read from the old place first (a lazy cache)
+        self.read_now()  # from the old place, if it still exists (a lazy cache)
         self.path = path
         self._on_disk = None
 

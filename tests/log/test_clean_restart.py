@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import uuid
 
+import trio
 from logtest_helpers import append, make_batch
 
+from trio_broker.errors import ErrorCode
 from trio_broker.log.checkpoints import write_epoch_checkpoint
 from trio_broker.log.config import LogConfig
 from trio_broker.log.manager import LogManager
@@ -91,4 +93,36 @@ def test_a_clean_restart_then_a_kill_9_keeps_records_and_epochs(tmp_path):
     assert log.end_offset_for_epoch(5) == (5, 5)
     assert log.latest_epoch() == 6
     assert values(m.get_log("t", 1)) == [(0, b"u0-")]
+    m.close()
+
+
+async def test_a_log_moved_after_a_clean_restart_keeps_its_epochs(tmp_path):
+    # Its leader epochs were not read yet when its dir is renamed by the move's swap.
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs, node_id=1, cluster_id="abcdefghijklmnopqrstuv")
+    m.open()
+    log = m.create_log("t", 0, TOPIC_ID)
+    append(log, make_batch(2, tag=b"a"), leader_epoch=0)
+    append(log, make_batch(2, tag=b"b"), leader_epoch=2)
+    target = dirs[1] if log.dir.parent == dirs[0] else dirs[0]
+    m.close()
+
+    m = LogManager(dirs, node_id=1, cluster_id="abcdefghijklmnopqrstuv")
+    m.open(lazy=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(m.run)
+        assert m.alter_log_dir("t", 0, str(target)) == ErrorCode.NONE
+        with trio.fail_after(30):
+            while m.moves:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    log = m.get_log("t", 0)
+    assert log.dir.parent == target
+    assert (log.end_offset_for_epoch(0), log.latest_epoch()) == ((0, 2), 2)
+    m.close()
+    m = LogManager(dirs, node_id=1, cluster_id="abcdefghijklmnopqrstuv")
+    m.open(lazy=True)
+    log = m.get_log("t", 0)
+    assert values(log) == [(0, b"a0-"), (1, b"a1-"), (2, b"b0-"), (3, b"b1-")]
+    assert (log.end_offset_for_epoch(0), log.latest_epoch()) == ((0, 2), 2)
     m.close()
