@@ -232,6 +232,12 @@ def _response_encoder(api_key: int, api_version: int) -> tuple[type, Any, bool]:
         from trio_broker.protocol.produce_codec import produce_response_encoder
 
         encode = produce_response_encoder(api_version)
+    elif encode is not None and api_key == 1:
+        # A tailing consumer's answers (one topic, one partition) in one step
+        # (protocol/fetch_codec.py).
+        from trio_broker.protocol.fetch_codec import fetch_response_encoder
+
+        encode = fetch_response_encoder(api_version)
     entry = _RESPONSE_ENCODERS[(api_key, api_version)] = (cls, encode, flexible)
     return entry
 
