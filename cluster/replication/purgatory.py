@@ -9,14 +9,17 @@ its deadline passes it answers anyway. Answers go to the request's processor thr
 
 As in Kafka's DelayedOperationPurgatory, a parked operation costs no task of its own: two
 long-lived tasks serve them all. The completer takes woken operations from a channel and
-answers those that can complete; the reaper sleeps until the earliest deadline of an
-operation still waiting (a heap: answered operations leave it when they reach its head)
-and answers what has expired. What a Produce or Fetch handler wakes (its append, its
-follower's progress) does not go through the completer: that handler task answers it
-once it has answered its own request, as Kafka's request handlers run their action queue
-(`server/requests.py`). A tailing consumer parks a fetch for every record produced,
-so a task, a cancel scope and an event per fetch would be a large part of what a small
-fetch costs.
+answers those that can complete; the reaper answers what has expired. It sleeps until
+the earliest deadline in a heap, where answered operations stay until they reach its
+head: a park moves its wake sooner, nothing moves it later (a trio deadline change costs
+about as much as a small fetch's encoding, and a tailing consumer's fetch would make
+two). When it wakes at an answered operation's deadline it drops the answered ones at
+the head and sleeps until the first still waiting: about once per max wait, not once per
+answer. What a Produce or Fetch handler wakes (its append, its follower's progress) does
+not go through the completer: that handler task answers it once it has answered its own
+request, as Kafka's request handlers run their action queue (`server/requests.py`). A
+tailing consumer parks a fetch for every record produced, so a task, a cancel scope and
+an event per fetch would be a large part of what a small fetch costs.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class Purgatory:
     _waiting: int = 0  # parked and not yet answered
     _running: bool = False
     _reaper_scope: trio.CancelScope | None = None
+    _reaper_deadline: float = math.inf  # the reaper scope's deadline, as last set
     _woken_send: trio.MemorySendChannel | None = None
     _expiring_all: bool = False  # shutting down: every operation is due now
 
@@ -85,8 +89,10 @@ class Purgatory:
         if self._expiring_all:
             deadline = min(deadline, trio.current_time())
         heapq.heappush(self._expiry, (deadline, next(self._seq), op))
-        if self._expiry[0][2] is op and self._reaper_scope is not None:
-            self._reaper_scope.deadline = deadline  # the reaper must wake sooner
+        if deadline < self._reaper_deadline and self._reaper_scope is not None:
+            # The reaper must wake sooner. A later deadline is left to it: when it wakes
+            # at an answered operation's, it sleeps on until the first one still waiting.
+            self._reaper_scope.deadline = self._reaper_deadline = deadline
         if len(self._expiry) > 2 * self._waiting + 1024:
             # Answered operations linger in the heap until their deadline; with long
             # waits and many answers, drop them now.
@@ -103,14 +109,17 @@ class Purgatory:
         self._expiry = [(min(d, now), seq, op) for d, seq, op in self._expiry if not op.done]
         heapq.heapify(self._expiry)
         if self._reaper_scope is not None:
-            self._reaper_scope.deadline = now
+            self._reaper_scope.deadline = self._reaper_deadline = now
 
     def wake(self, keys: Iterable[Hashable]) -> None:
         # In a Produce or Fetch handler, its task answers them once it has answered its own
         # request (server/requests.py: Kafka's action queue); elsewhere, the completer.
+        watchers = self._watchers
+        if not watchers:
+            return  # nothing parked (an append with no fetch waiting on it)
         actions = action_queue()
         for key in keys:
-            ops = self._watchers.pop(key, None)
+            ops = watchers.pop(key, None)
             if ops:
                 if actions is not None:
                     complete = self._complete_one
@@ -152,15 +161,17 @@ class Purgatory:
     async def _reap(self) -> None:
         while True:
             now = trio.current_time()
-            # The head is never an answered operation (_answer drops those), so the sleep
-            # below lasts until an operation still waiting is due.
-            while self._expiry and self._expiry[0][0] <= now:
+            # Answered operations off the head too, so that the sleep below lasts until
+            # an operation still waiting is due.
+            while self._expiry and (self._expiry[0][0] <= now or self._expiry[0][2].done):
                 _, _, op = heapq.heappop(self._expiry)
                 if not op.done:
                     await self._answer(op)
             expiry = self._expiry
-            with trio.CancelScope(deadline=expiry[0][0] if expiry else math.inf) as scope:
+            deadline = expiry[0][0] if expiry else math.inf
+            with trio.CancelScope(deadline=deadline) as scope:
                 self._reaper_scope = scope
+                self._reaper_deadline = deadline
                 await trio.sleep_forever()
             self._reaper_scope = None
 
@@ -168,7 +179,6 @@ class Purgatory:
         op.done = True
         self._waiting -= 1
         self._unwatch(op)
-        self._forget_answered()
         complete = op.complete
         # An answered operation may stay in the expiry heap until its deadline: it must
         # not keep its request (a produce's frame is a megabyte) alive that long.
@@ -177,19 +187,6 @@ class Purgatory:
             await complete()
         except Exception:
             logger.exception("delayed operation in %s failed to complete", self.name)
-
-    def _forget_answered(self) -> None:
-        """Drop answered operations off the head of the expiry heap and let the reaper sleep
-        until the first one still waiting. Otherwise it wakes, a cancellation in trio, at
-        the deadline of every answered one: a follower's fetch, parked for up to
-        replica.fetch.wait.max.ms and answered by the next append, is thousands a second."""
-        expiry = self._expiry
-        if not expiry or not expiry[0][2].done:
-            return
-        while expiry and expiry[0][2].done:
-            heapq.heappop(expiry)
-        if self._reaper_scope is not None:
-            self._reaper_scope.deadline = expiry[0][0] if expiry else math.inf
 
 
 def _answered() -> Any:
