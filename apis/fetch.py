@@ -27,9 +27,12 @@ from trio_broker.config import RACK_AWARE_REPLICA_SELECTOR
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.protocol._generated.fetch_response import (
     AbortedTransaction,
+    EpochEndOffset,
     FetchableTopicResponse,
     FetchResponse,
+    LeaderIdAndEpoch,
     PartitionData,
+    SnapshotId,
 )
 from trio_broker.server.requests import DELAYED
 
@@ -39,6 +42,12 @@ if TYPE_CHECKING:
 
 READ_COMMITTED = 1
 ZERO_UUID = uuid.UUID(int=0)
+# A partition's answer names no diverging epoch, current leader or snapshot: the same
+# default objects for every answer (never changed in place: an answer that names one gets
+# its own), rather than three new ones per partition per fetch.
+_NO_DIVERGING_EPOCH = EpochEndOffset()
+_NO_LEADER = LeaderIdAndEpoch()
+_NO_SNAPSHOT = SnapshotId()
 
 
 @attrs.frozen
@@ -90,8 +99,14 @@ class _Fetch:
         for p in self.partitions:
             key = (p.topic, p.partition)
             # Empty, never null: librdkafka refuses a null record set (MessageSetSize -1).
-            data = PartitionData(partition_index=p.partition, records=b"")
-            data.aborted_transactions = [] if self.read_committed else None
+            data = PartitionData(
+                partition_index=p.partition,
+                records=b"",
+                aborted_transactions=[] if self.read_committed else None,
+                diverging_epoch=_NO_DIVERGING_EPOCH,
+                current_leader=_NO_LEADER,
+                snapshot_id=_NO_SNAPSHOT,
+            )
             error = self.errors.get(key)
             log = None if error else self.broker.topics.get_log(p.topic, p.partition)
             if error is None and log is None:
@@ -186,8 +201,7 @@ class _Fetch:
                 if error in _LEADER_MOVED and version >= 12 and replicas:
                     # KIP-951: where the leader is now (Kafka fills it for both errors).
                     leader, epoch = replicas.leader_of(p.topic, p.partition)
-                    data.current_leader.leader_id = leader
-                    data.current_leader.leader_epoch = epoch
+                    data.current_leader = LeaderIdAndEpoch(leader_id=leader, leader_epoch=epoch)
             if self.incremental and not _changed(p, data):
                 continue
             news.append((p, data))
