@@ -62,6 +62,9 @@ _WRITE_ATTEMPTS = 10
 # Partitions per ZooKeeper multi: a state write is ~200 bytes, so a multi stays far below
 # ZooKeeper's 1 MB request limit (jute.maxbuffer).
 _MULTI_OPS = 500
+# Elections of more partitions than this are logged _ELECTIONS_PER_LINE to a line.
+_LINE_PER_ELECTION = 1000
+_ELECTIONS_PER_LINE = 200
 
 
 class ControllerMovedError(Exception):
@@ -323,6 +326,10 @@ async def elect(
             wanted[tp] = (state, state.succeeded_by(*choice, ctx.epoch))
         if not wanted:
             continue
+        # A large election (a broker failure at scale) is logged compactly, many
+        # partitions a line: a record per partition was a third of the controller's time
+        # electing 1,000 (py-spy, session 21).
+        compact: list[str] | None = [] if len(wanted) > _LINE_PER_ELECTION else None
         results = await write_states(
             ctx,
             zk,
@@ -349,15 +356,31 @@ async def elect(
                 continue
             ctx.states[tp] = new
             changed.add(tp)
-            logger.info(
-                "%s election of %s-%d: leader %d -> %d, epoch %d, isr %s",
-                why.value,
-                *tp,
-                old.leader,
-                new.leader,
-                new.leader_epoch,
-                list(new.isr),
-            )
+            if compact is None:
+                logger.info(
+                    "%s election of %s-%d: leader %d -> %d, epoch %d, isr %s",
+                    why.value,
+                    *tp,
+                    old.leader,
+                    new.leader,
+                    new.leader_epoch,
+                    list(new.isr),
+                )
+            else:
+                compact.append(
+                    f"{tp[0]}-{tp[1]} {old.leader}->{new.leader} e{new.leader_epoch}"
+                    f" {list(new.isr)}"
+                )
+        if compact:
+            for first in range(0, len(compact), _ELECTIONS_PER_LINE):
+                part = compact[first : first + _ELECTIONS_PER_LINE]
+                logger.info(
+                    "%s election of %d partitions (leader old->new, epoch, isr): %s",
+                    why.value,
+                    len(part),
+                    "; ".join(part),
+                )
+            compact.clear()
     return [tp for tp in order if tp in changed]
 
 
