@@ -284,7 +284,8 @@ class ReplicaManager:
         pending = PendingSyncs()
         # Each topic's configs, read and resolved once per request, not once per partition.
         resolved: dict[str, tuple[bool, dict[str, str], Any]] = {}
-        # Leaderships and followings this request began: counted for a large one's line.
+        # Partitions this request makes (or keeps) this broker leader and follower of: counted
+        # for a large one's line.
         began = [0, 0] if len(states) > _LINE_PER_PARTITION else None
         started = trio.current_time()
         async with self._state_lock:
@@ -319,7 +320,7 @@ class ReplicaManager:
         if began is not None:
             logger.info(
                 "broker %s: LeaderAndIsr from controller %s (epoch %s) of %d partitions"
-                " applied in %.2f s: leads %d more, follows %d more, %d errors",
+                " applied in %.2f s: leader of %d, follower of %d, %d errors",
                 self.node_id,
                 body.controller_id,
                 body.controller_epoch,
