@@ -1,4 +1,4 @@
-"""Fetch's common answer in one step: one topic, one partition (issue 38 (d)).
+"""Fetch's common shape in one step: one topic, one partition (issue 38 (d)).
 
 A consumer tailing one partition is answered a FetchResponse of one topic with one
 partition for every record produced, and the generated encoder spends a dozen calls on
@@ -10,17 +10,24 @@ Anything else (several topics or partitions, aborted transactions listed, a dive
 epoch, a current leader, a snapshot id, node endpoints, fetch v0-v3) goes to the
 generated encoder, which stays the definition: tests/protocol/test_fetch_codec.py checks
 for every version that both write the same bytes and file regions.
+
+`fetch_request_decoder(version)` reads such a consumer's request (v13+: topic ids; no
+topic, or one topic of one partition, nothing forgotten, no tagged fields) in one
+function; anything else, bad bytes included, is read by the generated decoder, which says
+what is wrong with them.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
 from trio_broker.protocol import primitives as _p
+from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.fetch_response import FetchResponse
 
-__all__ = ["fetch_response_encoder"]
+__all__ = ["fetch_request_decoder", "fetch_response_encoder"]
 
 # The first version written here: v0-v3 answers are down-converted and rare.
 FIRST_VERSION = 4
@@ -153,3 +160,106 @@ def fetch_response_encoder(version: int) -> Any:
         buf += tail
 
     return encode
+
+
+# Requests: the fixed fields before the topics (v13-14 with the replica id first).
+_REQUEST_V13 = struct.Struct(">iiiibii")  # replica id, max wait, min bytes, max bytes,
+# isolation level, session id, session epoch
+_REQUEST_V15 = struct.Struct(">iiibii")
+_PARTITION = struct.Struct(">iiqiqi")  # partition, current leader epoch, fetch offset,
+# last fetched epoch, log start offset, partition max bytes
+# Topic ids as read: the same few every request, and uuid.UUID(bytes=) is slow. Bounded.
+_TOPIC_IDS: dict[bytes, uuid.UUID] = {}
+_TOPIC_IDS_MAX = 4096
+
+
+def _topic_id(raw: bytes) -> uuid.UUID:
+    if len(_TOPIC_IDS) >= _TOPIC_IDS_MAX:
+        _TOPIC_IDS.clear()
+    topic_id = _TOPIC_IDS[raw] = uuid.UUID(bytes=raw)
+    return topic_id
+
+
+def fetch_request_decoder(version: int) -> Any:
+    """The decoder of FetchRequest `version` (the generated one's signature and result):
+    the common shape here (v13+), anything else by the generated decoder."""
+    generated = FetchRequest._DECODERS[version]
+    if version < 13:
+        return generated
+    head = _REQUEST_V15 if version >= 15 else _REQUEST_V13
+    head_size = head.size
+    unpack_head = head.unpack_from
+    with_replica = version < 15
+    unpack_partition = _PARTITION.unpack_from
+    topic_ids = _TOPIC_IDS
+
+    def fast(data: memoryview, pos: int) -> tuple[Any, int] | None:
+        fields = unpack_head(data, pos)
+        pos += head_size
+        count = data[pos]
+        pos += 1
+        if count == 2:  # one topic
+            if data[pos + 16] != 2:  # of one partition
+                return None
+            raw = bytes(data[pos : pos + 16])
+            topic_id = topic_ids.get(raw) or _topic_id(raw)
+            p = unpack_partition(data, pos + 17)
+            pos += 49
+            if data[pos] != 0 or data[pos + 1] != 0:  # tagged fields of both
+                return None
+            pos += 2
+            topics = [
+                FetchTopic(
+                    topic_id=topic_id,
+                    partitions=[
+                        FetchPartition(
+                            partition=p[0],
+                            current_leader_epoch=p[1],
+                            fetch_offset=p[2],
+                            last_fetched_epoch=p[3],
+                            log_start_offset=p[4],
+                            partition_max_bytes=p[5],
+                        )
+                    ],
+                )
+            ]
+        elif count == 1:  # none (an incremental fetch with nothing new to say)
+            topics = []
+        else:
+            return None
+        if data[pos] != 1:  # nothing forgotten
+            return None
+        n = data[pos + 1]  # the rack id, a compact string
+        if not 0 < n < 0x80:
+            return None
+        end = pos + 1 + n
+        if end >= len(data) or data[end] != 0:  # no tagged fields
+            return None
+        rack_id = str(data[pos + 2 : end], "utf-8")
+        if with_replica:
+            replica_id, max_wait, min_bytes, max_bytes, isolation, session, epoch = fields
+        else:
+            max_wait, min_bytes, max_bytes, isolation, session, epoch = fields
+            replica_id = -1
+        request = FetchRequest(
+            replica_id=replica_id,
+            max_wait_ms=max_wait,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation,
+            session_id=session,
+            session_epoch=epoch,
+            topics=topics,
+            forgotten_topics_data=[],
+            rack_id=rack_id,
+        )
+        return request, end + 1
+
+    def decode(data: memoryview, pos: int) -> tuple[Any, int]:
+        try:
+            result = fast(data, pos)
+        except (IndexError, struct.error, ValueError):
+            result = None
+        return generated(data, pos) if result is None else result
+
+    return decode

@@ -132,6 +132,11 @@ def _body_decoder(api_key: int, api_version: int) -> tuple[Any, bool] | None:
                 from trio_broker.protocol.produce_codec import produce_request_decoder
 
                 fn = produce_request_decoder(api_version)
+            elif fn is not None and api_key == 1:
+                # A tailing consumer's fetches (protocol/fetch_codec.py).
+                from trio_broker.protocol.fetch_codec import fetch_request_decoder
+
+                fn = fetch_request_decoder(api_version)
             entry = None if fn is None else (fn, _is_flexible(cls, api_version))
         _BODY_DECODERS[key] = entry
     return _BODY_DECODERS[key]
