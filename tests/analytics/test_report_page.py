@@ -10,21 +10,24 @@ offset commits appended to `__consumer_offsets` with the broker's log code):
   name);
 - 2024-04-29, into another `--out`: a day with nothing in it.
 
-Each page is rendered by headless Chromium with a measuring script added to a copy (the
-report itself has none); the screenshots are kept under the test's tmp dir and their
-paths printed (and copied to $REPORT_ARTIFACTS when it is set). Every number the page shows
-is checked against the Parquet tables.
+Each page is rendered by headless Chromium (one browser for all three, driven over its
+DevTools pipe) with a measuring script added to a copy (the report itself has none); the
+screenshots are kept under the test's tmp dir and their paths printed (and copied to
+$REPORT_ARTIFACTS when it is set). Every number the page shows is checked against the
+Parquet tables.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
-import html
 import json
 import os
 import re
+import select
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -153,7 +156,7 @@ def _parquet(spark, result, table: str, day: int) -> list[dict]:
 # -- rendering in Chromium -------------------------------------------------------------------
 
 # Added to a copy of the page: measures what the browser laid out and writes it, as JSON,
-# into the DOM that --dump-dom prints.
+# into the DOM, where the test reads it.
 _MEASURE = """<script>
 (function () {
   const rect = (el) => el.getBoundingClientRect();
@@ -229,34 +232,110 @@ def chromium() -> str:
     return path
 
 
-def _chromium(binary: str, profile: Path, height: int, *args: str) -> str:
-    # The timeout bounds a hung browser; no assertion depends on how long it takes.
-    done = subprocess.run(
-        [binary, *_CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={WIDTH},{height}",
-         *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+class _Browser:
+    """One headless Chromium for every page, driven over the DevTools protocol on a pipe
+    (`--remote-debugging-pipe`: JSON messages ended by a NUL byte, commands to the browser
+    on its fd 3, answers and events from it on its fd 4). Starting Chromium costs seconds;
+    the pages are loaded one after another in it, each in a window of its own."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        profile.mkdir(parents=True, exist_ok=True)
+        self._log = profile.parent / "chromium.log"
+        to_browser, self._commands = os.pipe()
+        self._events, from_browser = os.pipe()
+        # bash (dash takes fds 0-9 only) puts the pipe ends on the fds Chromium uses.
+        script = f'exec "$0" "$@" 3<&{to_browser} 4>&{from_browser}'
+        with open(self._log, "wb") as log:
+            self._process = subprocess.Popen(
+                ["bash", "-c", script, binary, *_CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                 f"--window-size={WIDTH},900", "--remote-debugging-pipe", "about:blank"],
+                pass_fds=(to_browser, from_browser),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer = b""
+        self._next_id = 0
+        self._seen: list[dict] = []
+
+    def _receive(self, deadline: float) -> dict:
+        while b"\0" not in self._buffer:
+            # The deadline bounds a hung browser; no assertion depends on how long it takes.
+            wait = deadline - time.monotonic()
+            assert wait > 0 and select.select([self._events], [], [], wait)[0], "Chromium hung"
+            chunk = os.read(self._events, 1 << 20)
+            assert chunk, "Chromium exited: " + self._log.read_text(errors="replace")[-2000:]
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method: str, session: str | None = None, **params) -> dict:
+        """Send a command; its result (events that come first are left behind)."""
+        self._next_id += 1
+        command = {"id": self._next_id, "method": method, "params": params}
+        if session:
+            command["sessionId"] = session
+        os.write(self._commands, json.dumps(command).encode() + b"\0")
+        deadline = time.monotonic() + 180
+        while True:
+            message = self._receive(deadline)
+            if message.get("id") == self._next_id:
+                assert "error" not in message, (method, message["error"])
+                return message["result"]
+            self._seen.append(message)
+
+    def open(self, url: str, height: int, *, scrollbars: bool = True) -> str:
+        """A new window `WIDTH` x `height` px showing `url`, loaded: its session id."""
+        target = self.call(
+            "Target.createTarget", url="about:blank", width=WIDTH, height=height, newWindow=True
+        )["targetId"]
+        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Page.enable", session)
+        if not scrollbars:
+            self.call("Emulation.setScrollbarsHidden", session, hidden=True)
+        self._seen = []
+        self.call("Page.navigate", session, url=url)
+        deadline = time.monotonic() + 180
+        while not any(
+            m.get("method") == "Page.loadEventFired" and m.get("sessionId") == session
+            for m in self._seen
+        ):
+            self._seen.append(self._receive(deadline))
+        return session
+
+    def close(self) -> None:
+        os.close(self._commands)  # the browser exits when its pipe closes
+        try:
+            self._process.wait(30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(30)
+        os.close(self._events)
 
 
-def _render(binary: str, page: Path, work: Path) -> tuple[dict, Path]:
+def _render(browser: _Browser, page: Path, work: Path) -> tuple[dict, Path]:
     """(measurements, screenshot) of `page` in Chromium at 1,280 px."""
     work.mkdir(parents=True, exist_ok=True)
     measured = work / "measured.html"
     measured.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
-    dom = _chromium(binary, work / "profile", 900, "--dump-dom", measured.as_uri())
-    found = re.search(r'<pre id="measurements">(.*?)</pre>', dom, re.S)
-    assert found, dom[-2000:]
-    measurements = json.loads(html.unescape(found.group(1)))
+    tab = browser.open(measured.as_uri(), 900)
+    found = browser.call(
+        "Runtime.evaluate",
+        tab,
+        expression='document.getElementById("measurements")?.textContent',
+        returnByValue=True,
+    )
+    assert "value" in found["result"], found
+    measurements = json.loads(found["result"]["value"])
     # The whole page in one picture: a window as tall as the page. (The measurements are
     # taken with the scrollbar showing, which leaves the page less than 1,280 px.)
     png = work / f"{page.stem}.png"
     height = min(measurements["scrollHeight"], 12_000)
-    _chromium(
-        binary, work / "profile", height, "--hide-scrollbars", f"--screenshot={png}", page.as_uri()
+    tab = browser.open(page.as_uri(), height, scrollbars=False)
+    png.write_bytes(
+        base64.b64decode(browser.call("Page.captureScreenshot", tab, format="png")["data"])
     )
     assert png.stat().st_size > 0
     print(f"screenshot of {page.name} at {WIDTH} px: {png}")
@@ -270,11 +349,16 @@ def _render(binary: str, page: Path, work: Path) -> tuple[dict, Path]:
 
 @pytest.fixture(scope="module")
 def pages(reports, chromium, tmp_path_factory):
-    """name -> (measurements, screenshot path) for each report's HTML."""
+    """name -> (measurements, screenshot path) for each report's HTML, all in one Chromium."""
     root = tmp_path_factory.mktemp("screenshots")
-    return {
-        name: _render(chromium, result.html_path, root / name) for name, result in reports.items()
-    }
+    browser = _Browser(chromium, root / "profile")
+    try:
+        return {
+            name: _render(browser, result.html_path, root / name)
+            for name, result in reports.items()
+        }
+    finally:
+        browser.close()
 
 
 # -- the page in the browser ---------------------------------------------------------------
