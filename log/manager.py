@@ -933,6 +933,10 @@ class LogManager:
                     if when > now:
                         continue
                     due[name] = now + intervals[name] / 1000
+                    if self._write_back_thread is not None:
+                        # The broker is stopping: the close flushes and checkpoints every
+                        # log (the flush check alone looks at each log every second).
+                        continue
                     try:
                         await self._run_task(name)
                     except OSError:
