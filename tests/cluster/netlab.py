@@ -21,6 +21,7 @@ slow links are not modelled here.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -30,6 +31,8 @@ from collections.abc import Sequence
 import attrs
 
 __all__ = ["Host", "NetLab", "skip_reason"]
+
+_LAB_NUMBERS = itertools.count(random.randrange(100))
 
 
 def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -77,7 +80,10 @@ class NetLab:
     """See the module docstring. `with NetLab() as lab:` removes everything on exit."""
 
     def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000:05d}{random.randrange(100):02d}"
+        # A lab of its own per NetLab of this process: names drawn at random here once
+        # collided with the lab before, whose veth pairs the kernel was still removing
+        # (`ip netns del` returns before they go): "File exists".
+        tag = f"{os.getpid() % 100000:05d}{next(_LAB_NUMBERS) % 100:02d}"
         self.prefix = f"tb{tag}"[:9]  # interface names are at most 15 characters
         # A /24 of our own in 10.200-249.x: concurrent runs pick different ones.
         self.net = f"10.{200 + random.randrange(50)}.{random.randrange(256)}"
@@ -99,6 +105,7 @@ class NetLab:
         host = Host(name, f"{self.prefix}-{name}", f"{self.net}.{10 + index}")
         outer, inner = f"{self.prefix}v{index}", f"{self.prefix}p{index}"
         _run("ip", "netns", "add", host.namespace)
+        self.hosts[name] = host  # close() removes its namespace even if a step below fails
         _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
         _run("ip", "link", "set", outer, "master", self.bridge)
         _run("ip", "link", "set", outer, "up")
@@ -107,7 +114,6 @@ class NetLab:
         _run(*ns, "ip", "addr", "add", f"{host.address}/24", "dev", inner)
         _run(*ns, "ip", "link", "set", inner, "up")
         _run(*ns, "ip", "link", "set", "lo", "up")
-        self.hosts[name] = host
         return host
 
     # -- faults ----------------------------------------------------------------------------
