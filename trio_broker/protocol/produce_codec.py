@@ -80,7 +80,14 @@ def _decode_flexible(data: memoryview, pos: int) -> tuple[Any, int] | None:
     # No tagged fields: the partition's, the topic's and the request's.
     if data[pos] or data[pos + 1] or data[pos + 2]:
         return None
-    request = ProduceRequest(
+    return _request(transactional_id, acks, timeout_ms, name, index, records), pos + 3
+
+
+def _request(
+    transactional_id: str | None, acks: int, timeout_ms: int, name: str, index: int, records: Any
+) -> Any:
+    """The request of one topic and one partition, as the generated decoder makes it."""
+    return ProduceRequest(
         transactional_id=transactional_id,
         acks=acks,
         timeout_ms=timeout_ms,
@@ -90,7 +97,6 @@ def _decode_flexible(data: memoryview, pos: int) -> tuple[Any, int] | None:
             )
         ],
     )
-    return request, pos + 3
 
 
 def _decode_classic(data: memoryview, pos: int, transactional: bool) -> tuple[Any, int] | None:
@@ -130,17 +136,7 @@ def _decode_classic(data: memoryview, pos: int, transactional: bool) -> tuple[An
             return None
         records = data[pos:end]
         pos = end
-    request = ProduceRequest(
-        transactional_id=transactional_id,
-        acks=acks,
-        timeout_ms=timeout_ms,
-        topic_data=[
-            TopicProduceData(
-                name=name, partition_data=[PartitionProduceData(index=index, records=records)]
-            )
-        ],
-    )
-    return request, pos
+    return _request(transactional_id, acks, timeout_ms, name, index, records), pos
 
 
 def produce_request_decoder(version: int) -> Any:
