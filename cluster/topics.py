@@ -90,7 +90,8 @@ class TopicManager:
             cfg = resolve_log_config(topic.configs, self.config)
             for p in topic.partitions.values():
                 if (topic.name, p.partition) not in known:
-                    self.logs.create_log(topic.name, p.partition, topic.topic_id, cfg)
+                    log = self.logs.create_log(topic.name, p.partition, topic.topic_id, cfg)
+                    _start_leader_epoch(log, p.leader_epoch)
                 elif (log := self.logs.loaded_log(topic.name, p.partition)) is not None:
                     log.update_config(cfg)
         adopted = False
@@ -243,8 +244,9 @@ class TopicManager:
         pending = PendingSyncs()
         try:
             for index in range(num_partitions):
-                topic.partitions[index] = self._new_partition(name, index)
-                self.logs.create_log(name, index, topic.topic_id, cfg, pending=pending)
+                state = topic.partitions[index] = self._new_partition(name, index)
+                log = self.logs.create_log(name, index, topic.topic_id, cfg, pending=pending)
+                _start_leader_epoch(log, state.leader_epoch)
                 created.append(index)
             try:
                 pending.sync()
@@ -340,8 +342,9 @@ class TopicManager:
         # Each partition is added once its log exists, so a full disk midway leaves whole
         # partitions only (the request gets KAFKA_STORAGE_ERROR from create_log).
         for index in range(len(topic.partitions), count):
-            self.logs.create_log(name, index, topic.topic_id, cfg)
-            topic.partitions[index] = self._new_partition(name, index)
+            log = self.logs.create_log(name, index, topic.topic_id, cfg)
+            state = topic.partitions[index] = self._new_partition(name, index)
+            _start_leader_epoch(log, state.leader_epoch)
         try:
             self.metadata.save()
         except OSError as exc:
@@ -370,3 +373,19 @@ class TopicManager:
 def _collides(name: str, topics: Mapping[str, TopicState]) -> bool:
     folded = name.replace(".", "_")
     return any(t != name and t.replace(".", "_") == folded for t in topics)
+
+
+def _start_leader_epoch(log: PartitionLog, leader_epoch: int) -> None:
+    """A lone broker's new partition: its leader epoch starts at the log's end now, as a
+    broker's does when it becomes a partition's leader (Kafka's makeLeader), not at the
+    first record: OffsetForLeaderEpoch answers for it while it is empty, and its
+    checkpoint is written with the creation. (Assigned at the first produce, 20,000 new
+    partitions' first records left 20,000 files for a stop right after to write: 80-160
+    us each here.)"""
+    if log.latest_epoch() is not None:
+        return
+    try:
+        log.leader_epoch_cache.assign(leader_epoch, log.log_end_offset)
+    except OSError as exc:
+        # The first append assigns it again (and the flush writes it).
+        logger.warning("leader epoch checkpoint of %s not written: %s", log.name, exc)

@@ -166,10 +166,13 @@ class _Index:
             try:
                 if start < n:
                     pack = self.entry.pack
-                    data = b"".join(
-                        pack(k, v)
-                        for k, v in zip(self.keys[start:n], self.values[start:n], strict=True)
-                    )
+                    if n - start == 1:  # the common case: the entry a roll or close added
+                        data = pack(self.keys[start], self.values[start])
+                    else:
+                        data = b"".join(
+                            pack(k, v)
+                            for k, v in zip(self.keys[start:n], self.values[start:n], strict=True)
+                        )
                     os.pwrite(fd, data, start * self.entry.size)
                 if self._file_len > n * self.entry.size:
                     os.ftruncate(fd, n * self.entry.size)

@@ -76,7 +76,7 @@ def _configure_logging(level: str) -> None:
     log_safe.install(handler)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, *, ends_process: bool = False) -> int:
     import gc
 
     import trio
@@ -140,6 +140,12 @@ def _serve(args: argparse.Namespace) -> int:
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     logger.info("received %s", name)
+                    if ends_process:
+                        # The process ends once the broker has stopped (_exit_at_once): no
+                        # object has to be collected before, and a full collection in the
+                        # stop walked what the logs' close had made (0.1 s of a 0.9 s stop
+                        # with 20,000 partitions). The close leaves it off (log/manager.py).
+                        gc.disable()
                     if notifier is not None:
                         notifier.send(STOPPING=1, STATUS=f"stopping ({name})")
                     nursery.cancel_scope.cancel()
@@ -248,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _configure_logging("INFO")
             logger.error("%s", exc)
             return 2
-        code = _serve(args)
+        code = _serve(args, ends_process=as_program)
         if as_program:
             _exit_at_once(code)
         return code

@@ -175,6 +175,40 @@ def test_offset_for_leader_epoch(topic_with_data):
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_offset_for_leader_epoch_of_a_new_empty_partition(kafka_broker):
+    """A new partition's leader epoch starts when the broker becomes its leader, as in
+    Kafka: OffsetForLeaderEpoch answers epoch 0 ending at 0 before any record, and the
+    checkpoint that says so is on disk (written with the creation, not the first produce)."""
+    client = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    client.create_topics([NewTopic("empty-epochs", 2, 1)])["empty-epochs"].result(TIMEOUT)
+    response = raw(
+        kafka_broker,
+        23,
+        4,
+        replica_id=-1,
+        topics=[
+            OffsetForLeaderTopic(
+                topic="empty-epochs",
+                partitions=[
+                    OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
+                    OffsetForLeaderPartition(partition=1, current_leader_epoch=-1, leader_epoch=0),
+                ],
+            )
+        ],
+    )
+    for answer in response.topics[0].partitions:
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
+            ErrorCode.NONE,
+            0,
+            0,
+        )
+    checkpoint = kafka_broker.log_dir / "empty-epochs-1" / "leader-epoch-checkpoint"
+    deadline = time.monotonic() + TIMEOUT  # written by the log manager's writer thread
+    while not checkpoint.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert checkpoint.read_text() == "0\n1\n0 0\n"
+
+
 def test_list_offsets_v0_old_style_offsets(kafka_broker):
     """Version 0 (Burrow, old sarama, Kafka's old GetOffsetShell): up to max_num_offsets
     offsets, newest first, from the segments' base offsets and the log end offset."""
