@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     bench.progress(
                         f"  {time.monotonic() - began:.0f} s: {outcome.report}"
                         + (f"; deposed {ahead:.2f} s or more ahead" if ahead is not None else "")
+                        + f"; faults (victim, began, ended) {list(outcome.fault_times)}"
                     )
                 except Exception as exc:  # a finding: counted, printed, its data kept
                     failed.append(f"{type(exc).__name__}: {str(exc)[:300]} ({base})")

@@ -414,6 +414,11 @@ class Report:
     # own commit of that older offset acknowledged after the earlier read
     offsets_rewritten: int = 0
     rewrites: tuple[str, ...] = ()  # each of those: the reads and the commit's acknowledgement
+    # the longest gap's partition and its two ends as wall-clock times (the brokers' log
+    # lines' clock), for a timeline against the brokers' logs; None without acknowledgements
+    gap_at: tuple[int, str, str] | None = None
+    # every gap of 4 s or more: (partition, start, end, seconds), wall clock as above
+    long_gaps: tuple[tuple[int, str, str, float], ...] = ()
 
 
 def check(
@@ -566,18 +571,27 @@ def check(
     for (p, _, _), at_time in zip(acked, ack_times, strict=False):
         by_partition.setdefault(p, []).append(at_time)
     gap = 0.0
-    for times in by_partition.values():
+    gap_at = None
+    long_gaps: list[tuple[int, str, str, float]] = []
+    wall = time.time() - time.monotonic()  # ack_times are monotonic; logs are wall clock
+    for p, times in sorted(by_partition.items()):
         times.sort()
         if window is not None:
             start, end = window
             times = [start, *(x for x in times if start <= x <= end), end]
-        gap = max(gap, max((b - a for a, b in zip(times, times[1:], strict=False)), default=0))
+        for a, b in zip(times, times[1:], strict=False):
+            if b - a >= 4.0:
+                long_gaps.append((p, _clock(a + wall), _clock(b + wall), round(b - a, 2)))
+            if b - a > gap:
+                gap, gap_at = b - a, (p, _clock(a + wall), _clock(b + wall))
     return Report(
         acked_all=len(acked),
         acked_one=acked_one,
         lost_one=lost_one,
         lost_one_after_expiry=lost_after,
         longest_gap_s=gap,
+        gap_at=gap_at,
+        long_gaps=tuple(sorted(long_gaps, key=lambda g: g[1])),
         reads=len(tail.reads) if tail is not None else 0,
         transactions=transactions,
         offsets_seen=len(offsets.seen) if offsets is not None else 0,

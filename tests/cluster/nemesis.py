@@ -363,6 +363,9 @@ class Outcome:
     # offline election had stopped leading the partition before the election (see
     # `late_depositions`); None where nothing was so elected or the fault is another kind.
     deposed_ahead_s: float | None = None
+    # Each injection: (its victim, when the fault began, when it ended: healed, restarted),
+    # wall clock as the brokers' log lines show it, for a timeline against their logs.
+    fault_times: tuple[tuple[int, str, str], ...] = ()
 
 
 # Faults after which a broker that is alive but cut off may be deposed: it must have
@@ -694,6 +697,7 @@ def _run_scenario(
         whole_s = 0.0
         victim = target
         hits: list[float] = []  # when a fault hit the direct producer's broker (wall clock)
+        fault_times: list[tuple[int, str, str]] = []
         for i in range(injections):
             if i:
                 victim = (
@@ -703,7 +707,9 @@ def _run_scenario(
                 )
             if victim == target:
                 hits.append(time.time())
+            began = time.time()
             inject(cluster, lab, victim, hold_s)
+            fault_times.append((victim, _clock_of(began), _clock_of(time.time())))
             restored = time.monotonic()
             eventually(lambda: whole(cluster, topics), budget_s=90, what="every replica in the ISR")
             whole_s = max(whole_s, time.monotonic() - restored)
@@ -767,7 +773,16 @@ def _run_scenario(
             f"{exc}\n{post_mortem(cluster, save_to=cluster.base_dir)}\n"
             f"--- each replica's record batches: {', '.join(str(p) for p in saved)}"
         ) from None
-    return Outcome(fault, target, report, whole_s, expired_at, injections, deposed_ahead_s)
+    return Outcome(
+        fault,
+        target,
+        report,
+        whole_s,
+        expired_at,
+        injections,
+        deposed_ahead_s,
+        tuple(fault_times),
+    )
 
 
 _POST_MORTEM = re.compile(
