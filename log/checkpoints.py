@@ -184,9 +184,9 @@ class PendingSyncs:
         self.dirs.clear()
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
-    """Replace `path` with `data`: write a .tmp sibling, fsync, rename, fsync the dir."""
-    path = path if isinstance(path, Path) else Path(path)
+def _write_beside(path: Path, data: bytes, *, sync: bool) -> Path:
+    """Write `data` to `path`'s `.tmp` sibling (fsynced if `sync`) and return that path.
+    On failure (a full disk) the partial file goes, and its space; `path` is untouched."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -196,13 +196,18 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True
         if sync:
             os.fsync(fd)
     except BaseException:
-        # A full disk: the old file stays as it was; the partial one goes (and its space).
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    return tmp
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes, *, sync: bool = True) -> None:
+    """Replace `path` with `data`: write a .tmp sibling, fsync, rename, fsync the dir."""
+    path = path if isinstance(path, Path) else Path(path)
+    os.replace(_write_beside(path, data, sync=sync), path)
     if sync:
         fsync_dir(path.parent)
 
@@ -219,19 +224,7 @@ class StagedWrites:
 
     def write(self, path: str | os.PathLike[str], data: bytes) -> None:
         path = path if isinstance(path, Path) else Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
-        self.renames.append((tmp, path))
+        self.renames.append((_write_beside(path, data, sync=False), path))
 
     def commit(self) -> None:
         """Rename every staged file into place, in the order written, then sync the
