@@ -309,7 +309,8 @@ def _check_epoch(broker: Broker, p: CachedPartition) -> int | None:
 def _sessions(broker: Broker) -> FetchSessionCache:
     cache = getattr(broker, "fetch_sessions", None)
     if cache is None:
-        cache = broker.fetch_sessions = FetchSessionCache()
+        slots = broker.config.max_incremental_fetch_session_cache_slots
+        cache = broker.fetch_sessions = FetchSessionCache(max_sessions=slots)
     return cache
 
 

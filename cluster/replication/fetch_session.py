@@ -73,7 +73,11 @@ class FetchSessionCache:
 
     def new_session(
         self, partitions: list[CachedPartition], *, privileged: bool = False
-    ) -> FetchSession:
+    ) -> FetchSession | None:
+        """A new session, or None with no slots at all (max.incremental.fetch.session.cache
+        .slots=0: every fetch is answered without a session, session id 0, as Kafka's)."""
+        if self.max_sessions <= 0:
+            return None
         while True:
             session_id = random.randint(1, 2**31 - 1)
             if session_id not in self._sessions:

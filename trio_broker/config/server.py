@@ -77,7 +77,8 @@ _SERVER_STORED_ONLY: tuple[ConfigKey, ...] = (
     key("early.start.listeners", "STRING", None, None,
         "Listeners that may start before the authorizer is ready."),
     key("max.incremental.fetch.session.cache.slots", "INT", 1000, _at_least(0),
-        "Incremental fetch sessions kept at once (this broker keeps 1000)."),
+        "Incremental fetch sessions kept at once; the least recently used consumer's goes"
+        " first; 0: none, every fetch is answered without one.", acts=True),
     key("fetch.max.bytes", "INT", 55 << 20, _at_least(1024),
         "Largest fetch response the broker returns, over all partitions."),
     key("max.request.partition.size.limit", "INT", 2000, _at_least(1),
