@@ -153,8 +153,9 @@ def test_delete_records(topic_with_data):
     assert list_offsets(client, OffsetSpec.latest()).offset == 5
 
 
-def test_offset_for_leader_epoch(topic_with_data):
-    broker, _ = topic_with_data
+def offset_for_leader_epoch(broker, topic: str, partitions: list[int]):
+    """OffsetForLeaderEpoch v4 for epoch 0 of each partition (the first with its current
+    leader epoch 0, the rest with none), as a consumer validating its position sends it."""
     response = raw(
         broker,
         23,
@@ -162,15 +163,22 @@ def test_offset_for_leader_epoch(topic_with_data):
         replica_id=-1,
         topics=[
             OffsetForLeaderTopic(
-                topic="timed",
+                topic=topic,
                 partitions=[
-                    OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
-                    OffsetForLeaderPartition(partition=3, current_leader_epoch=-1, leader_epoch=0),
+                    OffsetForLeaderPartition(
+                        partition=p, current_leader_epoch=-1 if i else 0, leader_epoch=0
+                    )
+                    for i, p in enumerate(partitions)
                 ],
             )
         ],
     )
-    ok, missing = response.topics[0].partitions
+    return response.topics[0].partitions
+
+
+def test_offset_for_leader_epoch(topic_with_data):
+    broker, _ = topic_with_data
+    ok, missing = offset_for_leader_epoch(broker, "timed", [0, 3])
     assert (ok.error_code, ok.leader_epoch, ok.end_offset) == (ErrorCode.NONE, 0, 5)
     assert missing.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
@@ -181,22 +189,7 @@ def test_offset_for_leader_epoch_of_a_new_empty_partition(kafka_broker):
     checkpoint that says so is on disk (written with the creation, not the first produce)."""
     client = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     client.create_topics([NewTopic("empty-epochs", 2, 1)])["empty-epochs"].result(TIMEOUT)
-    response = raw(
-        kafka_broker,
-        23,
-        4,
-        replica_id=-1,
-        topics=[
-            OffsetForLeaderTopic(
-                topic="empty-epochs",
-                partitions=[
-                    OffsetForLeaderPartition(partition=0, current_leader_epoch=0, leader_epoch=0),
-                    OffsetForLeaderPartition(partition=1, current_leader_epoch=-1, leader_epoch=0),
-                ],
-            )
-        ],
-    )
-    for answer in response.topics[0].partitions:
+    for answer in offset_for_leader_epoch(kafka_broker, "empty-epochs", [0, 1]):
         assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
             ErrorCode.NONE,
             0,
