@@ -36,15 +36,22 @@ class PartitionLeadership:
     isr: tuple[int, ...]
     controller_epoch: int
     zk_version: int
+    # The znode's mzxid as read from ZooKeeper (0 once this controller wrote it): a leader
+    # whose registration (its broker epoch, a czxid) is newer registered again after its
+    # leadership was decided (see `bounced_leaders`).
+    zxid: int = 0
 
     @classmethod
-    def of(cls, state: zk_data.LeaderIsrState, zk_version: int) -> PartitionLeadership:
+    def of(
+        cls, state: zk_data.LeaderIsrState, zk_version: int, zxid: int = 0
+    ) -> PartitionLeadership:
         return cls(
             leader=state.leader,
             leader_epoch=state.leader_epoch,
             isr=tuple(state.isr),
             controller_epoch=state.controller_epoch,
             zk_version=zk_version,
+            zxid=zxid,
         )
 
     def succeeded_by(
@@ -113,6 +120,21 @@ class ControllerContext:
         return self.is_live(broker_id) and tp not in self.replicas_on_offline_dirs.get(
             broker_id, ()
         )
+
+    def bounced_leaders(self) -> list[tuple[str, int]]:
+        """Partitions whose leader, as their state znode last read says, registered after
+        that state was written (its broker epoch is newer than the znode's mzxid): it
+        restarted, or its session ended, since it was made leader, and no controller saw
+        its registration change (it went with the controller, or while ZooKeeper was
+        down). A controller watching would have elected another leader (Kafka's
+        onBrokerFailure on a bounced broker), and the clients of the partition may not
+        reach it again for a while (librdkafka backs its reconnects off up to 10 s)."""
+        out = []
+        for tp, state in self.states.items():
+            broker = self.live_brokers.get(state.leader)
+            if broker is not None and state.zxid and broker.epoch > state.zxid:
+                out.append(tp)
+        return out
 
     def remove_topic(self, topic: str) -> None:
         for tp in self.partitions_of(topic):

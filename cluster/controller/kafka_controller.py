@@ -341,6 +341,21 @@ class Controller:
         elected = await psm.elect(
             ctx, self.zk, offline, psm.Election.OFFLINE, unclean_default=self.unclean
         )
+        # Leaders that registered again since they were made leaders, unseen: restarted
+        # with the controller they replace, or while ZooKeeper was down. A controller that
+        # saw it would have taken their partitions to another ISR member; a restarted
+        # broker leads nothing until told, and its clients reconnect to it only after
+        # their backoff (librdkafka's grows to 10 s), so do it now.
+        bounced = [tp for tp in ctx.bounced_leaders() if tp not in elected]
+        if bounced:
+            logger.info(
+                "controller %d: %d partitions led by brokers %s that registered again since "
+                "(restarted or their sessions ended): electing other leaders from their ISRs",
+                ctx.controller_id,
+                len(bounced),
+                sorted({ctx.states[tp].leader for tp in bounced}),
+            )
+            elected += await psm.elect(ctx, self.zk, bounced, psm.Election.BOUNCED)
         batch = self.batch()
         if elected:
             # The partitions that had no live leader (the old controller may have died with

@@ -75,6 +75,10 @@ class Election(enum.Enum):
     OFFLINE = "offline"
     SHUTDOWN = "controlled shutdown"
     PREFERRED = "preferred"
+    # The leader registered again since it was made leader, unseen by any controller
+    # (ControllerContext.bounced_leaders): another live ISR member takes over, as when a
+    # controller sees a broker bounce; the partition stays as it is if there is none.
+    BOUNCED = "bounced leader"
 
 
 async def read_state(
@@ -87,7 +91,7 @@ async def read_state(
     except NoNodeError:
         return None
     try:
-        return PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version)
+        return PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version, stat.mzxid)
     except (ValueError, KeyError, TypeError, json.JSONDecodeError):
         logger.error("unreadable state of %s-%d: %r", topic, partition, data[:200])
         return None
@@ -109,7 +113,11 @@ async def read_states(
             raise result
         data, stat = result
         try:
-            out.append(PartitionLeadership.of(zk_data.LeaderIsrState.decode(data), stat.version))
+            out.append(
+                PartitionLeadership.of(
+                    zk_data.LeaderIsrState.decode(data), stat.version, stat.mzxid
+                )
+            )
         except (ValueError, KeyError, TypeError, json.JSONDecodeError):
             logger.error("unreadable state of %s-%d: %r", topic, partition, data[:200])
             out.append(None)
@@ -248,6 +256,12 @@ def _choose(
         return ctx.is_replica_online(r, tp)
 
     live_isr = tuple(r for r in state.isr if online(r))
+    if why is Election.BOUNCED:
+        # Out of the ISR too, as a controller's onBrokerFailure takes it out: it rejoins
+        # once it has caught up with the new leader.
+        others = tuple(r for r in live_isr if r != state.leader)
+        leader = next((r for r in replicas if r in others), None)
+        return None if leader is None else (leader, others)
     if why is Election.PREFERRED:
         preferred = replicas[0] if replicas else -1
         if state.leader == preferred or preferred not in live_isr:
