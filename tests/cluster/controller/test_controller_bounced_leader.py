@@ -100,3 +100,48 @@ async def test_a_leader_registered_again_since_its_election_hands_over_to_its_is
     assert (await _state(zk, "t", 2))["leader_epoch"] == 0
     # What the controller wrote is its own decision: nothing counts as bounced any more.
     assert fresh.bounced_leaders() == [("alone", 0)]
+
+
+def test_a_leader_bounced_while_the_controller_looked_away_loses_its_leaderships(
+    zookeeper, tmp_path, zk_view
+):
+    """The controller sees a bounced broker's registration change only once it has
+    registered again (here: the controller frozen across the old session's expiry; in the
+    nemesis, the watch's read losing the race with the restarted broker's registration).
+    Kafka's controller takes the broker out of the live ones while it handles its failure;
+    ours counted it live, so its partitions kept it as leader, in the same epoch."""
+    from clustertest_helpers import eventually
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from trio_broker.testing import KafkaCluster
+
+    with KafkaCluster(zookeeper, base_dir=tmp_path, size=0, processes=True) as cluster:
+        # The controller (started first) keeps its session through its freeze; broker 3's
+        # old session ends soon after its kill.
+        cluster.add_broker(1, {"zookeeper.session.timeout.ms": "30000"})
+        cluster.add_broker(2, {"zookeeper.session.timeout.ms": "4000"})
+        cluster.add_broker(3, {"zookeeper.session.timeout.ms": "3000"})
+        cluster.wait_all_see()
+        assert zk_view.controller() == 1
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        topic = NewTopic("t", 1, replica_assignment=[[3, 1, 2]])
+        admin.create_topics([topic], operation_timeout=15)["t"].result()
+        path = "/brokers/topics/t/partitions/0/state"
+        eventually(lambda: zk_view.json(path)["isr"] == [3, 1, 2], budget_s=30, what="t-0 in sync")
+        registered = zk_view.exists("/brokers/ids/3").czxid
+
+        cluster.brokers[3].kill()
+        cluster.brokers[1].pause()
+        try:
+            # Returns once broker 3 has registered again, after its old session ended.
+            cluster.brokers[3].start_again()
+            assert zk_view.exists("/brokers/ids/3").czxid != registered
+        finally:
+            cluster.brokers[1].resume()
+
+        state = eventually(
+            lambda: (s := zk_view.json(path))["leader"] != 3 and s,
+            budget_s=30,
+            what="t-0 led by another broker than the bounced one",
+        )
+        assert state["leader"] == 1 and state["leader_epoch"] == 1, state
