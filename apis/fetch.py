@@ -391,6 +391,25 @@ def _leadership_errors(
             errors[key] = error
 
 
+def _all_at_bound(broker: Broker, partitions: list[CachedPartition], read_committed: bool) -> bool:
+    """Whether a build would find nothing to answer with for any of `partitions` (a lone
+    broker's): each one's log open and online, its leader epoch current, and the fetch
+    offset at the bound a consumer reads to."""
+    if not partitions:
+        return False
+    topics = broker.topics
+    for p in partitions:
+        log = topics.get_log(p.topic, p.partition)
+        if log is None or log.offline or log.closed:
+            return False
+        if p.current_leader_epoch >= 0 and _check_epoch(broker, p) is not None:
+            return False
+        bound = log.last_stable_offset if read_committed else log.high_watermark
+        if p.fetch_offset != bound:
+            return False
+    return True
+
+
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
     if version < 16:
         return
@@ -470,7 +489,21 @@ async def handle(broker: Broker, request: Request) -> Any:
         replica_id=replica_id,
         client_rack=client_rack,
     )
-    if fetch.build() or body.max_wait_ms <= 0 or not partitions:
+    if (
+        replicas is None
+        and not errors
+        and body.max_wait_ms > 0
+        and body.min_bytes > 0
+        and _all_at_bound(broker, partitions, fetch.read_committed)
+    ):
+        # A tailing consumer's fetch at the high watermark (the LSO for read_committed) of
+        # every partition, on a lone broker: a build would read nothing and find it may
+        # not answer yet (min_bytes not reached, no error). It parks without one; its wake
+        # or its deadline builds the answer (_Fetch.answer builds when not ready).
+        ready = False
+    else:
+        ready = fetch.build()
+    if ready or body.max_wait_ms <= 0 or not partitions:
         response = fetch.take_response()
         if replicas is not None:
             _add_node_endpoints(broker, version, response)
