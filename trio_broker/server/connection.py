@@ -226,19 +226,19 @@ class Connection:
 
     async def _response(self) -> Any:
         """The answer to the request in flight, once deliver() has it."""
-        await trio.lowlevel.checkpoint_if_cancelled()
         answer = self._answer
         if answer is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
             self._answer = None
             await trio.lowlevel.cancel_shielded_checkpoint()
             return answer
+        # (A cancellation point either way: the wait below is one.)
         self._answer_waiter = trio.lowlevel.current_task()
+        return await trio.lowlevel.wait_task_rescheduled(self._abort_response)  # type: ignore[no-any-return]
 
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            self._answer_waiter = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+    def _abort_response(self, _: Any) -> trio.lowlevel.Abort:
+        self._answer_waiter = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     async def _next_frame(self) -> memoryview | None:
         reader = self.reader
@@ -409,7 +409,8 @@ class Connection:
                 else:
                     frame = reader.next_frame()
                     if frame is NEED_DATA or frame is NEED_MEMORY:
-                        await held.flush(self.io)
+                        if held.bufs:
+                            await held.flush(self.io)
                         frame = await self._next_frame()
                         if frame is None:
                             break
@@ -419,7 +420,7 @@ class Connection:
                         self._log_bad("bad request", exc)
                         break
                 hold = _may_hold(parsed, at_once)
-                if not hold:
+                if not hold and held.bufs:
                     await held.flush(self.io)
                 self.client_id = parsed.client_id
                 self.in_flight = True
@@ -474,7 +475,8 @@ class Connection:
                 except trio.WouldBlock:
                     # queued.max.requests reached: backpressure. Answers already made
                     # must not wait for other connections' requests.
-                    await held.flush(self.io)
+                    if held.bufs:
+                        await held.flush(self.io)
                     await requests.send(request)
                 # Always parks (no handler has run since the send): this connection's
                 # checkpoint.
@@ -488,7 +490,8 @@ class Connection:
                     response = answer
                     if response is not NO_RESPONSE:
                         if response.regions or not hold:
-                            await held.flush(self.io)
+                            if held.bufs:
+                                await held.flush(self.io)
                             await self._send_response(self.io, response.buf, response.regions)
                         elif held.add(response.buf):
                             await held.flush(self.io)
@@ -516,13 +519,16 @@ class Connection:
                 self.in_flight = False
                 self.last_active = trio.current_time()
                 if self.throttled_until:
-                    await held.flush(self.io)
+                    if held.bufs:
+                        await held.flush(self.io)
                     await self._mute()
         except InvalidFrame:
             # The bytes after the good requests are garbage; their answers still go out.
-            await held.flush(self.io)
+            if held.bufs:
+                await held.flush(self.io)
             raise
-        await held.flush(self.io)
+        if held.bufs:
+            await held.flush(self.io)
 
     def _log_bad(self, what: str, exc: Exception) -> None:
         # A client looping on a bad frame must not fill the broker's log.

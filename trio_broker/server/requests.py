@@ -122,7 +122,9 @@ class Request:
         send it to this request's processor. Called exactly once per request."""
         frame = self.answer(response)
         if frame is not None:
-            await self.connection.processor.deliver(self.connection, frame)
+            processor = self.connection.processor
+            if not processor.deliver_now(self.connection, frame):
+                await processor.deliver(self.connection, frame)
 
     def answer(self, response: Any) -> Response | list[Response] | None:
         """respond() without the delivery: encode `response`, and return what is to go to
@@ -232,6 +234,7 @@ async def _handle_batch(
     # of them (the client address, the action queue) set once: the answers of the delayed
     # operations one of them makes answerable are still run right after it is answered.
     connection = members[0].connection
+    processor = connection.processor
     scope = connection.scope
     peer_host = connection.peer_host
     task = trio.lowlevel.current_task()
@@ -257,8 +260,8 @@ async def _handle_batch(
             if response is not DELAYED:
                 if member.__class__ is Request:
                     frame = member.answer(response)
-                    if frame is not None:
-                        await connection.processor.deliver(connection, frame)
+                    if frame is not None and not processor.deliver_now(connection, frame):
+                        await processor.deliver(connection, frame)
                 else:
                     await member.respond(response)
             if actions:
@@ -309,7 +312,9 @@ async def _handle_one(
             if request.__class__ is Request:
                 frame = request.answer(response)
                 if frame is not None:
-                    await connection.processor.deliver(connection, frame)
+                    processor = connection.processor
+                    if not processor.deliver_now(connection, frame):
+                        await processor.deliver(connection, frame)
             else:
                 # A subclass (security/client_quotas.py's metering) answers in its own way.
                 await request.respond(response)

@@ -94,6 +94,15 @@ class Processor:
         except trio.WouldBlock:
             await self._responses_send.send((connection, response))
 
+    def deliver_now(self, connection: Connection, response: Response | list[Response]) -> bool:
+        """deliver() without a coroutine when the response channel has room (always, but
+        for a processor far behind): False when it is full, and deliver() must wait."""
+        try:
+            self._responses_send.send_nowait((connection, response))
+        except trio.WouldBlock:
+            return False
+        return True
+
     async def _close_idle(self, idle_s: float) -> None:
         """Kafka's connections.max.idle.ms: close connections that have been quiet that long
         (no byte read and no request in flight), and with them partly read requests that
