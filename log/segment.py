@@ -332,11 +332,19 @@ class LogSegment:
         ring = self._ring
         if ring is None:
             ring = self._ring = array("q", bytes(16 * _RECENT))
+        slot = self._ring_next
+        if len(batches) == 1:  # a produce's one batch: most appends
+            last_offset, _, size = batches[0]
+            ring[2 * slot] = end - size
+            ring[2 * slot + 1] = last_offset
+            self._ring_next = slot + 1 if slot + 1 < _RECENT else 0
+            if self._ring_count < _RECENT:
+                self._ring_count += 1
+            return
         kept = batches[-_RECENT:] if len(batches) > _RECENT else batches
         position = end
         for _, _, size in kept:
             position -= size
-        slot = self._ring_next
         for last_offset, _, size in kept:
             ring[2 * slot] = position
             ring[2 * slot + 1] = last_offset
