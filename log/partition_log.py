@@ -354,7 +354,8 @@ class PartitionLog:
             index_entries.append((last, max_ts, header.size))
         aborted = aborted_by(self, updates.values(), completed)
         try:
-            self._maybe_roll(len(view), max(p[4] for p in planned), last_offset, now)
+            max_ts = planned[0][4] if len(planned) == 1 else max(p[4] for p in planned)
+            self._maybe_roll(len(view), max_ts, last_offset, now)
             # The commit point: all or nothing, the `.txnindex` entries of its ABORT markers
             # included (LogSegment.append undoes a failed write).
             self.active_segment.append(view, index_entries, aborted)

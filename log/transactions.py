@@ -58,11 +58,13 @@ def end_txn_marker(
 
 
 def aborted_by(
-    log: PartitionLog, updates: Iterable[ProducerAppendInfo], completed: Iterable[CompletedTxn]
+    log: PartitionLog, updates: Iterable[ProducerAppendInfo], completed: list[CompletedTxn]
 ) -> list[AbortedTxn]:
     """The `.txnindex` entries of the transactions an append's ABORT markers end, computed
     before the append (the producer states as they will be after it), so that they are
     written with its batches, all or nothing (LogSegment.append)."""
+    if not completed:
+        return []  # no marker in the append (every produce): nothing to copy or compute
     ongoing = dict(log.producer_state.ongoing)
     for info in updates:
         updated = info.updated

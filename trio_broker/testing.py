@@ -209,7 +209,8 @@ class BrokerProcess:
             args, stderr=subprocess.PIPE, text=True, preexec_fn=self.preexec_fn
         )
         started = threading.Event()
-        threading.Thread(target=self._drain, args=(started,), daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, args=(started,), daemon=True)
+        self._drainer.start()
         if not started.wait(start_timeout_s) or self.proc.poll() is not None:
             self.proc.kill()
             self.proc.wait()
@@ -226,6 +227,13 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """The exit code once the process has ended on its own, with every line it wrote
+        in `.lines` (the process's exit does not wait for the thread reading them)."""
+        code = self.proc.wait(timeout_s)
+        self._drainer.join(timeout_s)
+        return code
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush, no checkpoint."""

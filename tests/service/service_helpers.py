@@ -272,8 +272,10 @@ class ServiceProcess:
         """The first log line containing `text` (AssertionError with the log otherwise)."""
 
         def found():
-            if self.proc.poll() is not None and not any(text in x for x in self.lines):
-                raise AssertionError(f"exited ({self.proc.returncode}):\n{self.log()[-3000:]}")
+            if self.proc.poll() is not None:
+                self._thread.join(10)  # its last lines may still be in the pipe
+                if not any(text in x for x in self.lines):
+                    raise AssertionError(f"exited ({self.proc.returncode}):\n{self.log()[-3000:]}")
             return next((x for x in self.lines if text in x), None)
 
         try:

@@ -180,7 +180,7 @@ def test_broker_dies_at_each_step_of_ending_a_transaction(tmp_path, monkeypatch,
         outcome: list = []
         ending = threading.Thread(target=_end, args=(producer, commit, outcome), daemon=True)
         ending.start()
-        assert broker.proc.wait(30) == 137, "the broker did not stop at the crash point"
+        assert broker.wait_exit(30) == 137, "the broker did not stop at the crash point"
         assert any(f"crash point {crash_at}" in line for line in broker.lines)
         # What the crash left on disk: the data partitions' markers, none or both.
         assert [_markers(tmp_path / f"decided-{p}") for p in (0, 1)] == (
