@@ -88,7 +88,7 @@ class CountingProducer:
     ):
         self.topic = topic
         self.prefix = prefix
-        self.acked: list[tuple[int, int, bytes]] = []
+        self.acked: list[tuple[int, int | None, bytes]] = []  # None: assert_every_ack_read_once
         self.errors: list[Any] = []
         self.ack_times: list[float] = []
         self._stop = threading.Event()
@@ -200,10 +200,22 @@ def high_watermarks(bootstrap: str, topic: str, parts: Iterable[int]) -> dict[in
         consumer.close()
 
 
-def assert_every_ack_read_once(acked: list[tuple[int, int, bytes]], read: dict[int, list]) -> None:
-    """Every acknowledged value is at its acknowledged offset, and appears only once."""
+def assert_every_ack_read_once(
+    acked: list[tuple[int, int | None, bytes]], read: dict[int, list]
+) -> None:
+    """Every acknowledged value is at its acknowledged offset, and appears only once.
+
+    An idempotent librdkafka producer retrying across a cut can report a delivery without
+    an offset (None): 3 of 665 once in test_network_partition, 2 under the nemesis in
+    session 20, each value then on every replica once. Such a value is looked up in its
+    partition: it must be there (and, as every acknowledged value, only once)."""
     at = {(p, o): v for p, records in read.items() for o, v in records}
-    missing = [(p, o, v) for p, o, v in acked if at.get((p, o)) != v]
+    in_partition = {(p, v) for p, records in read.items() for _, v in records}
+    missing = [
+        (p, o, v)
+        for p, o, v in acked
+        if (at.get((p, o)) != v if o is not None else (p, v) not in in_partition)
+    ]
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged records lost: {missing[:5]}"
     values = [v for records in read.values() for _, v in records]
     acked_values = {v for _, _, v in acked}
