@@ -86,3 +86,38 @@ def is_closed(sock: socket.socket, timeout: float = 10.0) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+def session_fetch(
+    sock: socket.socket,
+    session_id: int,
+    epoch: int,
+    topics: list[tuple[str, int]],
+    correlation_id: int,
+    version: int = 12,
+) -> Any:
+    """A Fetch in an incremental fetch session (KIP-227): partition 0 of each topic at its
+    offset, no wait; `epoch` 0 with `session_id` 0 asks for a new session."""
+    from trio_broker.protocol._generated.fetch_request import (
+        FetchPartition,
+        FetchRequest,
+        FetchTopic,
+    )
+
+    request = FetchRequest(
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=[
+            FetchTopic(
+                topic=t,
+                partitions=[
+                    FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20)
+                ],
+            )
+            for t, o in topics
+        ],
+    )
+    return roundtrip(sock, request, version, correlation_id)

@@ -5,32 +5,16 @@ place, whose owner is told FETCH_SESSION_ID_NOT_FOUND and starts a new session."
 
 import socket
 
-from wire import roundtrip
+from wire import roundtrip, session_fetch
 
 from trio_broker.errors import ErrorCode
-from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.metadata_request import MetadataRequest, MetadataRequestTopic
 
 FETCH_V = 12
 
 
 def _fetch(sock, session_id: int, epoch: int, cid: int):
-    request = FetchRequest(
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        session_id=session_id,
-        session_epoch=epoch,
-        topics=[
-            FetchTopic(
-                topic="slots",
-                partitions=[
-                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-                ],
-            )
-        ],
-    )
-    return roundtrip(sock, request, FETCH_V, cid)
+    return session_fetch(sock, session_id, epoch, [("slots", 0)], cid, FETCH_V)
 
 
 def _connect_with_topic(broker):

@@ -6,6 +6,7 @@ import time
 
 import pytest
 from wire import encode_request, read_response, request_of, roundtrip
+from wire import session_fetch as wire_session_fetch
 
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from trio_broker.protocol._generated.produce_request import (
@@ -274,23 +275,7 @@ def test_incremental_fetch_session(kafka_broker):
     produce(sock, "sess-b", batch([b"b0"]))
 
     def session_fetch(epoch, session_id, topics, cid):
-        request = FetchRequest(
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            session_id=session_id,
-            session_epoch=epoch,
-            topics=[
-                FetchTopic(
-                    topic=t,
-                    partitions=[
-                        FetchPartition(partition=0, fetch_offset=o, partition_max_bytes=1 << 20)
-                    ],
-                )
-                for t, o in topics
-            ],
-        )
-        return roundtrip(sock, request, FETCH_V, cid)
+        return wire_session_fetch(sock, session_id, epoch, topics, cid, FETCH_V)
 
     full = session_fetch(0, 0, [("sess-a", 0), ("sess-b", 0)], 20)
     assert full.error_code == 0 and full.session_id > 0
