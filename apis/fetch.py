@@ -38,6 +38,7 @@ from trio_broker.server.requests import DELAYED
 
 if TYPE_CHECKING:
     from trio_broker.broker import Broker
+    from trio_broker.log import PartitionLog
     from trio_broker.server.requests import Request
 
 READ_COMMITTED = 1
@@ -97,43 +98,25 @@ class _Fetch:
         quota = replicas.quotas.leader if self.follower else None
         news = []
         for p in self.partitions:
-            key = (p.topic, p.partition)
-            error = self.errors.get(key)
-            log = None if error else self.broker.topics.get_log(p.topic, p.partition)
-            if error is None and log is None:
-                error = (
-                    ErrorCode.UNKNOWN_TOPIC_ID
-                    if version >= 13
-                    else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                )
+            error, log, part = self._resolve(p)
+            idle = False
             if error is None:
-                error = _check_epoch(self.broker, p)
-            part = None
-            if error is None and replicas is not None:
-                # Checked again at every build: a fetch that waited may outlive leadership.
-                part = (
-                    replicas.leader_partition(p.topic, p.partition)
-                    if self.follower
-                    else replicas.consumer_readable(p.topic, p.partition, version >= 11)
-                )
-                if part is None:
-                    error = replicas.not_led_here(p.topic, p.partition)
-            if (
-                self.incremental
-                and error is None
-                and log is not None
-                and not self.client_rack
-                and p.fetch_offset == log.log_end_offset
-                and not (log.offline or log.closed)
-                and log.high_watermark == p.high_watermark
-                and log.last_stable_offset == p.last_stable_offset
-                and log.log_start_offset == p.log_start_offset
-            ):
-                # An idle partition of a session: at its log end, nothing to read, and the
-                # client was told these offsets already, so the answer leaves it out (what
-                # the general path below would find). Most of a follower's session, every
-                # fetch: at 10,000 partitions, a third of a broker's idle CPU was this walk.
-                continue
+                hw = log.high_watermark
+                lso = log.last_stable_offset
+                log_start = log.log_start_offset
+                bound = self._bound(log)
+                idle = _nothing_to_read(log, p.fetch_offset, bound)
+                if (
+                    self.incremental
+                    and idle
+                    and not self.client_rack
+                    and _told(p, hw, log_start, lso)
+                ):
+                    # An idle partition of a session: nothing to read, and the client was
+                    # told these offsets already, so the answer leaves it out (what the
+                    # general path below would find). Most of a follower's session, every
+                    # fetch: at 10,000 partitions, a third of a broker's idle CPU was this walk.
+                    continue
             # Empty, never null: librdkafka refuses a null record set (MessageSetSize -1).
             data = PartitionData(
                 partition_index=p.partition,
@@ -160,33 +143,28 @@ class _Fetch:
                 data.last_stable_offset = log.last_stable_offset
                 data.log_start_offset = log.log_start_offset
                 any_error = True  # answered at once, like an error
-            elif error is None and log is not None:
-                hw = log.high_watermark
-                lso = log.last_stable_offset
+            elif error is None:
                 data.high_watermark = hw
                 data.last_stable_offset = lso
-                data.log_start_offset = log.log_start_offset
+                data.log_start_offset = log_start
                 result = None
-                if (
+                if idle:
+                    # Nothing to read (what log.read would find): the common case of every
+                    # idle partition of a follower's session, each fetch.
+                    pass
+                elif (
                     quota is not None
                     and quota.is_throttled(p.topic, p.partition)
                     and self.replica_id not in part.isr
                     and quota.is_exceeded()
                 ):
                     pass  # throttled: no records for this out-of-sync follower for now
-                elif p.fetch_offset == log.log_end_offset and not (log.offline or log.closed):
-                    # At the log end there is nothing to read (what log.read would find): the
-                    # common case of every idle partition of a follower's session, each fetch.
-                    pass
                 else:
                     try:
                         result = log.read(
                             p.fetch_offset,
                             min(p.partition_max_bytes, remaining),
-                            # read_committed stops at the LSO: nothing undecided is returned.
-                            max_offset=None
-                            if self.follower
-                            else (lso if self.read_committed else hw),
+                            max_offset=bound,
                             min_one_message=total == 0,
                         )
                     except KafkaError as exc:
@@ -234,6 +212,59 @@ class _Fetch:
         )
         self.ready = any_error or total >= self.min_bytes
         return self.ready
+
+    def _resolve(self, p: CachedPartition) -> tuple[int | None, PartitionLog | None, Any]:
+        """(error, log, replica) of one partition, checked again at every build (a fetch
+        that waited may outlive leadership): with no error, its log and, in a cluster, the
+        replica that serves this fetch (the leader's for a follower). What a build reads
+        and what `nothing_to_answer` decides from, so that the two cannot disagree."""
+        error = self.errors.get((p.topic, p.partition))
+        if error is not None:
+            return error, None, None
+        broker = self.broker
+        log = broker.topics.get_log(p.topic, p.partition)
+        if log is None:
+            version = self.request.api_version
+            unknown = (
+                ErrorCode.UNKNOWN_TOPIC_ID
+                if version >= 13
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            return unknown, None, None
+        error = _check_epoch(broker, p)
+        if error is not None:
+            return error, log, None
+        replicas = getattr(broker, "replica_manager", None)
+        if replicas is None:
+            return None, log, None
+        part = (
+            replicas.leader_partition(p.topic, p.partition)
+            if self.follower
+            else replicas.consumer_readable(p.topic, p.partition, self.request.api_version >= 11)
+        )
+        if part is None:
+            return replicas.not_led_here(p.topic, p.partition), log, None
+        return None, log, part
+
+    def nothing_to_answer(self) -> bool:
+        """Whether a build now would find nothing to answer with (so the fetch may park
+        without one): no partition with an error, and each one's read at this fetch's
+        bound (`_nothing_to_read`). A build would then be not ready and read nothing;
+        the session offsets it might tell are told by the build at the wake or deadline."""
+        if not self.partitions or self.errors or self.client_rack:
+            return False
+        for p in self.partitions:
+            error, log, _ = self._resolve(p)
+            if error is not None or not _nothing_to_read(log, p.fetch_offset, self._bound(log)):
+                return False
+        return True
+
+    def _bound(self, log: PartitionLog) -> int:
+        """The offset this fetch reads up to: a follower's the log end, a consumer's the
+        high watermark (the LSO for read_committed: nothing undecided is returned)."""
+        if self.follower:
+            return log.log_end_offset
+        return log.last_stable_offset if self.read_committed else log.high_watermark
 
     def take_response(self) -> FetchResponse:
         """The response of the last build, going out now: the session remembers what the
@@ -290,16 +321,36 @@ def _count_bytes_out(metrics: Any, response: FetchResponse) -> None:
                 metrics.fetched(t.topic, _records_size(p.records))
 
 
+def _nothing_to_read(log: PartitionLog, fetch_offset: int, bound: int) -> bool:
+    """Whether reading `log` from `fetch_offset` up to `bound` (a follower's log end, a
+    consumer's high watermark or LSO) finds nothing and no error, as log.read would, without
+    its call: the offset at the bound and in the log, the log open and online. The one
+    test behind a fetch's park without a build, an incremental session's skip of an idle
+    partition and the build's own decision to read."""
+    return (
+        fetch_offset == bound
+        and log.log_start_offset <= fetch_offset
+        and not (log.offline or log.closed)
+    )
+
+
+def _told(p: CachedPartition, high_watermark: int, log_start: int, last_stable: int) -> bool:
+    """Whether the session's client was told these offsets of `p` already."""
+    return (
+        high_watermark == p.high_watermark
+        and log_start == p.log_start_offset
+        and last_stable == p.last_stable_offset
+    )
+
+
 def _changed(p: CachedPartition, data: PartitionData) -> bool:
     # Kafka's CachedPartition.maybeUpdateResponseData: being named in the request is not
     # enough; only news is sent.
     return (
         bool(data.records)
         or data.error_code != 0
-        or data.high_watermark != p.high_watermark
-        or data.log_start_offset != p.log_start_offset
-        or data.last_stable_offset != p.last_stable_offset
         or data.preferred_read_replica >= 0
+        or not _told(p, data.high_watermark, data.log_start_offset, data.last_stable_offset)
     )
 
 
@@ -407,25 +458,6 @@ def _leadership_errors(
             errors[key] = error
 
 
-def _all_at_bound(broker: Broker, partitions: list[CachedPartition], read_committed: bool) -> bool:
-    """Whether a build would find nothing to answer with for any of `partitions` (a lone
-    broker's): each one's log open and online, its leader epoch current, and the fetch
-    offset at the bound a consumer reads to."""
-    if not partitions:
-        return False
-    topics = broker.topics
-    for p in partitions:
-        log = topics.get_log(p.topic, p.partition)
-        if log is None or log.offline or log.closed:
-            return False
-        if p.current_leader_epoch >= 0 and _check_epoch(broker, p) is not None:
-            return False
-        bound = log.last_stable_offset if read_committed else log.high_watermark
-        if p.fetch_offset != bound:
-            return False
-    return True
-
-
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
     if version < 16:
         return
@@ -507,10 +539,9 @@ async def handle(broker: Broker, request: Request) -> Any:
     )
     if (
         replicas is None
-        and not errors
         and body.max_wait_ms > 0
         and body.min_bytes > 0
-        and _all_at_bound(broker, partitions, fetch.read_committed)
+        and fetch.nothing_to_answer()
     ):
         # A tailing consumer's fetch at the high watermark (the LSO for read_committed) of
         # every partition, on a lone broker: a build would read nothing and find it may
