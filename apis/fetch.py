@@ -49,6 +49,8 @@ ZERO_UUID = uuid.UUID(int=0)
 _NO_DIVERGING_EPOCH = EpochEndOffset()
 _NO_LEADER = LeaderIdAndEpoch()
 _NO_SNAPSHOT = SnapshotId()
+# `_Fetch._resolve` finds the partition's replica itself.
+_LOOK_UP: Any = object()
 
 
 @attrs.frozen
@@ -76,6 +78,8 @@ class _Fetch:
     # A consumer's rack (fetch v11+) when replica.selector.class is rack-aware (KIP-392):
     # a leader may send it to a replica in its rack instead of answering with records.
     client_rack: str = ""
+    # In a cluster, the broker's ReplicaManager (None on a lone broker).
+    replicas: Any = None
     response: FetchResponse | None = None
     total_bytes: int = 0
     # The last build could answer (min_bytes reached, or an error): `answer` sends that
@@ -93,9 +97,11 @@ class _Fetch:
         total = 0
         any_error = bool(self.errors)
         version = self.request.api_version
-        replicas = getattr(self.broker, "replica_manager", None)
+        replicas = self.replicas
         # A follower's fetch counts against this leader's replication quota (KIP-73).
         quota = replicas.quotas.leader if self.follower else None
+        if self.follower:
+            replicas.check_stalled()  # once for every partition's `leads`
         news = []
         for p in self.partitions:
             error, log, part = self._resolve(p)
@@ -213,16 +219,35 @@ class _Fetch:
         self.ready = any_error or total >= self.min_bytes
         return self.ready
 
-    def _resolve(self, p: CachedPartition) -> tuple[int | None, PartitionLog | None, Any]:
+    def _resolve(
+        self, p: CachedPartition, part: Any = _LOOK_UP
+    ) -> tuple[int | None, PartitionLog | None, Any]:
         """(error, log, replica) of one partition, checked again at every build (a fetch
         that waited may outlive leadership): with no error, its log and, in a cluster, the
         replica that serves this fetch (the leader's for a follower). What a build reads
-        and what `nothing_to_answer` decides from, so that the two cannot disagree."""
+        and what `nothing_to_answer` decides from, so that the two cannot disagree. In a
+        cluster, `part` is this broker's replica of `p` when the caller has looked it up
+        already in the same step (a follower's fetch, on arrival): one lookup per
+        partition per fetch. A follower's fetch calls `check_stalled` first."""
         error = self.errors.get((p.topic, p.partition))
         if error is not None:
             return error, None, None
-        broker = self.broker
-        log = broker.topics.get_log(p.topic, p.partition)
+        replicas = self.replicas
+        if replicas is not None:
+            if part is _LOOK_UP:
+                part = replicas.partitions.get((p.topic, p.partition))
+            if part is not None:
+                # Its log is the log manager's (the same object for as long as the replica
+                # is there; a log dir move swaps the files under it).
+                error = _epoch_error(p.current_leader_epoch, part.leader_epoch)
+                if error is None and not (
+                    replicas.leads(part)
+                    if self.follower
+                    else replicas.consumer_may_read(part, self.request.api_version >= 11)
+                ):
+                    error = replicas.not_led_here(p.topic, p.partition)
+                return error, part.log, None if error is not None else part
+        log = self.broker.topics.get_log(p.topic, p.partition)
         if log is None:
             version = self.request.api_version
             unknown = (
@@ -231,31 +256,27 @@ class _Fetch:
                 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             )
             return unknown, None, None
-        error = _check_epoch(broker, p)
-        if error is not None:
-            return error, log, None
-        replicas = getattr(broker, "replica_manager", None)
-        if replicas is None:
-            return None, log, None
-        part = (
-            replicas.leader_partition(p.topic, p.partition)
-            if self.follower
-            else replicas.consumer_readable(p.topic, p.partition, self.request.api_version >= 11)
-        )
-        if part is None:
+        if replicas is not None:  # a log here, but no replica
             return replicas.not_led_here(p.topic, p.partition), log, None
-        return None, log, part
+        return _lone_epoch_error(self.broker, p), log, None
 
-    def nothing_to_answer(self) -> bool:
+    def nothing_to_answer(self, found: list[Any] | None = None) -> bool:
         """Whether a build now would find nothing to answer with (so the fetch may park
         without one): no partition with an error, and each one's read at this fetch's
         bound (`_nothing_to_read`). A build would then be not ready and read nothing;
-        the session offsets it might tell are told by the build at the wake or deadline."""
+        the session offsets it might tell are told by the build at the wake or deadline.
+        `found`: this broker's replicas of `partitions`, in order, as a follower's fetch
+        has just looked them up (`_follower_fetched`)."""
         if not self.partitions or self.errors or self.client_rack:
             return False
-        for p in self.partitions:
-            error, log, _ = self._resolve(p)
-            if error is not None or not _nothing_to_read(log, p.fetch_offset, self._bound(log)):
+        if self.follower:
+            self.replicas.check_stalled()
+        resolve, bound = self._resolve, self._bound
+        if found is None:
+            found = [_LOOK_UP] * len(self.partitions)
+        for p, part in zip(self.partitions, found, strict=True):
+            error, log, _ = resolve(p, part)
+            if error is not None or not _nothing_to_read(log, p.fetch_offset, bound(log)):
                 return False
         return True
 
@@ -354,23 +375,21 @@ def _changed(p: CachedPartition, data: PartitionData) -> bool:
     )
 
 
-def _check_epoch(broker: Broker, p: CachedPartition) -> int | None:
+def _epoch_error(requested: int, current: int) -> int | None:
+    """The error for a fetch naming leader epoch `requested` (-1: none) of a partition in
+    epoch `current`. In a cluster, `current` is this broker's own replica's (not the
+    metadata cache's)."""
+    if requested < 0 or requested == current:
+        return None
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < current else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _lone_epoch_error(broker: Broker, p: CachedPartition) -> int | None:
     if p.current_leader_epoch < 0:
         return None
-    replicas = getattr(broker, "replica_manager", None)
-    if replicas is not None:
-        # In a cluster, the epoch of this broker's own replica (not the cache's).
-        state = replicas.partition(p.topic, p.partition)
-    else:
-        topic = broker.metadata.topics.get(p.topic)
-        state = topic.partitions.get(p.partition) if topic else None
-    if state is None:
-        return None
-    if p.current_leader_epoch < state.leader_epoch:
-        return ErrorCode.FENCED_LEADER_EPOCH
-    if p.current_leader_epoch > state.leader_epoch:
-        return ErrorCode.UNKNOWN_LEADER_EPOCH
-    return None
+    topic = broker.metadata.topics.get(p.topic)
+    state = topic.partitions.get(p.partition) if topic else None
+    return None if state is None else _epoch_error(p.current_leader_epoch, state.leader_epoch)
 
 
 def _sessions(broker: Broker) -> FetchSessionCache:
@@ -432,30 +451,47 @@ def _requested(broker: Broker, request: Request) -> tuple[list[CachedPartition],
 
 
 def _leadership_errors(
-    broker: Broker, requested: list[CachedPartition], errors: dict, replica_id: int, version: int
+    broker: Broker, requested: list[CachedPartition], errors: dict, version: int
 ) -> None:
-    """In a cluster: a partition not led here is NOT_LEADER_OR_FOLLOWER (a consumer's fetch
-    v11+ may read a follower, KIP-392); a follower's fetch records its log end offset
-    (which may move the HW and the ISR) before the read."""
+    """A consumer's fetch in a cluster: a partition not led here is NOT_LEADER_OR_FOLLOWER
+    (a consumer's fetch v11+ may read a follower, KIP-392)."""
     replicas = broker.replica_manager
     for p in requested:
         key = (p.topic, p.partition)
-        if key in errors:
-            continue
-        if replica_id >= 0:
-            error = replicas.follower_fetch_error(replica_id, p.topic, p.partition)
-        else:
-            error = (
-                None
-                if replicas.consumer_readable(p.topic, p.partition, version >= 11) is not None
-                else replicas.not_led_here(p.topic, p.partition)
-            )
-        if error is None and replica_id >= 0:
-            error = _check_epoch(broker, p)
+        if (
+            key not in errors
+            and replicas.consumer_readable(p.topic, p.partition, version >= 11) is None
+        ):
+            errors[key] = replicas.not_led_here(p.topic, p.partition)
+
+
+def _follower_fetched(
+    broker: Broker, partitions: list[CachedPartition], errors: dict, replica_id: int
+) -> list[Any]:
+    """A follower's fetch: each partition checked (led here, the follower one of its
+    replicas, its leader epoch) and the follower's log end offset recorded before the
+    read (which may move the HW and the ISR). Returns this broker's replica of each
+    partition, None where an error is answered: one lookup per partition per fetch serves
+    these checks, the record and the park check (`_Fetch.nothing_to_answer`)."""
+    replicas = broker.replica_manager
+    led = replicas.partitions
+    now_ms = replicas.now_ms()
+    found: list[Any] = []
+    for p in partitions:
+        key = (p.topic, p.partition)
+        part = None
+        if key not in errors:
+            part = led.get(key)
+            error = replicas.follower_fetch_error(replica_id, part, p.topic, p.partition)
             if error is None:
-                replicas.follower_fetched(replica_id, p.topic, p.partition, p.fetch_offset)
-        if error is not None:
-            errors[key] = error
+                error = _epoch_error(p.current_leader_epoch, part.leader_epoch)
+            if error is None:
+                replicas.follower_fetched(replica_id, part, p.fetch_offset, now_ms)
+            else:
+                errors[key] = error
+                part = None
+        found.append(part)
+    return found
 
 
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
@@ -508,14 +544,15 @@ async def handle(broker: Broker, request: Request) -> Any:
         except KafkaError as exc:
             return FetchResponse(error_code=exc.code, session_id=0)
     client_rack = ""
-    if replicas is not None:
+    found = None
+    if replica_id >= 0:
         # A follower's fetch in a session fetches every partition of the session at the
         # offset it last named: each is checked and counts as fetched there (its ISR),
         # named in this request or not, as Kafka's leader reads a session's partitions.
+        found = _follower_fetched(broker, partitions, errors, replica_id)
+    elif replicas is not None:
         # A consumer's unnamed partitions are checked when they are read.
-        _leadership_errors(
-            broker, partitions if replica_id >= 0 else requested, errors, replica_id, version
-        )
+        _leadership_errors(broker, requested, errors, version)
         if (
             version >= 11
             and replica_id < 0
@@ -536,17 +573,14 @@ async def handle(broker: Broker, request: Request) -> Any:
         follower=replica_id >= 0,
         replica_id=replica_id,
         client_rack=client_rack,
+        replicas=replicas,
     )
-    if (
-        replicas is None
-        and body.max_wait_ms > 0
-        and body.min_bytes > 0
-        and fetch.nothing_to_answer()
-    ):
+    if body.max_wait_ms > 0 and body.min_bytes > 0 and fetch.nothing_to_answer(found):
         # A tailing consumer's fetch at the high watermark (the LSO for read_committed) of
-        # every partition, on a lone broker: a build would read nothing and find it may
-        # not answer yet (min_bytes not reached, no error). It parks without one; its wake
-        # or its deadline builds the answer (_Fetch.answer builds when not ready).
+        # every partition, or an idle follower's at the log end of every partition of its
+        # session: a build would read nothing and find it may not answer yet (min_bytes
+        # not reached, no error). It parks without one; its wake or its deadline builds
+        # the answer (_Fetch.answer builds when not ready).
         ready = False
     else:
         ready = fetch.build()

@@ -172,6 +172,8 @@ class Partition:
         """HW = the smallest log end offset over the ISR; True when it moved forward."""
         log = self.log
         new_hw = log.log_end_offset
+        if log.high_watermark == new_hw:
+            return False  # at the log end already (every idle partition, each fetch)
         for r in self.isr:
             if r == self.node_id:
                 continue

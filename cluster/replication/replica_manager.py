@@ -180,23 +180,26 @@ class ReplicaManager:
         return self.partitions.get((topic, partition))
 
     def leader_partition(self, topic: str, partition: int) -> Partition | None:
-        if trio.current_time() - self._last_tick > self._stall_s:
-            self._on_stall()
-        if self._unsure:
-            return None
+        self.check_stalled()
         part = self.partitions.get((topic, partition))
-        return part if part is not None and part.is_leader else None
+        return part if part is not None and self.leads(part) else None
+
+    def leads(self, part: Partition) -> bool:
+        """Whether this broker serves `part`, one of its replicas, as its leader now: not
+        while unsure after a stall (`check_stalled` first: a walk over many partitions
+        calls it once)."""
+        return part.is_leader and not self._unsure
 
     def consumer_readable(self, topic: str, index: int, followers_too: bool) -> Partition | None:
-        """The replica a consumer's fetch may read here: the leader's, or with
-        `followers_too` (fetch v11+, KIP-392) a follower's whose log dir is online. A
-        follower serves up to its own high watermark."""
         part = self.partitions.get((topic, index))
-        if part is None:
-            return None
-        if part.is_leader or (followers_too and not part.log.offline):
-            return part
-        return None
+        return part if part is not None and self.consumer_may_read(part, followers_too) else None
+
+    @staticmethod
+    def consumer_may_read(part: Partition, followers_too: bool) -> bool:
+        """Whether a consumer's fetch may read the replica `part` here: the leader's, or
+        with `followers_too` (fetch v11+, KIP-392) a follower's whose log dir is online. A
+        follower serves up to its own high watermark."""
+        return part.is_leader or (followers_too and not part.log.offline)
 
     def preferred_read_replica(self, part: Partition, client_rack: str, fetch_offset: int) -> int:
         """Kafka's RackAwareReplicaSelector, on the leader `part`: the broker a consumer in
@@ -1026,20 +1029,30 @@ class ReplicaManager:
             return ErrorCode.KAFKA_STORAGE_ERROR
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
-    def follower_fetch_error(self, replica_id: int, topic: str, index: int) -> int | None:
-        part = self.partitions.get((topic, index))
+    # The clock of `follower_fetched`, read once per fetch by its caller.
+    now_ms = staticmethod(_now_ms)
+
+    def follower_fetch_error(
+        self, replica_id: int, part: Partition | None, topic: str, index: int
+    ) -> int | None:
+        """Why follower `replica_id` may not fetch `topic-index` here; `part` is this
+        broker's replica of it (`self.partitions`), looked up once by the caller for this
+        check, the epoch's and `follower_fetched` (one lookup per partition per fetch)."""
         if part is None or not part.is_leader:
             return self.not_led_here(topic, index)
         if replica_id not in part.replicas:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None
 
-    def follower_fetched(self, replica_id: int, topic: str, index: int, fetch_offset: int) -> None:
-        """A follower's fetch asked for `fetch_offset`: its log end offset."""
-        part = self.partitions.get((topic, index))
-        if part is None or not part.is_leader or fetch_offset > part.log.log_end_offset:
+    def follower_fetched(
+        self, replica_id: int, part: Partition, fetch_offset: int, now_ms: int
+    ) -> None:
+        """A follower's fetch asked for `fetch_offset` of `part` (led here, checked by
+        `follower_fetch_error`): its log end offset, at `now_ms` (`now_ms()`, once per
+        fetch)."""
+        if fetch_offset > part.log.log_end_offset:
             return  # beyond our log: the read answers OFFSET_OUT_OF_RANGE
-        if part.update_follower(replica_id, fetch_offset, _now_ms()):
+        if part.update_follower(replica_id, fetch_offset, now_ms):
             self._hw_moved(part)
         if (
             replica_id not in part.isr
@@ -1047,7 +1060,13 @@ class ReplicaManager:
             and part.caught_up_to_join(replica_id)
         ):
             new_isr = [*part.isr, replica_id]
-            logger.info("expanding the ISR of %s-%s from %s to %s", topic, index, part.isr, new_isr)
+            logger.info(
+                "expanding the ISR of %s-%s from %s to %s",
+                part.topic,
+                part.partition,
+                part.isr,
+                new_isr,
+            )
             part.isr_change_in_flight = True
             self.isr_expands += 1
             self.spawn(self._write_isr, part, new_isr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 import pytest
 from replication_helpers import (
@@ -29,7 +30,7 @@ from replication_helpers import (
     take_controller,
     values_by_offset,
 )
-from wire import request_of, roundtrip
+from wire import encode_request, read_response, request_of
 
 from trio_broker.cluster.replication.fetch_session import (
     CachedPartition,
@@ -62,15 +63,23 @@ class FakeFollower:
         self.correlation = 0
 
     def fetch(
-        self, topic: str, offsets: dict[int, int], *, epoch: int | None = None
+        self,
+        topic: str,
+        offsets: dict[int, int],
+        *,
+        epoch: int | None = None,
+        leader_epoch: int = -1,
+        max_wait_ms: int = 0,
+        meanwhile: Callable[[], None] | None = None,
     ) -> tuple[object, dict[int, object]]:
-        """Names `offsets` (partition -> fetch offset); returns the response and its
-        partitions by index. The session's epoch advances on success."""
+        """Names `offsets` (partition -> fetch offset, each with `leader_epoch`); returns
+        the response and its partitions by index. The session's epoch advances on
+        success. `meanwhile` runs once the request is sent, before its answer is read."""
         self.correlation += 1
         request = request_of(
             1,
             replica_id=FAKE,
-            max_wait_ms=0,
+            max_wait_ms=max_wait_ms,
             min_bytes=1,
             max_bytes=1 << 20,
             session_id=self.session_id,
@@ -82,7 +91,7 @@ class FakeFollower:
                         FetchPartition(
                             partition=p,
                             fetch_offset=o,
-                            current_leader_epoch=-1,
+                            current_leader_epoch=leader_epoch,
                             partition_max_bytes=1 << 20,
                         )
                         for p, o in offsets.items()
@@ -92,7 +101,11 @@ class FakeFollower:
             if offsets
             else [],
         )
-        response = roundtrip(self.sock, request, 12, self.correlation)
+        self.sock.sendall(encode_request(request, 12, self.correlation))
+        if meanwhile is not None:
+            meanwhile()
+        correlation, response = read_response(self.sock, 1, 12)
+        assert correlation == self.correlation
         if response.error_code == 0 and epoch is None:
             if self.epoch == 0:
                 self.session_id = response.session_id
@@ -199,6 +212,36 @@ def test_followers_replicate_in_sessions_and_fetch_in_full_after_the_leader_rest
         _, parts = follower.fetch("wire", {0: 4})
         assert (set(parts), parts[0].high_watermark) == ({0}, 4)
         assert isr(0) == isr(1) == [1, FAKE]
+
+        # A fetch that may wait, at the log end of every partition of its session, waits
+        # (no answer before a produce), and a produce to one of them answers it.
+        def no_answer_then_produce() -> None:
+            follower.sock.settimeout(1.0)
+            with pytest.raises(TimeoutError):
+                follower.sock.recv(1, socket.MSG_PEEK)
+            follower.sock.settimeout(30)
+            assert produce(leader, "wire", 1, [b"g"], acks=1).error_code == 0
+
+        _, parts = follower.fetch("wire", {}, max_wait_ms=25_000, meanwhile=no_answer_then_produce)
+        assert set(parts) == {1}
+        assert values_by_offset(bytes(parts[1].records)) == {5: b"g"}
+
+        # Every partition's leader epoch is checked, answered at once: an older one is
+        # fenced, a newer one unknown, the current one reads.
+        current = ctl.states[("wire", 0)]["leader_epoch"]
+        for named, error in [
+            (current + 1, ErrorCode.UNKNOWN_LEADER_EPOCH),
+            (current - 1, ErrorCode.FENCED_LEADER_EPOCH),
+        ]:
+            if named < 0:
+                continue  # -1 names no epoch
+            _, parts = follower.fetch("wire", {0: 4}, leader_epoch=named, max_wait_ms=25_000)
+            assert parts[0].error_code == error, named
+            if error == ErrorCode.FENCED_LEADER_EPOCH:
+                assert parts[0].current_leader.leader_id == 1  # KIP-951 (fetch v12+)
+        _, parts = follower.fetch("wire", {0: 3}, leader_epoch=current)
+        assert parts[0].error_code == 0
+        assert values_by_offset(bytes(parts[0].records)) == {3: b"f"}
 
         # A wrong epoch and an unknown session are refused, and nothing else is said.
         response, _ = follower.fetch("wire", {}, epoch=follower.epoch + 5)
