@@ -43,7 +43,7 @@ from typing import Any
 
 import attrs
 from confluent_kafka import Consumer, TopicPartition
-from failover_helpers import log_bytes, read_all
+from failover_helpers import close_producer, log_bytes, read_all
 from wire import request_of, roundtrip
 
 from trio_broker.protocol._generated.produce_request import (
@@ -213,7 +213,11 @@ class TransactionalProducer(_Worker):
                 "topic.metadata.refresh.interval.ms": 1000,
             }
         )
-        producer.init_transactions(120)
+        try:
+            producer.init_transactions(120)
+        except BaseException:
+            close_producer(producer)
+            raise
         return producer
 
     def _end(self, producer: Any, commit: bool) -> bool:
@@ -237,6 +241,7 @@ class TransactionalProducer(_Worker):
     def _run(self) -> None:
         from confluent_kafka import KafkaException
 
+        producer = None
         try:
             producer = self._producer()
             k = 0
@@ -257,15 +262,18 @@ class TransactionalProducer(_Worker):
                     # Fatal, or the end itself failed: a new producer with the same id
                     # fences this one, and the coordinator aborts what it left open.
                     self.uncertain.append([v for _, v in values])
+                    # Closed, not just dropped: the exception's frames may outlive it.
+                    close_producer(producer)
+                    producer = None
                     producer = self._producer()
                     continue
                 (self.committed if commit and ended else self.aborted).extend(v for _, v in values)
                 self.ended.append(time.monotonic())
-            del producer  # librdkafka's threads end with the object, not with this thread
         except BaseException as exc:  # reported by the checker
-            # Without its traceback, whose frames would keep a producer (and its threads,
-            # reconnecting to a network that is gone) alive.
             self.failure = exc.with_traceback(None)
+        finally:
+            if producer is not None:
+                close_producer(producer)
 
 
 class CommittedOffsets:
@@ -446,9 +454,11 @@ def check(
     final = read_all(bootstrap, topic, ends)
     at = {(p, o): v for p, records in final.items() for o, v in records}
 
-    # librdkafka reports some deliveries without their offset (an answer for a batch the
-    # broker had already: Kafka's DUPLICATE_SEQUENCE_NUMBER, or no offset): those must be
-    # somewhere in their partition (and, below, only once).
+    # librdkafka reports some deliveries without their offset: a batch answered with an
+    # error that may follow its append (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+    # while the next batch in flight then succeeds is "implicitly acked" by that success,
+    # offset unknown (failover_helpers.assert_every_ack_read_once). Those must be somewhere
+    # in their partition (and, below, only once).
     where = {(p, v) for (p, _), v in at.items()}
     missing = [
         (p, o, v)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from clustertest_helpers import eventually
-from failover_helpers import create_topic, wait_for_leaders
+from failover_helpers import close_producer, create_topic, wait_for_leaders
 from nemesis import NetCluster, converged, fill_disk, run_scenario, zk_state
 from netlab import NetLab, skip_reason
 from wire import request_of, roundtrip
@@ -326,7 +326,6 @@ def test_a_full_disk_hands_its_leaderships_over(lab, tmp_path):
             config={"min.insync.replicas": "2"},
         )
         wait_for_leaders(cluster.bootstrap, "spill", 1, isr_size=3)
-        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
         acked: list[int] = []
 
         def produce(n: int) -> None:
@@ -338,17 +337,21 @@ def test_a_full_disk_hands_its_leaderships_over(lab, tmp_path):
                 producer.produce("spill", value=b"%d;" % i + b"x" * 10_000, on_delivery=delivered)
             assert producer.flush(60) == 0
 
-        produce(100)
-        filler = fill_disk(cluster, 3)
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
         try:
-            before = len(acked)
-            produce(100)  # on broker 3 until a write finds the disk full, then elsewhere
-            assert len(acked) == before + 100
-            state = zk_state(cluster, "spill", 0)
-            assert state["leader"] in (1, 2) and 3 not in state["isr"], state
+            produce(100)
+            filler = fill_disk(cluster, 3)
+            try:
+                before = len(acked)
+                produce(100)  # on broker 3 until a write finds the disk full, then elsewhere
+                assert len(acked) == before + 100
+                state = zk_state(cluster, "spill", 0)
+                assert state["leader"] in (1, 2) and 3 not in state["isr"], state
+            finally:
+                filler.unlink()
+            produce(100)
         finally:
-            filler.unlink()
-        produce(100)
+            close_producer(producer)  # before its cluster goes
         eventually(
             lambda: sorted(zk_state(cluster, "spill", 0)["isr"]) == [1, 2, 3],
             budget_s=60,
