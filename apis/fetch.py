@@ -229,8 +229,7 @@ class _Fetch:
         cluster, `part` is this broker's replica of `p` when the caller has looked it up
         already in the same step (a follower's fetch, on arrival): one lookup per
         partition per fetch. A follower's fetch calls `check_stalled` first."""
-        error = self.errors.get((p.topic, p.partition))
-        if error is not None:
+        if self.errors and (error := self.errors.get((p.topic, p.partition))) is not None:
             return error, None, None
         replicas = self.replicas
         if replicas is not None:
@@ -260,25 +259,24 @@ class _Fetch:
             return replicas.not_led_here(p.topic, p.partition), log, None
         return _lone_epoch_error(self.broker, p), log, None
 
-    def nothing_to_answer(self, found: list[Any] | None = None) -> bool:
+    def nothing_to_answer(self, every_idle: bool | None = None) -> bool:
         """Whether a build now would find nothing to answer with (so the fetch may park
-        without one): no partition with an error, and each one's read at this fetch's
-        bound (`_nothing_to_read`). A build would then be not ready and read nothing;
-        the session offsets it might tell are told by the build at the wake or deadline.
-        `found`: this broker's replicas of `partitions`, in order, as a follower's fetch
-        has just looked them up (`_follower_fetched`)."""
+        without one): no partition with an error, and nothing to read in any (`_idle`).
+        A build would then be not ready and read nothing; the session offsets it might
+        tell are told by the build at the wake or deadline. `every_idle`: whether `_idle`
+        held for every partition, as a follower's fetch has just found on arrival
+        (`_follower_fetched`)."""
         if not self.partitions or self.errors or self.client_rack:
             return False
-        if self.follower:
-            self.replicas.check_stalled()
-        resolve, bound = self._resolve, self._bound
-        if found is None:
-            found = [_LOOK_UP] * len(self.partitions)
-        for p, part in zip(self.partitions, found, strict=True):
-            error, log, _ = resolve(p, part)
-            if error is not None or not _nothing_to_read(log, p.fetch_offset, bound(log)):
-                return False
-        return True
+        if every_idle is None:
+            every_idle = all(map(self._idle, self.partitions))
+        return every_idle
+
+    def _idle(self, p: CachedPartition, part: Any = _LOOK_UP) -> bool:
+        """Whether partition `p` has nothing to answer with now: no error (`_resolve`,
+        with `part` as there) and nothing to read at this fetch's bound."""
+        error, log, _ = self._resolve(p, part)
+        return error is None and _nothing_to_read(log, p.fetch_offset, self._bound(log))
 
     def _bound(self, log: PartitionLog) -> int:
         """The offset this fetch reads up to: a follower's the log end, a consumer's the
@@ -465,33 +463,35 @@ def _leadership_errors(
             errors[key] = replicas.not_led_here(p.topic, p.partition)
 
 
-def _follower_fetched(
-    broker: Broker, partitions: list[CachedPartition], errors: dict, replica_id: int
-) -> list[Any]:
+def _follower_fetched(fetch: _Fetch) -> bool:
     """A follower's fetch: each partition checked (led here, the follower one of its
     replicas, its leader epoch) and the follower's log end offset recorded before the
-    read (which may move the HW and the ISR). Returns this broker's replica of each
-    partition, None where an error is answered: one lookup per partition per fetch serves
-    these checks, the record and the park check (`_Fetch.nothing_to_answer`)."""
-    replicas = broker.replica_manager
+    read (which may move the HW and the ISR). Returns whether every partition is idle
+    (`_Fetch._idle`): one lookup of each partition's replica per fetch serves these
+    checks, the record and the park check (`_Fetch.nothing_to_answer`)."""
+    replicas = fetch.replicas
+    replicas.check_stalled()  # once for every partition's `leads`
     led = replicas.partitions
+    errors = fetch.errors
+    replica_id = fetch.replica_id
     now_ms = replicas.now_ms()
-    found: list[Any] = []
-    for p in partitions:
+    idle = True
+    for p in fetch.partitions:
         key = (p.topic, p.partition)
-        part = None
-        if key not in errors:
-            part = led.get(key)
-            error = replicas.follower_fetch_error(replica_id, part, p.topic, p.partition)
-            if error is None:
-                error = _epoch_error(p.current_leader_epoch, part.leader_epoch)
-            if error is None:
-                replicas.follower_fetched(replica_id, part, p.fetch_offset, now_ms)
-            else:
-                errors[key] = error
-                part = None
-        found.append(part)
-    return found
+        if key in errors:
+            idle = False
+            continue
+        part = led.get(key)
+        error = replicas.follower_fetch_error(replica_id, part, p.topic, p.partition)
+        if error is None:
+            error = _epoch_error(p.current_leader_epoch, part.leader_epoch)
+        if error is None:
+            replicas.follower_fetched(replica_id, part, p.fetch_offset, now_ms)
+            idle = idle and fetch._idle(p, part)
+        else:
+            errors[key] = error
+            idle = False
+    return idle
 
 
 def _add_node_endpoints(broker: Broker, version: int, response: FetchResponse) -> None:
@@ -544,18 +544,11 @@ async def handle(broker: Broker, request: Request) -> Any:
         except KafkaError as exc:
             return FetchResponse(error_code=exc.code, session_id=0)
     client_rack = ""
-    found = None
-    if replica_id >= 0:
-        # A follower's fetch in a session fetches every partition of the session at the
-        # offset it last named: each is checked and counts as fetched there (its ISR),
-        # named in this request or not, as Kafka's leader reads a session's partitions.
-        found = _follower_fetched(broker, partitions, errors, replica_id)
-    elif replicas is not None:
+    if replica_id < 0 and replicas is not None:
         # A consumer's unnamed partitions are checked when they are read.
         _leadership_errors(broker, requested, errors, version)
         if (
             version >= 11
-            and replica_id < 0
             and body.rack_id
             and broker.config.replica_selector_class == RACK_AWARE_REPLICA_SELECTOR
         ):
@@ -575,7 +568,13 @@ async def handle(broker: Broker, request: Request) -> Any:
         client_rack=client_rack,
         replicas=replicas,
     )
-    if body.max_wait_ms > 0 and body.min_bytes > 0 and fetch.nothing_to_answer(found):
+    every_idle = None
+    if replica_id >= 0:
+        # A follower's fetch in a session fetches every partition of the session at the
+        # offset it last named: each is checked and counts as fetched there (its ISR),
+        # named in this request or not, as Kafka's leader reads a session's partitions.
+        every_idle = _follower_fetched(fetch)
+    if body.max_wait_ms > 0 and body.min_bytes > 0 and fetch.nothing_to_answer(every_idle):
         # A tailing consumer's fetch at the high watermark (the LSO for read_committed) of
         # every partition, or an idle follower's at the log end of every partition of its
         # session: a build would read nothing and find it may not answer yet (min_bytes
@@ -593,7 +592,10 @@ async def handle(broker: Broker, request: Request) -> Any:
         return response
     broker.fetch_purgatory.park(
         DelayedOperation(
-            keys=tuple((p.topic, p.partition) for p in partitions),
+            # A session's keys are its partitions' (no new tuple per partition per park).
+            keys=tuple(session.partitions)
+            if incremental
+            else tuple((p.topic, p.partition) for p in partitions),
             deadline=trio.current_time() + body.max_wait_ms / 1000,
             try_complete=fetch.build,
             complete=fetch.answer,

@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,15 @@ def wait_for(what: str, check: Any, started: float, timeout: float = 900) -> flo
     raise RuntimeError(f"timed out: {what}")
 
 
+def settled(ports: Iterable[int], count: int) -> bool:
+    """Every broker's Metadata names `count` partitions, each with an ISR of 3."""
+    for port in ports:
+        seen = leaders(port)[1]
+        if len(seen) != count or any(len(i) != 3 for _, i in seen.values()):
+            return False
+    return True
+
+
 def all_led(ports: list[int], live: set[int], count: int) -> bool:
     """Every survivor's Metadata names a live leader for each of `count` partitions."""
     for port in ports:
@@ -449,14 +459,9 @@ def run_cluster(args: argparse.Namespace) -> None:
                 # Every broker has applied what the controller sent it (a follower may still
                 # be making logs when CreateTopics has answered): a failover measured
                 # behind that backlog would measure the backlog.
-                def settled() -> bool:
-                    for port in ports.values():
-                        seen = leaders(port)[1]
-                        if len(seen) != count or any(len(i) != 3 for _, i in seen.values()):
-                            return False
-                    return True
-
-                row["settled_s"] = wait_for("full ISRs everywhere", settled, started)
+                row["settled_s"] = wait_for(
+                    "full ISRs everywhere", lambda: settled(ports.values(), count), started
+                )
                 progress(f"every broker knows every partition {row['settled_s']:.1f} s after")
                 # Idle: nothing produced, the followers only fetch. Each broker's CPU over
                 # IDLE_S (what the followers' fetches cost at this scale).
