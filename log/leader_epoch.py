@@ -112,11 +112,17 @@ class LeaderEpochCache:
         slot = bisect.bisect_right(self.start_offsets, offset) - 1
         return self.epochs[slot] if slot >= 0 else None
 
+    def is_latest(self, epoch: int, start_offset: int) -> bool:
+        """True when assign(epoch, start_offset) would change nothing because `epoch` is
+        the latest entry's and starts at or before `start_offset` (the usual append)."""
+        epochs = self.epochs
+        return bool(epochs) and epoch == epochs[-1] and start_offset >= self.start_offsets[-1]
+
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`; True if the cache changed."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
-        if self.epochs and epoch == self.epochs[-1] and start_offset >= self.start_offsets[-1]:
+        if self.is_latest(epoch, start_offset):
             return False
         # A new entry makes every entry with a larger-or-equal epoch or offset stale.
         keep = len(self.epochs)

@@ -21,8 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log import reader
@@ -44,10 +43,9 @@ from trio_broker.log.transactions import (
 )
 from trio_broker.protocol.records import (
     BatchHeader,
-    set_base_offset,
     set_log_append_time,
     set_max_timestamp,
-    set_partition_leader_epoch,
+    set_offset_and_epoch,
 )
 from trio_broker.protocol.records import (
     TimestampType as BatchTimestampType,
@@ -66,8 +64,10 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@attrs.frozen(kw_only=True)
-class AppendResult:
+class AppendResult(NamedTuple):
+    """What an append did. A named tuple, not a frozen attrs class: every produce builds
+    one, and a tuple is built in one step (a frozen instance sets each field in turn)."""
+
     first_offset: int
     last_offset: int
     log_append_time_ms: int  # -1 for CreateTime topics
@@ -239,16 +239,17 @@ class PartitionLog:
     def _maybe_roll(
         self, size: int, max_timestamp: int, max_offset: int, now: int, at: int | None = None
     ) -> None:
-        active = self.active_segment
+        active = self.segments[-1]
         if active.size == 0:
             return  # a fresh segment is as good as it gets; Kafka would recreate it
+        config = self.config
         if active.should_roll(
-            max_segment_bytes=self.config.segment_bytes,
-            max_segment_ms=self.config.segment_ms - self.config.segment_jitter_ms,
-            messages_size=size,
-            max_timestamp_in_messages=max_timestamp,
-            max_offset_in_messages=max_offset,
-            now_ms=now,
+            config.segment_bytes,
+            config.segment_ms - config.segment_jitter_ms,
+            size,
+            max_timestamp,
+            max_offset,
+            now,
         ):
             self.roll(self.log_end_offset if at is None else at)
 
@@ -345,14 +346,13 @@ class PartitionLog:
         first_offset, last_offset = planned[0][2], planned[-1][3]
         index_entries = []
         for pos, header, base, last, max_ts in planned:
-            set_base_offset(view, pos, base)
-            set_partition_leader_epoch(view, pos, leader_epoch)
+            set_offset_and_epoch(view, pos, base, header.batch_length, leader_epoch)
             if append_time >= 0:
                 set_log_append_time(view, pos, append_time)
             elif header.is_log_append_time:
                 set_max_timestamp(view, pos, BatchTimestampType.CREATE_TIME, header.max_timestamp)
             index_entries.append((last, max_ts, header.size))
-        aborted = aborted_by(self, updates.values(), completed)
+        aborted = aborted_by(self, updates.values(), completed) if completed else ()
         try:
             max_ts = planned[0][4] if len(planned) == 1 else max(p[4] for p in planned)
             self._maybe_roll(len(view), max_ts, last_offset, now)
@@ -467,12 +467,16 @@ class PartitionLog:
         aborted transactions are in the `.txnindex` with it): the log end, the producers'
         states, the leader epochs."""
         self.log_end_offset = last_offset + 1
+        producer_state = self.producer_state
         for info in updates.values():
-            self.producer_state.update(info)
-        self.producer_state.update_map_end_offset(self.log_end_offset)
+            producer_state.update(info)
+        producer_state.update_map_end_offset(self.log_end_offset)
+        cache = self.leader_epoch_cache
         for epoch, start in epochs:
+            if cache.is_latest(epoch, start):
+                continue  # the epoch the log is in already (most appends)
             try:
-                self.leader_epoch_cache.assign(epoch, start)
+                cache.assign(epoch, start)
             except OSError as exc:
                 # The records are in; the cache in memory is right, and the checkpoint is
                 # written again by the next flush (and rebuilt from batches by recovery).

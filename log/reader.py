@@ -13,9 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from itertools import chain
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
-
-import attrs
+from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 from trio_broker.errors import ErrorCode, KafkaError
 from trio_broker.log.file_cache import DESCRIPTOR_ERRNOS, SegmentFile
@@ -56,12 +54,13 @@ def _descriptors_as_storage_error(read: Callable[_P, _T]) -> Callable[_P, _T]:
     return wrapper
 
 
-@attrs.frozen(kw_only=True)
-class FileRegion:
+class FileRegion(NamedTuple):
     """Bytes of a segment file to send as they are: os.sendfile(sock, fd, position, size).
 
     It holds the segment's open file, so the descriptor stays open (even if the file cache
-    lets the segment go meanwhile) until the response that carries it has been sent."""
+    lets the segment go meanwhile) until the response that carries it has been sent.
+    Named tuples (this and ReadResult): every fetch of every partition builds them, and a
+    tuple is made in one step where a frozen attrs instance sets each field in turn."""
 
     file: SegmentFile
     position: int
@@ -72,8 +71,7 @@ class FileRegion:
         return self.file.fd
 
 
-@attrs.frozen(kw_only=True)
-class ReadResult:
+class ReadResult(NamedTuple):
     """What a fetch gets: whole batches as file regions, plus the partition's offsets."""
 
     regions: list[FileRegion]

@@ -383,7 +383,8 @@ class LogSegment:
         """
         if not batches:
             return
-        self.txn_index.check_order(aborted)
+        if aborted:
+            self.txn_index.check_order(aborted)
         start = self.size
         undo = (
             self.offset_index.entries,
@@ -392,7 +393,7 @@ class LogSegment:
             self.max_timestamp_so_far,
             self.offset_of_max_timestamp_so_far,
             self.bytes_since_last_index_entry,
-            self.rolling_based_timestamp,
+            self._rolling_based_timestamp,  # as it is: perhaps not read yet
         )
         try:
             self._append(data, batches, aborted)
@@ -408,7 +409,7 @@ class LogSegment:
     ) -> None:
         physical = self.size
         if physical == 0:
-            self.rolling_based_timestamp = batches[0][1]
+            self._rolling_based_timestamp = batches[0][1]
         file = self.file()
         view = data
         while view:
@@ -427,7 +428,8 @@ class LogSegment:
             self.bytes_since_last_index_entry += size
         # Before the segment takes the batches as its own (its size, tail, next offset):
         # a failure here is undone with the write.
-        self.txn_index.append_all(aborted)
+        if aborted:
+            self.txn_index.append_all(aborted)
         last_size = batches[-1][2]
         self._tail = (physical - last_size, read_header(data, len(data) - last_size))
         self._remember(batches, physical)
@@ -442,7 +444,7 @@ class LogSegment:
             self.max_timestamp_so_far,
             self.offset_of_max_timestamp_so_far,
             self.bytes_since_last_index_entry,
-            self.rolling_based_timestamp,
+            self._rolling_based_timestamp,
         ) = fields
         try:
             # Shrinking needs no space, so this works on a full disk; what a failed write
@@ -468,7 +470,6 @@ class LogSegment:
 
     def should_roll(
         self,
-        *,
         max_segment_bytes: int,
         max_segment_ms: int,
         messages_size: int,
@@ -476,14 +477,17 @@ class LogSegment:
         max_offset_in_messages: int,
         now_ms: int,
     ) -> bool:
-        """Kafka's LogSegment.shouldRoll: full by size, by age, by index, or by offset range."""
-        if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0:
-            waited = max_timestamp_in_messages - self.rolling_based_timestamp
+        """Kafka's LogSegment.shouldRoll: full by size, by age, by index, or by offset range.
+        (Positional: it runs on every append.)"""
+        rolling_based = self.rolling_based_timestamp
+        if rolling_based is not None and rolling_based >= 0:
+            waited = max_timestamp_in_messages - rolling_based
         else:
             waited = now_ms - self.created_ms
+        size = self.size
         return (
-            self.size > max_segment_bytes - messages_size
-            or (self.size > 0 and waited > max_segment_ms)
+            size > max_segment_bytes - messages_size
+            or (size > 0 and waited > max_segment_ms)
             or self.offset_index.is_full
             or self.time_index.is_full
             or max_offset_in_messages - self.base_offset > _INT32_MAX

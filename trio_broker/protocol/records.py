@@ -51,6 +51,7 @@ __all__ = [
     "set_base_offset",
     "set_log_append_time",
     "set_max_timestamp",
+    "set_offset_and_epoch",
     "set_partition_leader_epoch",
     "validate_batches",
 ]
@@ -261,14 +262,22 @@ def validate_batches(
                 ErrorCode.INVALID_RECORD, "produce records must contain exactly one record batch"
             )
         remaining = total - pos
-        if remaining < _HEADER_SIZE_UP_TO_MAGIC:
-            raise InvalidRecords(
-                ErrorCode.CORRUPT_MESSAGE, f"{remaining} trailing bytes are not a record batch"
-            )
-        (batch_length,) = _INT32.unpack_from(mv, pos + LENGTH_OFFSET)
-        magic = mv[pos + MAGIC_OFFSET]
-        if magic > 127:
-            magic -= 256
+        if remaining >= HEADER_SIZE:
+            # Every whole header (all but broken data): one unpack gives length and magic
+            # too; the checks below still run in Kafka's order.
+            header = _make_header(HEADER.unpack_from(mv, pos))
+            batch_length = header.batch_length
+            magic = header.magic
+        else:
+            if remaining < _HEADER_SIZE_UP_TO_MAGIC:
+                raise InvalidRecords(
+                    ErrorCode.CORRUPT_MESSAGE, f"{remaining} trailing bytes are not a record batch"
+                )
+            (batch_length,) = _INT32.unpack_from(mv, pos + LENGTH_OFFSET)
+            magic = mv[pos + MAGIC_OFFSET]
+            if magic > 127:
+                magic -= 256
+            header = None
         if batch_length < MIN_BATCH_LENGTH:
             raise InvalidRecords(
                 ErrorCode.CORRUPT_MESSAGE,
@@ -287,7 +296,8 @@ def validate_batches(
                 ErrorCode.CORRUPT_MESSAGE,
                 f"batch of {size} bytes at position {pos} has only {remaining} bytes",
             )
-        header = read_header(mv, pos)
+        if header is None:
+            header = read_header(mv, pos)  # (a batch of 61 bytes or more fits: not reached)
         if from_client and header.base_offset != 0:
             raise InvalidRecords(
                 ErrorCode.INVALID_RECORD,
@@ -304,9 +314,17 @@ def validate_batches(
                 ErrorCode.CORRUPT_MESSAGE,
                 f"batch at position {pos} has CRC {header.crc:#010x}, computed {crc:#010x}",
             )
-        _codec_of(header.attributes)
+        attributes = header.attributes
+        if attributes & ATTR_COMPRESSION_MASK > Compression.ZSTD:
+            _codec_of(attributes)  # raises UNSUPPORTED_COMPRESSION_TYPE
         if from_client:
-            _validate_client_batch(header)
+            count = header.record_count
+            if not (
+                count == header.last_offset_delta + 1 > 0
+                and not attributes & ATTR_CONTROL
+                and (header.producer_id < 0 or header.base_sequence >= 0)
+            ):
+                _validate_client_batch(header)  # raises what is wrong (the usual batch is not)
         elif header.record_count < 0:
             raise InvalidRecords(
                 ErrorCode.CORRUPT_MESSAGE, f"negative record count {header.record_count}"
@@ -395,6 +413,17 @@ def scan_valid_prefix(buf: bytes | bytearray | memoryview) -> tuple[int, list[Ba
 def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
     """Assign the batch's offsets (base offset is outside the CRC)."""
     _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, offset)
+
+
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
+
+
+def set_offset_and_epoch(
+    buf: bytearray | memoryview, pos: int, offset: int, batch_length: int, epoch: int
+) -> None:
+    """set_base_offset and set_partition_leader_epoch in one write (`batch_length`, the
+    batch's own, is written back unchanged between them)."""
+    _OFFSET_LENGTH_EPOCH.pack_into(buf, pos, offset, batch_length, epoch)
 
 
 def set_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:

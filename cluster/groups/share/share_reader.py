@@ -49,7 +49,7 @@ def walk_batches(regions: list[Any]) -> Iterator[tuple[Any, int, BatchHeader]]:
 
 
 def _region(fd_region: Any, position: int, size: int) -> Any:
-    return attrs.evolve(fd_region, position=position, size=size)
+    return fd_region._replace(position=position, size=size)  # a log FileRegion
 
 
 class Selection:
