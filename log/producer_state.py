@@ -19,10 +19,12 @@ yields a `CompletedTxn`; an aborted one becomes an entry of the segment's `.txni
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import struct
 from pathlib import Path
+from typing import NamedTuple
 
 import attrs
 
@@ -74,8 +76,9 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
 
 
-@attrs.frozen(kw_only=True)
-class BatchMetadata:
+class BatchMetadata(NamedTuple):
+    """One retained batch of a producer. A named tuple: each idempotent produce makes one."""
+
     last_seq: int
     last_offset: int
     offset_delta: int
@@ -105,7 +108,7 @@ class ProducerStateEntry:
     producer_id: int
     producer_epoch: int = NO_PRODUCER_EPOCH
     batches: collections.deque[BatchMetadata] = attrs.Factory(
-        lambda: collections.deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        functools.partial(collections.deque, maxlen=NUM_BATCHES_TO_RETAIN)
     )
     coordinator_epoch: int = -1
     last_timestamp: int = -1
@@ -126,7 +129,7 @@ class ProducerStateEntry:
         if epoch != self.producer_epoch:
             return None
         for meta in self.batches:
-            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+            if meta.last_seq == last_seq and meta.first_seq == first_seq:
                 return meta
         return None
 
