@@ -100,11 +100,13 @@ def _produce_orders(broker_dir: Path) -> None:
 
     config = {"log.dirs": str(broker_dir), "num.partitions": "2"}
     with BrokerThread(config) as broker:
-        # batch.num.messages=5 with a long linger makes each batch exactly 5 records.
+        # batch.num.messages=5 with a linger longer than any stall makes each batch exactly
+        # 5 records (flush() sends at once whatever the linger; a loaded machine can stall
+        # the producing thread for more than the 1 s this used to be).
         producer = Producer(
             {
                 "bootstrap.servers": broker.bootstrap,
-                "linger.ms": 1000,
+                "linger.ms": 60000,
                 "batch.num.messages": 5,
                 "compression.type": "none",
                 "enable.idempotence": False,
