@@ -22,6 +22,7 @@ stdout. No assertion on speed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -61,6 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         "only those of failed rounds",
     )
     parser.add_argument(
+        "--producer-debug",
+        default="eos",
+        metavar="CONTEXTS",
+        help="librdkafka debug contexts of the acks=all producer's log (producer-eos.log in "
+        "the round's directory; with --keep): e.g. eos,broker,protocol,msg",
+    )
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="sample the clients' TCP connections to the brokers (ss -tin, every 0.25 s) "
+        "each host's iptables counters and each broker's own ss (every 0.5 s) into probe.log in the round's "
+        "directory (with --keep)",
+    )
+    parser.add_argument(
         "--fresh-clusters",
         type=int,
         default=0,
@@ -96,9 +111,17 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 began = time.monotonic()
                 try:
-                    with NetCluster(lab, base, overrides=overrides) as cluster:
+                    with (
+                        NetCluster(lab, base, overrides=overrides) as cluster,
+                        Probe(lab, base / "probe.log") if args.probe else contextlib.nullcontext(),
+                    ):
                         outcome = run_scenario(
-                            cluster, lab, fault, hold_s=args.hold, injections=args.injections
+                            cluster,
+                            lab,
+                            fault,
+                            hold_s=args.hold,
+                            injections=args.injections,
+                            producer_debug=args.producer_debug,
                         )
                         if args.keep:
                             save_logs(cluster, base)
@@ -110,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"  {time.monotonic() - began:.0f} s: {outcome.report}"
                         + (f"; deposed {ahead:.2f} s or more ahead" if ahead is not None else "")
                         + f"; faults (victim, began, ended) {list(outcome.fault_times)}"
+                        + (f"; kept in {base}" if args.keep else "")
                     )
                 except Exception as exc:  # a finding: counted, printed, its data kept
                     failed.append(f"{type(exc).__name__}: {str(exc)[:300]} ({base})")
@@ -148,6 +172,71 @@ def main(argv: list[str] | None = None) -> int:
         for f in failed:
             print(f"- {fault}: {f}")
     return 1 if failures else 0
+
+
+class Probe:
+    """A thread writing, with wall-clock times as the brokers' logs show them, `ss -tinp` of
+    this process's side of every connection to a broker (port 9092: the workload's clients,
+    each with its fd, as librdkafka's `broker` debug names the socket it connects;
+    rto, backoff, unacked, retrans, lastsnd/lastrcv say whether a request waits on TCP's
+    retransmission backoff) every `every_s`; every `rules_every_s`, each host's iptables
+    rules with their packet counters (a fault's drops) and each broker's own `ss -tin` (the
+    connections it serves and those it fetches on)."""
+
+    def __init__(self, lab: NetLab, path: Path, every_s: float = 0.25, rules_every_s: float = 0.5):
+        import threading
+
+        self.lab = lab
+        self.path = path
+        self.every_s = every_s
+        self.rules_every_s = rules_every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Probe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        import subprocess
+
+        def now() -> str:
+            at = time.time()
+            return time.strftime("%H:%M:%S", time.localtime(at)) + f",{int(at % 1 * 1000):03d}"
+
+        def run(args: list[str]) -> str:
+            try:
+                done = subprocess.run(args, capture_output=True, text=True, timeout=5)
+                return done.stdout
+            except (OSError, subprocess.SubprocessError) as exc:
+                return f"{exc!r}\n"
+
+        next_rules = 0.0
+        with open(self.path, "w") as out:
+            while not self._stop.wait(self.every_s):
+                text = run(["ss", "-tinp", "state", "established", "( dport = :9092 )"])
+                out.write(f"=== {now()} ss\n{text}")
+                if time.monotonic() >= next_rules:
+                    next_rules = time.monotonic() + self.rules_every_s
+                    for name, host in list(self.lab.hosts.items()):
+                        rules = run(
+                            host.command(["iptables", "-w", "-L", "INPUT", "-v", "-x", "-n"])
+                        )
+                        if "DROP" in rules:
+                            out.write(f"=== {now()} iptables {name} ({host.address})\n{rules}")
+                        if name != "zk":  # the brokers' own side: served and fetching
+                            text = run(
+                                host.command(
+                                    ["ss", "-tin", "state", "established",
+                                     "( sport = :9092 or dport = :9092 )"]
+                                )
+                            )  # fmt: skip
+                            out.write(f"=== {now()} ss {name} ({host.address})\n{text}")
+                out.flush()
 
 
 def fresh_clusters(n: int) -> int:

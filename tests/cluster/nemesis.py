@@ -578,12 +578,21 @@ def run_scenario(
     *,
     hold_s: float = 15,
     injections: int = 1,
+    producer_debug: str = "eos",
 ) -> Outcome:
     """See `_run_scenario`. Whatever fails (the checker, or a wait for the cluster to be
     whole or acknowledging again), each broker's whole log is written to the run's
-    directory first (broker-N.log): the log dirs are tmpfs mounts, gone with the cluster."""
+    directory first (broker-N.log): the log dirs are tmpfs mounts, gone with the cluster.
+    `producer_debug`: librdkafka's debug contexts for the acks=all producer's log."""
     try:
-        return _run_scenario(cluster, lab, fault, hold_s=hold_s, injections=injections)
+        return _run_scenario(
+            cluster,
+            lab,
+            fault,
+            hold_s=hold_s,
+            injections=injections,
+            producer_debug=producer_debug,
+        )
     except Exception:
         save_logs(cluster, cluster.base_dir)
         raise
@@ -599,11 +608,12 @@ def save_logs(cluster: NetCluster, to: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _eos_log(path: Path) -> Iterator[dict[str, Any]]:
+def _eos_log(path: Path, debug: str = "eos") -> Iterator[dict[str, Any]]:
     """librdkafka's idempotence debug lines (producer id and epoch changes, epoch bumps,
     sequence errors: `debug=eos`) of the acks=all producer, to `path` in the run's
     directory: whether a record read twice was sent again under a new producer epoch
-    (KIP-360) is in them."""
+    (KIP-360) is in them. `debug`: other contexts too (`eos,broker,protocol,msg`: every
+    request and response, connection and retry, for an acknowledgement gap's timeline)."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
     log = logging.getLogger(f"nemesis.producer.{path.parent.name}")
@@ -611,7 +621,7 @@ def _eos_log(path: Path) -> Iterator[dict[str, Any]]:
     log.setLevel(logging.DEBUG)
     log.addHandler(handler)
     try:
-        yield {"debug": "eos", "logger": log}
+        yield {"debug": debug, "logger": log}
     finally:
         log.removeHandler(handler)
         handler.close()
@@ -645,6 +655,7 @@ def _run_scenario(
     *,
     hold_s: float = 15,
     injections: int = 1,
+    producer_debug: str = "eos",
 ) -> Outcome:
     """On a started cluster: topics `history` (3 partitions, RF 3, min.insync.replicas 2)
     and `direct` (1 partition, RF 3), both with a partition led by the fault's target; an
@@ -692,7 +703,7 @@ def _run_scenario(
     )
     b = cluster.brokers[target]
     with (
-        _eos_log(cluster.base_dir / "producer-eos.log") as eos,
+        _eos_log(cluster.base_dir / "producer-eos.log", producer_debug) as eos,
         CountingProducer(bootstrap, "history", extra=eos) as producer,
         DirectProducer(b.host, b.port, "direct") as direct,
         TailingConsumer(bootstrap, "history", range(3)) as tail,
