@@ -6,7 +6,10 @@
 ZooKeeper and three broker processes, --partitions partitions at replication factor 3
 (topics of 100), nothing produced: the followers only fetch, in their sessions. Once every
 broker's Metadata shows every partition with a full ISR (and 5 s more), each broker's CPU
-(user + system, /proc/PID/stat; 1.0 = one core) over --idle-s seconds is printed.
+(user + system, /proc/PID/stat; 1.0 = one core) over --idle-s seconds is printed, with its
+busiest threads, and the cluster's CPU per Fetch answered in that window (the count from
+each broker's Prometheus text, metrics.listener): a loaded machine slows the fetch cycles,
+and with them the idle CPU, so the figure per fetch is the one to compare under load.
 
 With --base REV, the brokers of every other run are that commit's (a detached `git worktree`
 under /tmp, imported in place of this checkout), alternating with this checkout's, and the
@@ -65,9 +68,36 @@ def drop_worktree(tree: Path) -> None:
     )
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_s(pid: int, tid: str = "") -> float:
+    stat = Path(f"/proc/{pid}/task/{tid}/stat" if tid else f"/proc/{pid}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of `pid`, by "tid name"."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            out[f"{task.name} {name}"] = cpu_s(pid, task.name)
+        except OSError:
+            continue  # the thread ended
+    return out
+
+
+def fetches_answered(metrics_listener: str) -> int:
+    """Fetch requests the broker has answered (its Prometheus text)."""
+    import urllib.request
+
+    with urllib.request.urlopen(metrics_listener + "/metrics", timeout=60) as answer:
+        text = answer.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("kafka_network_requestmetrics_requests_total{")
+        and 'request="Fetch"' in line
+    )
 
 
 def one_run(zk, root: Path, name: str, args: argparse.Namespace, base_dir: Path) -> list[float]:  # noqa: ANN001
@@ -88,6 +118,7 @@ def one_run(zk, root: Path, name: str, args: argparse.Namespace, base_dir: Path)
         for node_id in range(1, 4):
             config = cluster.broker_config(node_id)
             config["listeners"] = f"PLAINTEXT://127.0.0.1:{free_port()}"
+            config["metrics.listener"] = f"http://127.0.0.1:{free_port()}"
             cluster.brokers[node_id] = BrokerProcess(config, prefix=prefix)
         cluster.wait_all_see()
     except BaseException:
@@ -110,20 +141,39 @@ def one_run(zk, root: Path, name: str, args: argparse.Namespace, base_dir: Path)
                 pids[first], f"{name}-broker-{first}", *((pids[b], f"b{b}") for b in rest)
             )
             profiler_paths = list(profiler.recording)
+        listeners = {b: x.overrides["metrics.listener"] for b, x in cluster.brokers.items()}
+        fetches_before = sum(fetches_answered(m) for m in listeners.values())
         before = {b: cpu_s(pid) for b, pid in pids.items()}
+        threads_before = {b: thread_cpu_s(pid) for b, pid in pids.items()}
         load = os.getloadavg()[0]
         time.sleep(args.idle_s)
         cpu = [(cpu_s(pid) - before[b]) / args.idle_s for b, pid in sorted(pids.items())]
+        fetches = sum(fetches_answered(m) for m in listeners.values()) - fetches_before
+        # The cluster's CPU per fetch answered (both sides of it: the leader's handling and
+        # the follower's fetcher): a loaded machine slows the fetch cycles, and with them
+        # the idle CPU, so this says more than the CPU alone.
+        per_fetch_ms = sum(cpu) * args.idle_s * 1000 / max(fetches, 1)
+        for b, pid in sorted(pids.items()):
+            after = thread_cpu_s(pid)
+            busy = sorted(
+                ((after[t] - threads_before[b].get(t, 0.0), t) for t in after), reverse=True
+            )
+            print(
+                f"  broker {b} threads: "
+                + ", ".join(f"{t} {c * 100 / args.idle_s:.1f}%" for c, t in busy[:4]),
+                flush=True,
+            )
         if args.profile:
             profiler.stop()
             print(summarize([Path(path) for _, path in profiler_paths]), flush=True)
         print(
             f"{name}: settled {took:.1f} s after create began; idle CPU per broker "
             + " / ".join(f"{c * 100:.1f}%" for c in cpu)
-            + f" (load {load:.1f} -> {os.getloadavg()[0]:.1f})",
+            + f" (load {load:.1f} -> {os.getloadavg()[0]:.1f}); {fetches} fetches answered,"
+            f" {per_fetch_ms:.2f} ms of CPU each",
             flush=True,
         )
-        return cpu
+        return cpu, per_fetch_ms
     finally:
         cluster.stop()
 
@@ -179,11 +229,13 @@ def main() -> None:
     new_root = REPO
     try:
         if args.new_from:
-            patch = subprocess.run(
-                ["git", "-C", str(REPO), "diff", args.new_from, "--", *args.files],
-                check=True,
-                capture_output=True,
-            ).stdout
+            patch = b""
+            if args.files:  # (no paths would diff the whole tree: others' work too)
+                patch = subprocess.run(
+                    ["git", "-C", str(REPO), "diff", args.new_from, "--", *args.files],
+                    check=True,
+                    capture_output=True,
+                ).stdout
             new_root = worktree(args.new_from, patch)
             trees.append(new_root)
         sides = [("new", new_root)]
@@ -191,6 +243,7 @@ def main() -> None:
             trees.append(worktree(args.base))
             sides.append(("old", trees[-1]))
         results: dict[str, list[float]] = {side: [] for side, _ in sides}
+        per_fetch: dict[str, list[float]] = {side: [] for side, _ in sides}
         with (
             tempfile.TemporaryDirectory(prefix="bench-idle-fetch-") as tmp,
             ZooKeeperServer() as zk,
@@ -199,8 +252,9 @@ def main() -> None:
                 # Alternate which side goes first, so that neither always follows the other.
                 order = sides if r % 2 == 0 else sides[::-1]
                 for side, root in order:
-                    cpu = one_run(zk, root, f"{side}{r}", args, Path(tmp))
+                    cpu, ms = one_run(zk, root, f"{side}{r}", args, Path(tmp))
                     results[side].append(statistics.mean(cpu))
+                    per_fetch[side].append(ms)
         for side, values in results.items():
             print(
                 f"{side}: mean CPU per broker per run "
@@ -209,6 +263,8 @@ def main() -> None:
         if args.base:
             ratios = [n / o for n, o in zip(results["new"], results["old"], strict=True)]
             print("new/old per round: " + ", ".join(f"{x:.2f}" for x in ratios))
+            ratios = [n / o for n, o in zip(per_fetch["new"], per_fetch["old"], strict=True)]
+            print("CPU per fetch, new/old per round: " + ", ".join(f"{x:.2f}" for x in ratios))
     finally:
         for tree in trees:
             drop_worktree(tree)
