@@ -13,8 +13,8 @@ Brokers and ZooKeeper run on network namespaces of their own (root, iproute2 and
 needed: .ci/run installs them); faults drop packets with iptables, kill -9, SIGSTOP,
 restart ZooKeeper. A round is one fresh 3-broker cluster (6 s ZooKeeper sessions) in which
 the fault is injected `--injections` times, each once the cluster is whole again, on the
-leader of that moment (or the controller). The default, 12 faults x 2 rounds x 9
-injections, is 216 injections (about an hour here). A failed check stops nothing: it is
+leader of that moment (or the controller). The default, 15 faults x 2 rounds x 9
+injections, is 270 injections (over an hour here). A failed check stops nothing: it is
 counted and printed with the run's directory kept. Progress goes to stderr, the table to
 stdout. No assertion on speed.
 """

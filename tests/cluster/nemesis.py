@@ -273,6 +273,15 @@ def fault_loss(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> 
     lab.heal(cluster.host(target))
 
 
+def fault_loss_between_hosts(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
+    """30% of the packets it receives from the other brokers and ZooKeeper dropped; the
+    clients' packets reach it (the workload's own link is not the fault's: its TCP
+    retransmissions, backed off, are not the cluster's unavailability)."""
+    lab.loss(cluster.host(target), 0.3, clients=False)
+    _hold(hold_s)
+    lab.heal(cluster.host(target))
+
+
 def fault_zookeeper_restart(cluster: NetCluster, lab: NetLab, target: int, hold_s: float) -> None:
     """ZooKeeper killed (kill -9), then started again on its data."""
     assert cluster.zookeeper is not None
@@ -341,6 +350,7 @@ FAULTS = {
     "flapping-leader": (fault_flap, "leader"),
     "flapping-controller": (fault_flap, "controller"),
     "lossy-leader": (fault_loss, "leader"),
+    "lossy-leader-cluster-links": (fault_loss_between_hosts, "leader"),
     "zookeeper-restart": (fault_zookeeper_restart, "leader"),
     "kill-leader-zookeeper-down": (fault_leader_and_zookeeper, "leader"),
     "rolling-restart": (fault_rolling_restart, "leader"),

@@ -11,7 +11,8 @@ a host's namespace:
     lab.isolate(a)           a cut from every other host (clients keep reaching it, as
                              clients on its side of a real partition would; `clients=True`
                              cuts them too)
-    lab.loss(a, 0.3)         30% of the packets a receives dropped
+    lab.loss(a, 0.3)         30% of the packets a receives dropped (`clients=False`: only
+                             those from the other hosts)
     lab.heal(a) / heal()     every rule of a host (or of all) removed
 
 Needs root, `ip` (iproute2) and `iptables`; `skip_reason()` says why not where it cannot
@@ -138,10 +139,13 @@ class NetLab:
             host.iptables("-A", "OUTPUT", "-d", self.gateway, "-j", "DROP")
             host.iptables("-A", "INPUT", "-s", self.gateway, "-j", "DROP")
 
-    def loss(self, a: str, probability: float) -> None:
-        """A share of the packets host a receives dropped at random."""
+    def loss(self, a: str, probability: float, *, clients: bool = True) -> None:
+        """A share of the packets host a receives dropped at random; with `clients=False`
+        only those from the other hosts (the test's clients spared, as `isolate` spares
+        them)."""
+        spare = [] if clients else ["!", "-s", self.gateway]
         self.hosts[a].iptables(
-            "-A", "INPUT", "-m", "statistic", "--mode", "random", "--probability",
+            "-A", "INPUT", *spare, "-m", "statistic", "--mode", "random", "--probability",
             f"{probability:.3f}", "-j", "DROP",
         )  # fmt: skip
 
