@@ -13,7 +13,7 @@ from test_metrics import scrape, value
 from wire import encode_request, recv_exact
 
 from trio_broker.protocol._generated.metadata_request import MetadataRequest
-from trio_broker.testing import free_port
+from trio_broker.testing import BrokerProcess, free_port
 
 TIMEOUT = 30
 LINE = re.compile(
@@ -88,3 +88,30 @@ def test_off_by_default(kafka_broker, caplog):
     producer.produce("quiet", b"x")
     assert producer.flush(TIMEOUT) == 0
     assert lines(caplog) == []
+
+
+def test_trio_broker_serve_logs_every_request_with_the_client_id_escaped(tmp_path):
+    """Under `trio-broker serve`, whose handler limits the lines each client causes: the
+    request log still has a line for every request (it had 10 of 25), and a newline in a
+    client id is escaped there as in the broker's own lines (it wrote a line of its own)."""
+    broker = BrokerProcess({"log.dirs": str(tmp_path / "logs"), "request.log.enable": "true"})
+    try:
+        with socket.create_connection((broker.host, broker.port), timeout=TIMEOUT) as sock:
+            for cid in range(25):
+                frame = encode_request(
+                    MetadataRequest(topics=[]), 9, cid, client_id="ops\nFORGED line"
+                )
+                sock.sendall(frame)
+                (size,) = struct.unpack(">i", recv_exact(sock, 4))
+                recv_exact(sock, size)
+        deadline = time.monotonic() + TIMEOUT
+        while sum("Completed request" in line for line in broker.lines) < 25:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        broker.stop()
+    done = [line for line in broker.lines if "Completed request" in line]
+    ids = [int(re.search(r"correlation_id=(\d+)", line).group(1)) for line in done]
+    assert ids == list(range(25))
+    assert all("client_id=ops\\nFORGED line peer=" in line for line in done)
+    assert not any(line.startswith("FORGED") for line in broker.lines)

@@ -7,14 +7,17 @@ So escaping is done once, centrally: `install()` wraps the logging record factor
 every record of a `trio_broker` logger whose message (or whose exception's message) holds a
 control character gets it escaped (`\\n`, `\\x1b`, `\\u2028`) before any handler formats it.
 Our own message templates hold none, so what is escaped is what came from outside. The
-CLI and `serve()` install it; it is idempotent, and other loggers' records are left alone.
+CLI and `serve()` install it; it is idempotent. The request log (`kafka.request.logger`,
+trio_broker/request_log.py) is ours too and names the client id: its records are escaped
+the same way. Other loggers' records are left alone.
 
 Flooding. Lines logged on a client's behalf (in its connection's task, or in a handler
 task answering its request: `CLIENT_ADDRESS` is set there) can be limited per client
 address and call site by `ClientLineFilter` on a handler: the CLI puts it on the broker's
 own handler; an embedding program may put it on its own (`install(handler)`). Lines of the
 socket server itself (bad frames, connections closed mid-frame, idle or stalled) are
-limited where they are logged (Connection.log_client), whatever the handlers.
+limited where they are logged (Connection.log_client), whatever the handlers. The request
+log is not limited: it is one line per request by design, turned on by the operator.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ __all__ = ["CLIENT_ADDRESS", "ClientLineFilter", "escape", "install"]
 CLIENT_ADDRESS: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "trio_broker_client_address", default=None
 )
+
+# The loggers whose records are escaped: the broker's, and its request log (request_log.py).
+_OURS = ("trio_broker", "kafka.request.logger")
+# One line per request when `request.log.enable` is on: never limited per client.
+_REQUEST_LOGGER = "kafka.request.logger"
 
 # C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -110,7 +118,7 @@ def install(handler: logging.Handler | None = None) -> None:
 
             def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
                 record = current(*args, **kwargs)
-                if record.name.startswith("trio_broker"):
+                if record.name.startswith(_OURS):
                     _make_safe(record)
                 return record
 
@@ -140,7 +148,7 @@ class ClientLineFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         address = CLIENT_ADDRESS.get()
-        if address is None:
+        if address is None or record.name == _REQUEST_LOGGER:
             return True
         key = (address, record.name, record.lineno)
         now = time.monotonic()
