@@ -352,7 +352,7 @@ class PartitionLog:
             elif header.is_log_append_time:
                 set_max_timestamp(view, pos, BatchTimestampType.CREATE_TIME, header.max_timestamp)
             index_entries.append((last, max_ts, header.size))
-        aborted = aborted_by(self, updates.values(), completed) if completed else ()
+        aborted = aborted_by(self, updates.values(), completed)
         try:
             max_ts = planned[0][4] if len(planned) == 1 else max(p[4] for p in planned)
             self._maybe_roll(len(view), max_ts, last_offset, now)
@@ -473,8 +473,6 @@ class PartitionLog:
         producer_state.update_map_end_offset(self.log_end_offset)
         cache = self.leader_epoch_cache
         for epoch, start in epochs:
-            if cache.is_latest(epoch, start):
-                continue  # the epoch the log is in already (most appends)
             try:
                 cache.assign(epoch, start)
             except OSError as exc:

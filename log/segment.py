@@ -383,8 +383,7 @@ class LogSegment:
         """
         if not batches:
             return
-        if aborted:
-            self.txn_index.check_order(aborted)
+        self.txn_index.check_order(aborted)
         start = self.size
         undo = (
             self.offset_index.entries,
@@ -428,8 +427,7 @@ class LogSegment:
             self.bytes_since_last_index_entry += size
         # Before the segment takes the batches as its own (its size, tail, next offset):
         # a failure here is undone with the write.
-        if aborted:
-            self.txn_index.append_all(aborted)
+        self.txn_index.append_all(aborted)
         last_size = batches[-1][2]
         self._tail = (physical - last_size, read_header(data, len(data) - last_size))
         self._remember(batches, physical)

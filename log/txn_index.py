@@ -60,6 +60,8 @@ class TransactionIndex:
 
     def check_order(self, txns: Sequence[AbortedTxn]) -> None:
         """ValueError unless each of `txns` ends after the one before it (and the index's)."""
+        if not txns:
+            return  # an append without ABORT markers: every produce
         last = self.entries[-1].last_offset if self.entries else None
         for txn in txns:
             if last is not None and txn.last_offset <= last:

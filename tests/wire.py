@@ -96,18 +96,34 @@ def session_fetch(
     correlation_id: int,
     version: int = 12,
 ) -> Any:
-    """A Fetch in an incremental fetch session (KIP-227): partition 0 of each topic at its
-    offset, no wait; `epoch` 0 with `session_id` 0 asks for a new session."""
+    """A Fetch in an incremental fetch session (KIP-227), sent and answered: partition 0
+    of each topic at its offset, no wait; `epoch` 0 with `session_id` 0 asks for a new
+    session."""
+    request = session_fetch_request(session_id, epoch, topics)
+    return roundtrip(sock, request, version, correlation_id)
+
+
+def session_fetch_request(
+    session_id: int,
+    epoch: int,
+    topics: list[tuple[str, int]],
+    *,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    isolation_level: int = 0,
+) -> Any:
+    """session_fetch's FetchRequest, to send as it is or to leave parked."""
     from trio_broker.protocol._generated.fetch_request import (
         FetchPartition,
         FetchRequest,
         FetchTopic,
     )
 
-    request = FetchRequest(
-        max_wait_ms=0,
-        min_bytes=0,
+    return FetchRequest(
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
         max_bytes=1 << 20,
+        isolation_level=isolation_level,
         session_id=session_id,
         session_epoch=epoch,
         topics=[
@@ -120,4 +136,3 @@ def session_fetch(
             for t, o in topics
         ],
     )
-    return roundtrip(sock, request, version, correlation_id)

@@ -5,7 +5,7 @@ import threading
 import time
 
 import pytest
-from wire import encode_request, read_response, request_of, roundtrip
+from wire import encode_request, read_response, request_of, roundtrip, session_fetch_request
 from wire import session_fetch as wire_session_fetch
 
 from trio_broker.protocol._generated.fetch_request import FetchPartition, FetchRequest, FetchTopic
@@ -307,23 +307,10 @@ def test_incremental_session_sends_a_high_watermark_seen_while_waiting(kafka_bro
     create_topic(sock, "hw-b")
 
     def request(epoch, session_id, max_wait_ms):
-        return FetchRequest(
-            max_wait_ms=max_wait_ms,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=1,  # READ_COMMITTED
-            session_id=session_id,
-            session_epoch=epoch,
-            topics=[
-                FetchTopic(
-                    topic=t,
-                    partitions=[
-                        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-                    ],
-                )
-                for t in ("hw-a", "hw-b")
-            ],
-        )
+        topics = [("hw-a", 0), ("hw-b", 0)]
+        return session_fetch_request(
+            session_id, epoch, topics, max_wait_ms=max_wait_ms, min_bytes=1, isolation_level=1
+        )  # READ_COMMITTED
 
     full = roundtrip(sock, request(0, 0, 0), FETCH_V, 30)
     assert full.error_code == 0 and full.session_id > 0
