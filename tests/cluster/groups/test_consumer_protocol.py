@@ -277,8 +277,10 @@ def test_ten_members_on_sixty_partitions_and_one_leaves(kafka_broker_factory):
     # assignor, so wait for the balanced target, not just for full coverage; poll()
     # fails at once if any partition is ever owned twice on the way.
     watch.poll(
-        lambda: sorted(len(parts) for parts in watch.owned()) == [6] * 10
-        and sorted(p for parts in watch.owned() for p in parts) == list(range(60))
+        lambda: (
+            sorted(len(parts) for parts in watch.owned()) == [6] * 10
+            and sorted(p for parts in watch.owned() for p in parts) == list(range(60))
+        )
     )
 
     leaver = consumers.pop()
