@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "API_SPECS",
     "KAFKA_40_MIN_VERSIONS",
+    "NOT_ADVERTISED",
     "ApiSpec",
     "advertised_versions",
     "answer_now",
@@ -105,6 +106,8 @@ API_SPECS: tuple[ApiSpec, ...] = (
     ApiSpec(6, "UpdateMetadata", 0, 8, "update_metadata"),
     ApiSpec(7, "ControlledShutdown", 0, 3, "controlled_shutdown"),
     ApiSpec(43, "ElectLeaders", 0, 2, "elect_leaders"),
+    # Brokers' heartbeats to the controller (KRaft's, for broker fencing): not advertised.
+    ApiSpec(63, "BrokerHeartbeat", 0, 1, "broker_heartbeat"),
     # security (issue 16): SASL, SCRAM credentials
     ApiSpec(17, "SaslHandshake", 0, 1, "sasl_handshake"),
     ApiSpec(36, "SaslAuthenticate", 0, 2, "sasl_authenticate"),
@@ -147,6 +150,11 @@ KAFKA_40_MIN_VERSIONS: dict[int, int] = {
 # Produce range starts above 0).
 _KAFKA_40_ADVERTISED_MIN = {0: 0}
 
+# Served between the brokers of a cluster, not listed in ApiVersions: BrokerHeartbeat is a
+# controller listener's API in Kafka, never a broker listener's, and clients need not see it
+# (the broker's own heartbeats name their version: cluster/replication/heartbeats.py).
+NOT_ADVERTISED = frozenset({63})
+
 _BY_KEY = {spec.api_key: spec for spec in API_SPECS}
 _handlers: dict[int, Any] = {}
 
@@ -163,6 +171,8 @@ def supported_versions(baseline: str = "3.9") -> dict[int, tuple[int, int]]:
 def advertised_versions(baseline: str = "3.9") -> dict[int, tuple[int, int]]:
     """What ApiVersions lists: the served ranges, but for Kafka 4.0's Produce quirk."""
     served = supported_versions(baseline)
+    for key in NOT_ADVERTISED:
+        served.pop(key, None)
     if baseline == "4.0":
         for key, low in _KAFKA_40_ADVERTISED_MIN.items():
             served[key] = (low, served[key][1])

@@ -64,6 +64,7 @@ class Controller:
         self, broker: Broker, zk: ZooKeeperSession, epoch: int, epoch_zk_version: int = -1
     ):
         from trio_broker.cluster.controller.context import ControllerContext
+        from trio_broker.cluster.controller.fencing import BrokerFencing
 
         self.broker = broker
         self.zk = zk
@@ -76,6 +77,11 @@ class Controller:
         self._events_send, self._events = trio.open_memory_channel[tuple](math.inf)
         self._topic_watches: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
+        self.fencing = BrokerFencing(self)
+
+    def send_event(self, event: tuple) -> None:
+        """Queue `event` for the event loop."""
+        self._events_send.send_nowait(event)
 
     @property
     def live_brokers(self) -> frozenset[int]:
@@ -109,6 +115,10 @@ class Controller:
                 started = False
                 try:
                     await self._failover_until_done()
+                    # Brokers find a new controller by its znode: none is fenced for
+                    # having not found it yet.
+                    self.fencing.grace_until = trio.current_time() + self.fencing.session_s
+                    nursery.start_soon(self.fencing.run)
                     self.ready.set()
                     task_status.started()
                     started = True
@@ -261,6 +271,10 @@ class Controller:
             await self._on_isr_change(event[1])
         elif kind == "log_dirs":
             await self._on_log_dir_events(event[1])
+        elif kind == "fence":
+            await self.fencing.fence_stale()
+        elif kind == "unfence":
+            await self.fencing.unfence(event[1], event[2])
         elif kind == "replica_states":
             await self._on_replica_states(event[1], event[2], event[3])
         elif kind == "delete":
@@ -436,6 +450,7 @@ class Controller:
                 endpoints=info.endpoints,
                 epoch=stat.czxid,
             )
+        self.fencing.keep_fenced(live)
         old = ctx.live_brokers
         started = {b for b in live if b not in old or old[b].epoch != live[b].epoch}
         gone = {b for b in old if b not in live or old[b].epoch != live[b].epoch}
@@ -515,6 +530,7 @@ class Controller:
         for broker_id in broker_ids:
             # A new registration: its log dirs were checked again when it started.
             ctx.replicas_on_offline_dirs.pop(broker_id, None)
+            self.fencing.registered(broker_id)
         logger.info(
             "controller epoch %d: brokers started %s, live %s",
             self.epoch,

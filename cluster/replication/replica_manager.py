@@ -111,6 +111,16 @@ class ReplicaManager:
             membership.before_registering.append(self.wait_until_decided_anew)
         self._unsure = False  # see `_on_stall`
         self.isr_expands = 0
+        # Heartbeats to the controller and the ISR lease they give (heartbeats.py); the
+        # ISRs this broker leads that it could not shrink without the lease, whose state
+        # znodes it reads until it may (`_watch_held_isrs`).
+        self.heartbeats: Any = None
+        if getattr(broker, "zk", None) is not None:
+            from trio_broker.cluster.replication.heartbeats import BrokerHeartbeats
+
+            self.heartbeats = BrokerHeartbeats(broker)
+        self.held_isrs: set[TopicPartition] = set()
+        self._lease_lost_logged = False
         # ISR changes written but not yet announced to the controller, and whether a task
         # is about to announce them (`_announce_isr_changes`).
         self._isr_changes: set[TopicPartition] = set()
@@ -136,6 +146,9 @@ class ReplicaManager:
                 if getattr(self.broker, "zk", None) is not None:
                     nursery.start_soon(self._watch_for_deposition)
                     nursery.start_soon(self._tick)
+                if self.heartbeats is not None:
+                    await nursery.start(self.heartbeats.run)
+                    nursery.start_soon(self._watch_held_isrs)
                 self.started.set()
                 task_status.started()
         finally:
@@ -642,7 +655,9 @@ class ReplicaManager:
 
     # -- controlled shutdown ---------------------------------------------------------------
 
-    def resign_moved_leaderships(self, *, everything: bool = False) -> list[TopicPartition]:
+    def resign_moved_leaderships(
+        self, *, everything: bool = False, why: str = "stopping"
+    ) -> list[TopicPartition]:
         """While this broker stops: give up the leaderships the controller moved elsewhere
         (the metadata cache, fed by UpdateMetadata, names another leader in a newer epoch)
         or, with `everything` (the controlled shutdown succeeded), every leadership of a
@@ -678,8 +693,9 @@ class ReplicaManager:
             resigned.append(key)
         if resigned:
             logger.info(
-                "broker %s stopping: resigned the leadership of %s",
+                "broker %s %s: resigned the leadership of %s",
                 self.node_id,
+                why,
                 ", ".join(f"{t}-{p}" for t, p in resigned),
             )
         return resigned
@@ -1093,11 +1109,19 @@ class ReplicaManager:
         while True:
             await trio.sleep(lag_ms / 2000)
             now = _now_ms()
+            lease: bool | None = None  # asked once per round, when needed
             for part in list(self.partitions.values()):
                 if not part.is_leader or part.isr_change_in_flight:
                     continue
                 out = part.out_of_sync_replicas(now, lag_ms)
                 if not out:
+                    continue
+                if lease is None:
+                    lease = self.heartbeats is None or self.heartbeats.lease()
+                    if lease:
+                        self._lease_lost_logged = False
+                if not lease:
+                    self._hold_isr(part, out)
                     continue
                 new_isr = [r for r in part.isr if r not in out]
                 logger.info(
@@ -1112,6 +1136,75 @@ class ReplicaManager:
                 part.isr_change_in_flight = True
                 self.isr_shrinks += 1
                 self.spawn(self._write_isr, part, new_isr)
+
+    def _hold_isr(self, part: Partition, out: list[int]) -> None:
+        """No ISR lease (heartbeats.py): this leader may be the one cut off, about to be
+        fenced, so the ISR stays as it is (acks=all waits, as in Kafka when AlterIsr
+        cannot reach the controller) and its state znode is watched for a new leader."""
+        self.held_isrs.add(part.key)
+        if not self._lease_lost_logged:
+            self._lease_lost_logged = True
+            logger.warning(
+                "broker %s: no heartbeat answered by the controller for %.1f s: the ISR of "
+                "%s-%s (and any other) is not shrunk (%s not caught up) until one is",
+                self.node_id,
+                self.heartbeats.lease_s,
+                part.topic,
+                part.partition,
+                out,
+            )
+
+    async def _watch_held_isrs(self) -> None:
+        """While ISRs are held (`_hold_isr`): every half second, their state znodes. A
+        newer leader epoch there means the controller fenced this broker and elected
+        another leader: it stops leading those partitions at once (produces and fetches
+        answer NOT_LEADER_OR_FOLLOWER, waiting acks=all produces too) and its metadata
+        cache names the new leader, so that clients asking it go there; the controller's
+        LeaderAndIsr makes it a follower when it gets through."""
+        from kazoo.exceptions import NoNodeError
+
+        while True:
+            await trio.sleep(0.5)
+            held = sorted(
+                key
+                for key in self.held_isrs
+                if (part := self.partitions.get(key)) is not None and part.is_leader
+            )
+            if not held or self.heartbeats.lease():
+                self.held_isrs.clear()
+                continue
+            self.held_isrs = set(held)
+            try:
+                read = await self.broker.zk.get_many(
+                    [zk_data.partition_state_path(*tp) for tp in held]
+                )
+            except Exception as exc:  # noqa: BLE001 - read again next round
+                logger.info("reading held partitions' states failed: %r", exc)
+                continue
+            moved = 0
+            for tp, result in zip(held, read, strict=True):
+                part = self.partitions.get(tp)
+                if isinstance(result, (NoNodeError, Exception)) or part is None:
+                    continue
+                state = zk_data.LeaderIsrState.decode(result[0])
+                if state.leader_epoch <= part.leader_epoch or state.leader == self.node_id:
+                    continue
+                moved += self._cache_leadership(tp, state, result[1].version)
+            if moved:
+                for key in self.resign_moved_leaderships(why="fenced by the controller"):
+                    self.held_isrs.discard(key)
+
+    def _cache_leadership(self, tp: TopicPartition, state: Any, zk_version: int) -> int:
+        """The state znode's newer leadership of `tp` into the metadata cache; 1 if done."""
+        tstate = self.broker.metadata.topics.get(tp[0])
+        cached = tstate.partitions.get(tp[1]) if tstate is not None else None
+        if cached is None or cached.leader_epoch >= state.leader_epoch:
+            return 1 if cached is not None else 0
+        cached.leader = state.leader
+        cached.leader_epoch = state.leader_epoch
+        cached.isr = list(state.isr)
+        cached.zk_version = zk_version
+        return 1
 
     async def _write_isr(self, part: Partition, new_isr: list[int]) -> None:
         from kazoo.exceptions import BadVersionError, NoNodeError

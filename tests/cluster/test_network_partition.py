@@ -512,3 +512,89 @@ def test_a_cut_shorter_than_the_session_shrinks_the_isr_and_it_grows_back(
         net.heal()  # a failed test's brokers stop quickly (controlled shutdown included)
         cluster.stop()
         net.close()
+
+
+def _metadata_leader(port: int, topic: str) -> tuple[int, int]:
+    """(leader, leader epoch) of `topic`-0 in the Metadata one broker answers."""
+    from trio_broker.protocol._generated.metadata_request import MetadataRequestTopic
+
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        request = request_of(3, topics=[MetadataRequestTopic(name=topic)])
+        (found,) = roundtrip(sock, request, 9).topics
+        (part,) = found.partitions
+        return part.leader_id, part.leader_epoch
+
+
+def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(zookeeper, tmp_path, zk_view):
+    """Broker 3 leads `fenced-0` and is cut from the other brokers (the controller
+    included) by dropped packets, but not from ZooKeeper nor from clients: its session
+    lives on, so nothing but its missing heartbeats can tell. The controller fences it:
+    another member of the ISR leads, and the ISR is the other two, not shrunk to the cut
+    leader alone (which, before, refused acks=all for the whole cut). The cut-off leader
+    learns it from the partition's state znode: it answers produces
+    NOT_LEADER_OR_FOLLOWER and its Metadata names the new leader. After the heal it is
+    unfenced in the same registration (same session) and back in the ISR."""
+    common = {
+        **_cluster_overrides(session_ms=6000, lag_ms=3000),
+        "broker.heartbeat.interval.ms": "500",
+        "broker.session.timeout.ms": "3000",
+    }
+    net = IsolatedBroker(zookeeper)
+    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common, processes=True)
+    try:
+        _start(cluster, net, zk_view, controller=1)
+        brokers = cluster.brokers
+        create_topic(
+            cluster.bootstrap,
+            "fenced",
+            replica_assignment=[[ISOLATED, 1, 2]],
+            config={"min.insync.replicas": "2"},
+        )
+        wait_for_leaders(cluster.bootstrap, "fenced", 1, isr_size=3)
+        state = "/brokers/topics/fenced/partitions/0/state"
+        registration = zk_view.owner(f"/brokers/ids/{ISOLATED}")
+        epoch = zk_view.json(state)["leader_epoch"]
+        isolated = RawProducer(brokers[ISOLATED].port)
+        code, _ = isolated.produce("fenced", b"before", acks=-1)
+        assert code == ErrorCode.NONE, ErrorCode(code)
+
+        # Cut from the brokers only: ZooKeeper's proxy stays open.
+        net.to_me.cut(silent=True)
+        for proxy in net.from_me.values():
+            proxy.cut(silent=True)
+
+        def moved() -> dict | None:
+            now = zk_view.json(state)
+            return now if now["leader"] not in (ISOLATED, -1) else None
+
+        now = eventually(moved, budget_s=30, what="another leader of fenced-0")
+        assert now["leader_epoch"] > epoch
+        assert sorted(now["isr"]) == [1, 2], now
+        new_leader = now["leader"]
+
+        def told() -> int | None:
+            code, _ = isolated.produce("fenced", b"cut-off", acks=-1, timeout_ms=1000)
+            return code if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
+
+        eventually(told, budget_s=30, what="NOT_LEADER_OR_FOLLOWER from the cut-off leader")
+        assert _metadata_leader(brokers[ISOLATED].port, "fenced") == (
+            new_leader,
+            now["leader_epoch"],
+        )
+        code, _ = RawProducer(brokers[new_leader].port).produce("fenced", b"majority", acks=-1)
+        assert code == ErrorCode.NONE, ErrorCode(code)
+
+        net.heal()
+        eventually(
+            lambda: sorted(zk_view.json(state)["isr"]) == [1, 2, 3],
+            budget_s=30,
+            what="broker 3 back in the ISR",
+        )
+        assert zk_view.owner(f"/brokers/ids/{ISOLATED}") == registration
+        assert zk_view.json(state)["leader"] == new_leader
+        isolated.close()
+    finally:
+        _keep_logs(cluster, tmp_path)
+        net.heal()
+        cluster.stop()
+        net.close()

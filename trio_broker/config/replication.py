@@ -129,6 +129,25 @@ REPLICATION_CONFIGS: tuple[ConfigKey, ...] = (
         _at_least(1),
         "Timeout of the controller's requests to brokers (and of ControlledShutdown).",
     ),
+    # Broker fencing (KRaft's, here in a ZooKeeper cluster: cluster/controller/fencing.py):
+    # every broker heartbeats the controller; one silent for the session timeout, while the
+    # controller hears a majority, loses its leaderships and leaves the ISRs.
+    ConfigKey(
+        "broker.heartbeat.interval.ms",
+        "INT",
+        2000,
+        _int,
+        _at_least(1),
+        "Interval of each broker's heartbeats to the controller (BrokerHeartbeat).",
+    ),
+    ConfigKey(
+        "broker.session.timeout.ms",
+        "INT",
+        9000,
+        _int,
+        _at_least(1),
+        "A broker whose heartbeats the controller has not had for this long is fenced.",
+    ),
     # replication: followers fetch from leaders; leaders keep the ISR and the high watermark
     ConfigKey(
         "num.replica.fetchers",

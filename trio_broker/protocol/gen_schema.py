@@ -222,16 +222,22 @@ def load_message(path: Path, rel: str) -> MessageSpec:
     )
 
 
+# Requests KRaft sends only to its controllers that a ZooKeeper-era cluster here sends to
+# its controller broker too: BrokerHeartbeat (broker fencing, cluster/controller/fencing.py).
+_BROKER_TO_CONTROLLER = frozenset({"BrokerHeartbeatRequest.json"})
+
+
 def select_specs(spec_dir: Path) -> list[MessageSpec]:
     """The messages the broker serves (to clients, and to other brokers of a ZooKeeper-era
-    cluster: LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown, AlterPartition),
+    cluster: LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown, AlterPartition,
+    BrokerHeartbeat),
     the headers, and the coordinator records."""
     messages = spec_dir / "messages"
     chosen: list[tuple[Path, str]] = []
     for p in sorted(messages.glob("*Request.json")):
         d = load_json(p)
         listeners = d.get("listeners", [])
-        if "broker" in listeners or "zkBroker" in listeners:
+        if "broker" in listeners or "zkBroker" in listeners or p.name in _BROKER_TO_CONTROLLER:
             chosen.append((p, f"messages/{p.name}"))
             resp = p.with_name(p.name[: -len("Request.json")] + "Response.json")
             chosen.append((resp, f"messages/{resp.name}"))

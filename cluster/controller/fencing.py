@@ -1,0 +1,184 @@
+"""Broker fencing: KRaft's broker heartbeats and sessions, in a ZooKeeper cluster.
+
+A broker's ZooKeeper session says only that it reaches ZooKeeper. A leader cut from the
+other brokers but not from ZooKeeper keeps its session and its leaderships, and no
+follower can reach it: acks=all waits for the whole cut (min.insync.replicas) and
+nobody is elected. Kafka 4 (KRaft) handles this with heartbeats: every broker sends
+BrokerHeartbeat to the controller every `broker.heartbeat.interval.ms`, and the
+controller fences a broker it has not heard from for `broker.session.timeout.ms`
+(Kafka's BrokerHeartbeatManager), electing new leaders from the ISRs without it
+(ReplicationControlManager). Here the same, on the controller broker:
+
+    heartbeat(broker, epoch)   from the BrokerHeartbeat handler: remembered, answered
+                               with whether the broker is fenced; one from a fenced broker
+                               of the same registration unfences it (an event)
+    run                        every half heartbeat interval: the registered brokers not
+                               heard from for the session timeout are fenced (an event),
+                               but only while the controller hears from a majority of
+                               them (itself counted: a controller cut off from the rest
+                               fences nobody) and only a session timeout after its own
+                               failover (brokers find a new controller by its znode)
+
+Fencing is the controller's broker failure (out of the live brokers used for elections
+and metadata, `on_broker_failure`); unfencing its broker startup (`on_broker_startup`:
+LeaderAndIsr for all its replicas, it follows and catches up). A broker registering
+again (a new broker epoch) is no longer fenced. Elections stay clean (ISR only) and
+conditional on the state znodes' versions, as every other election.
+
+`hears_majority` is the controller broker's own ISR lease (cluster/replication/
+heartbeats.py): it may shrink an ISR only while it hears from a majority.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+if TYPE_CHECKING:
+    from trio_broker.cluster.controller.context import LiveBroker
+    from trio_broker.cluster.controller.kafka_controller import Controller
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BrokerFencing"]
+
+
+class BrokerFencing:
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        config = controller.broker.config
+        self.interval_s = config.broker_heartbeat_interval_ms / 1000
+        self.session_s = config.broker_session_timeout_ms / 1000
+        # broker id -> (its broker epoch, when its latest heartbeat came)
+        self.heard: dict[int, tuple[int, float]] = {}
+        # Fenced brokers, with the registration they were fenced in.
+        self.fenced: dict[int, LiveBroker] = {}
+        # No fencing before this (set when the failover is done).
+        self.grace_until = float("inf")
+        self._fence_asked = False
+
+    # -- heartbeats -------------------------------------------------------------------------
+
+    def heartbeat(self, broker_id: int, broker_epoch: int) -> tuple[int, bool]:
+        """A BrokerHeartbeat: (error code, is_fenced)."""
+        from trio_broker.errors import ErrorCode
+
+        ctx = self.controller.ctx
+        node = ctx.live_brokers.get(broker_id) or self.fenced.get(broker_id)
+        if node is not None and 0 <= broker_epoch < node.epoch:
+            return ErrorCode.STALE_BROKER_EPOCH, True
+        # Unknown to the controller yet (its watch on /brokers/ids has not fired), or of
+        # a newer registration: heard all the same, the registration comes.
+        self.heard[broker_id] = (broker_epoch, trio.current_time())
+        fenced = self.fenced.get(broker_id)
+        if fenced is not None and fenced.epoch == broker_epoch:
+            self.controller.send_event(("unfence", broker_id, broker_epoch))
+            return ErrorCode.NONE, True
+        return ErrorCode.NONE, fenced is not None
+
+    def registered(self, broker_id: int) -> None:
+        """A new registration counts as a heartbeat (it finds the controller after)."""
+        node = self.controller.ctx.live_brokers.get(broker_id)
+        if node is not None:
+            self.heard[broker_id] = (node.epoch, trio.current_time())
+
+    def _heard_within(self, broker_id: int, seconds: float, now: float) -> bool:
+        if broker_id == self.controller.ctx.controller_id:
+            return True
+        heard = self.heard.get(broker_id)
+        return heard is not None and now - heard[1] < seconds
+
+    def registered_brokers(self) -> set[int]:
+        return set(self.controller.ctx.live_brokers) | set(self.fenced)
+
+    def hears_majority(self, within_s: float) -> bool:
+        """Whether heartbeats came from a majority of the registered brokers (this one
+        counted) within `within_s`."""
+        now = trio.current_time()
+        registered = self.registered_brokers() | {self.controller.ctx.controller_id}
+        hearing = [b for b in registered if self._heard_within(b, within_s, now)]
+        return 2 * len(hearing) > len(registered)
+
+    # -- the registrations the controller reads ---------------------------------------------
+
+    def keep_fenced(self, live: dict[int, LiveBroker]) -> None:
+        """The controller read /brokers/ids into `live`: a fenced broker of the same
+        registration stays out of it (fenced); one gone or registered again is no longer
+        fenced (its new registration is a broker startup)."""
+        for broker_id, node in list(self.fenced.items()):
+            now = live.get(broker_id)
+            if now is not None and now.epoch == node.epoch:
+                self.fenced[broker_id] = live.pop(broker_id)
+            else:
+                del self.fenced[broker_id]
+                logger.info(
+                    "controller: broker %d registered again or left; no longer fenced", broker_id
+                )
+
+    def stale(self) -> list[int]:
+        """The live brokers to fence now (empty while in the grace period or without a
+        majority heard from)."""
+        now = trio.current_time()
+        if now < self.grace_until or not self.hears_majority(self.session_s):
+            return []
+        ctx = self.controller.ctx
+        return sorted(
+            b
+            for b in ctx.live_brokers
+            if b != ctx.controller_id and not self._heard_within(b, self.session_s, now)
+        )
+
+    async def run(self) -> None:
+        """Asks the event loop to fence the brokers gone silent (`stale`)."""
+        while True:
+            await trio.sleep(self.interval_s / 2)
+            if not self._fence_asked and self.stale():
+                self._fence_asked = True
+                self.controller.send_event(("fence",))
+
+    async def fence_stale(self) -> None:
+        """On the event loop: fence the brokers `stale` names (checked again here: a
+        heartbeat may have come since)."""
+        self._fence_asked = False
+        stale = self.stale()
+        if not stale:
+            return
+        controller = self.controller
+        ctx = controller.ctx
+        now = trio.current_time()
+        for broker_id in stale:
+            heard = self.heard.get(broker_id)
+            logger.warning(
+                "controller epoch %d: fencing broker %d (epoch %d): no heartbeat for %s, while "
+                "hearing from a majority of the registered brokers %s",
+                controller.epoch,
+                broker_id,
+                ctx.live_brokers[broker_id].epoch,
+                f"{now - heard[1]:.1f} s" if heard is not None else "ever",
+                sorted(self.registered_brokers()),
+            )
+            self.fenced[broker_id] = ctx.live_brokers.pop(broker_id)
+            # A fresh connection when it is unfenced: the one to it may hold requests
+            # TCP is retransmitting into the cut.
+            controller.channel.remove_broker(broker_id)
+            ctx.shutting_down.discard(broker_id)
+        await controller.on_broker_failure(frozenset(stale))
+
+    async def unfence(self, broker_id: int, broker_epoch: int) -> None:
+        """On the event loop: a heartbeat from the fenced broker's registration."""
+        node = self.fenced.get(broker_id)
+        if node is None or node.epoch != broker_epoch:
+            return
+        controller = self.controller
+        logger.warning(
+            "controller epoch %d: broker %d (epoch %d) heard from again: unfenced",
+            controller.epoch,
+            broker_id,
+            broker_epoch,
+        )
+        del self.fenced[broker_id]
+        controller.ctx.live_brokers[broker_id] = node
+        controller.channel.add_broker(broker_id, node.host, node.port)
+        await controller.on_broker_startup(frozenset({broker_id}))
