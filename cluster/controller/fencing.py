@@ -15,9 +15,11 @@ controller fences a broker it has not heard from for `broker.session.timeout.ms`
     run                        every half heartbeat interval: the registered brokers not
                                heard from for the session timeout are fenced (an event),
                                but only while the controller hears from a majority of
-                               them (itself counted: a controller cut off from the rest
-                               fences nobody) and only a session timeout after its own
-                               failover (brokers find a new controller by its znode)
+                               them within two intervals (itself counted: a controller
+                               cut off from the rest fences nobody) and only a session
+                               timeout after its own failover (brokers find a new
+                               controller by its znode); with no majority heard for a
+                               session timeout, the controller resigns (`_resign`)
 
 Fencing is the controller's broker failure (out of the live brokers used for elections
 and metadata, `on_broker_failure`); unfencing its broker startup (`on_broker_startup`:
@@ -51,6 +53,11 @@ class BrokerFencing:
         config = controller.broker.config
         self.interval_s = config.broker_heartbeat_interval_ms / 1000
         self.session_s = config.broker_session_timeout_ms / 1000
+        # "Hearing from" a broker: a heartbeat within two intervals (as the brokers' ISR
+        # lease). Not the session timeout: cut off itself, the controller stops hearing
+        # everyone at once, and the broker whose latest heartbeat came first would be
+        # fenced while the others' were still within the session timeout.
+        self.recent_s = 2 * self.interval_s
         # broker id -> (its broker epoch, when its latest heartbeat came)
         self.heard: dict[int, tuple[int, float]] = {}
         # Fenced brokers, with the registration they were fenced in.
@@ -121,7 +128,7 @@ class BrokerFencing:
         """The live brokers to fence now (empty while in the grace period or without a
         majority heard from)."""
         now = trio.current_time()
-        if now < self.grace_until or not self.hears_majority(self.session_s):
+        if now < self.grace_until or not self.hears_majority(self.recent_s):
             return []
         ctx = self.controller.ctx
         return sorted(
@@ -131,12 +138,50 @@ class BrokerFencing:
         )
 
     async def run(self) -> None:
-        """Asks the event loop to fence the brokers gone silent (`stale`)."""
+        """Asks the event loop to fence the brokers gone silent (`stale`); resigns when
+        the controller itself is the one cut off (`_resign`)."""
         while True:
             await trio.sleep(self.interval_s / 2)
+            if trio.current_time() >= self.grace_until and not self.hears_majority(self.session_s):
+                await self._resign()
+                return
             if not self._fence_asked and self.stale():
                 self._fence_asked = True
                 self.controller.send_event(("fence",))
+
+    async def _resign(self) -> None:
+        """No heartbeats from a majority of the registered brokers for a session timeout:
+        this controller is most likely the broker cut off (from the other brokers, not
+        from ZooKeeper, or it would have lost /controller with its session). It can fence
+        nobody, and leaders cut from it cannot shrink their ISRs. So it deletes
+        /controller (while still its own) and its elector stands aside for a session
+        timeout: a broker on the majority side takes over, and fences it if it stays cut
+        off."""
+        from kazoo.exceptions import NoNodeError
+
+        from trio_broker.cluster.zookeeper import zk_data
+
+        controller = self.controller
+        zk = controller.zk
+        elector = getattr(controller.broker, "controller_elector", None)
+        logger.warning(
+            "controller epoch %d: no heartbeats from a majority of brokers %s for %.1f s: "
+            "resigning, not standing again for %.1f s",
+            controller.epoch,
+            sorted(self.registered_brokers()),
+            self.session_s,
+            self.session_s,
+        )
+        if elector is not None:
+            elector.standing_down_until = trio.current_time() + self.session_s
+        try:
+            stat = await zk.exists(zk_data.CONTROLLER_PATH)
+            if stat is not None and stat.ephemeralOwner == zk.session_id:
+                await zk.delete(zk_data.CONTROLLER_PATH, version=stat.version)
+        except NoNodeError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - the session's end resigns it too
+            logger.warning("controller epoch %d: could not resign: %r", controller.epoch, exc)
 
     async def fence_stale(self) -> None:
         """On the event loop: fence the brokers `stale` names (checked again here: a

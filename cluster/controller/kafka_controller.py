@@ -840,6 +840,9 @@ class ControllerElector:
         self.zk = zk
         self.node_id = broker.node_id
         self.controller: Controller | None = None  # while this broker is the controller
+        # A controller that resigned for want of heartbeats from a majority (fencing.py)
+        # does not stand again before this (trio time).
+        self.standing_down_until = float("-inf")
 
     @property
     def epoch(self) -> int | None:
@@ -870,6 +873,11 @@ class ControllerElector:
                         running.cancel()
                         running = None
                     if stat is None:
+                        wait = self.standing_down_until - trio.current_time()
+                        if wait > 0:
+                            with trio.move_on_after(wait):
+                                await fired.wait()
+                            continue
                         await self._try_to_win()
                     await fired.wait()
                     await self.zk.wait_connected()

@@ -45,9 +45,6 @@ class BrokerHeartbeats:
         # When the latest heartbeat answered by the controller was sent (trio time).
         self.answered_at = float("-inf")
         self.fenced = False  # as the controller's latest answer said
-        # A test's hook: heartbeats stop while this is False.
-        self.sending = True
-        self.sent = 0
 
     @property
     def lease_s(self) -> float:
@@ -75,8 +72,7 @@ class BrokerHeartbeats:
         task_status.started()
         async with NetworkClient(config) as client, trio.open_nursery() as nursery:
             while True:
-                if self.sending:
-                    nursery.start_soon(self._beat, client)
+                nursery.start_soon(self._beat, client)
                 await trio.sleep(self.interval_s)
 
     async def _beat(self, client: Any) -> None:
@@ -98,7 +94,6 @@ class BrokerHeartbeats:
             return  # not registered yet
         sent_at = trio.current_time()
         client.set_nodes({**client.nodes, controller: (node.host, node.port)})
-        self.sent += 1
         try:
             with trio.fail_after(self.lease_s):
                 response = await client.send(

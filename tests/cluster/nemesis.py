@@ -7,7 +7,8 @@ processes, each on its own host, so that the test can drop their packets.
         cluster.bootstrap           every broker's address, for clients on the test's host
 
 Short timeouts, so that faults play out in seconds: a 6 s ZooKeeper session, followers
-out of the ISR after 3 s without catching up, their fetches timed out after 3 s. Each
+out of the ISR after 3 s without catching up, their fetches timed out after 3 s, brokers
+fenced after 3 s without a heartbeat answered (sent every 0.5 s). Each
 broker's log directory is a disk of its own (a tmpfs, where mounting is allowed), so that
 one of them can fill up.
 """
@@ -40,6 +41,10 @@ BROKER_DEFAULTS = {
     # followers do too) before the ISR could grow back; timed out, it reconnects.
     "replica.socket.timeout.ms": "3000",
     "controlled.shutdown.retry.backoff.ms": "200",
+    # Broker fencing scaled like the sessions (Kafka's 2 s / 9 s against 18 s sessions): a
+    # leader cut from the other brokers but not from ZooKeeper is fenced after 3 s.
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "3000",
     "default.replication.factor": "3",
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.replication.factor": "3",

@@ -525,7 +525,10 @@ def _metadata_leader(port: int, topic: str) -> tuple[int, int]:
         return part.leader_id, part.leader_epoch
 
 
-def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(zookeeper, tmp_path, zk_view):
+@pytest.mark.parametrize("controller", [1, ISOLATED], ids=["leader", "leader-and-controller"])
+def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(
+    zookeeper, tmp_path, zk_view, controller
+):
     """Broker 3 leads `fenced-0` and is cut from the other brokers (the controller
     included) by dropped packets, but not from ZooKeeper nor from clients: its session
     lives on, so nothing but its missing heartbeats can tell. The controller fences it:
@@ -533,7 +536,10 @@ def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(zookeeper, 
     leader alone (which, before, refused acks=all for the whole cut). The cut-off leader
     learns it from the partition's state znode: it answers produces
     NOT_LEADER_OR_FOLLOWER and its Metadata names the new leader. After the heal it is
-    unfenced in the same registration (same session) and back in the ISR."""
+    unfenced in the same registration (same session) and back in the ISR.
+
+    When the cut-off leader is the controller too, it hears no majority's heartbeats: it
+    resigns (deletes /controller), a broker of the majority takes over and fences it."""
     common = {
         **_cluster_overrides(session_ms=6000, lag_ms=3000),
         "broker.heartbeat.interval.ms": "500",
@@ -542,7 +548,7 @@ def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(zookeeper, 
     net = IsolatedBroker(zookeeper)
     cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=common, processes=True)
     try:
-        _start(cluster, net, zk_view, controller=1)
+        _start(cluster, net, zk_view, controller)
         brokers = cluster.brokers
         create_topic(
             cluster.bootstrap,
@@ -592,6 +598,7 @@ def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(zookeeper, 
         )
         assert zk_view.owner(f"/brokers/ids/{ISOLATED}") == registration
         assert zk_view.json(state)["leader"] == new_leader
+        assert zk_view.controller() != ISOLATED
         isolated.close()
     finally:
         _keep_logs(cluster, tmp_path)
