@@ -105,6 +105,11 @@ class BrokerFencing:
         counted) within `within_s`."""
         now = trio.current_time()
         registered = self.registered_brokers() | {self.controller.ctx.controller_id}
+        if len(registered) < 3:
+            # Cut in two, neither side of two brokers would have a majority: the
+            # controller acts as if it heard one (it fences a silent broker, keeps its
+            # lease, never resigns), as a KRaft controller of its own would.
+            return True
         hearing = [b for b in registered if self._heard_within(b, within_s, now)]
         return 2 * len(hearing) > len(registered)
 

@@ -36,6 +36,10 @@ __all__ = ["BrokerHeartbeats"]
 
 # BrokerHeartbeat is not listed in ApiVersions (apis/registry.py): sent at this version.
 _VERSION = 0
+# After a heartbeat not sent (no controller known yet, not registered yet) or failed at
+# once (refused): the next one this soon, not an interval later (a broker just started
+# would be without its ISR lease for an interval).
+_RETRY_S = 0.1
 
 
 class BrokerHeartbeats:
@@ -56,6 +60,11 @@ class BrokerHeartbeats:
         controller = elector.controller if elector is not None else None
         if controller is not None:
             return bool(controller.fencing.hears_majority(self.lease_s))
+        metadata = self.broker.metadata
+        if metadata.controller_id >= 0 and metadata.controller_id not in metadata.brokers:
+            # /controller names no registered broker (a test acting as the controller):
+            # nobody to heartbeat, and nobody who fences; the ZooKeeper-era rule.
+            return True
         return trio.current_time() - self.answered_at < self.lease_s
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -72,10 +81,25 @@ class BrokerHeartbeats:
         task_status.started()
         async with NetworkClient(config) as client, trio.open_nursery() as nursery:
             while True:
-                nursery.start_soon(self._beat, client)
-                await trio.sleep(self.interval_s)
+                started = trio.current_time()
+                done = trio.Event()
+                answered: list[bool] = []
+                nursery.start_soon(self._beat_then_set, client, done, answered)
+                with trio.move_on_after(self.interval_s):
+                    await done.wait()
+                if done.is_set() and not answered:
+                    await trio.sleep(min(_RETRY_S, self.interval_s))
+                else:
+                    await trio.sleep_until(started + self.interval_s)
 
-    async def _beat(self, client: Any) -> None:
+    async def _beat_then_set(self, client: Any, done: trio.Event, answered: list[bool]) -> None:
+        try:
+            if await self._beat(client):
+                answered.append(True)
+        finally:
+            done.set()
+
+    async def _beat(self, client: Any) -> bool:
         """One heartbeat, on a task of its own: one lost in a cut does not hold up the
         next (each is bounded by the lease; a timed-out connection is dropped, so the next
         one connects afresh instead of queueing behind TCP's retransmissions)."""
@@ -89,9 +113,9 @@ class BrokerHeartbeats:
         controller = metadata.controller_id
         node = metadata.brokers.get(controller)
         if controller < 0 or controller == broker.node_id or node is None:
-            return
+            return False
         if broker.broker_epoch < 0:
-            return  # not registered yet
+            return False  # not registered yet
         sent_at = trio.current_time()
         client.set_nodes({**client.nodes, controller: (node.host, node.port)})
         try:
@@ -106,12 +130,12 @@ class BrokerHeartbeats:
         except (KafkaError, trio.TooSlowError, OSError) as exc:
             logger.debug("heartbeat to controller %d failed: %r", controller, exc)
             client.disconnect(controller)
-            return
+            return False
         if response.error_code != ErrorCode.NONE or metadata.controller_id != controller:
             logger.debug(
                 "heartbeat to broker %d: %s", controller, ErrorCode(response.error_code).name
             )
-            return
+            return False
         if sent_at > self.answered_at:
             self.answered_at = sent_at
         if response.is_fenced != self.fenced:
@@ -122,3 +146,4 @@ class BrokerHeartbeats:
                 "fenced" if self.fenced else "no longer fenced",
                 controller,
             )
+        return True
