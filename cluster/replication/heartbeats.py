@@ -49,10 +49,20 @@ class BrokerHeartbeats:
         # When the latest heartbeat answered by the controller was sent (trio time).
         self.answered_at = float("-inf")
         self.fenced = False  # as the controller's latest answer said
+        self.began_at = float("inf")  # when `run` began
 
     @property
     def lease_s(self) -> float:
         return 2 * self.interval_s
+
+    def is_controller(self) -> bool:
+        elector = getattr(self.broker, "controller_elector", None)
+        return elector is not None and elector.controller is not None
+
+    def silent_for(self) -> float:
+        """Seconds since the latest heartbeat the controller answered was sent (or since
+        heartbeats began)."""
+        return trio.current_time() - max(self.answered_at, self.began_at)
 
     def lease(self) -> bool:
         """Whether this broker may shrink an ISR now (see the module's docstring)."""
@@ -78,6 +88,7 @@ class BrokerHeartbeats:
             client_id=f"broker-{broker.node_id}-heartbeat",
             request_timeout_ms=int(self.lease_s * 1000),
         )
+        self.began_at = trio.current_time()
         task_status.started()
         async with NetworkClient(config) as client, trio.open_nursery() as nursery:
             while True:

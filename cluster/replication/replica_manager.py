@@ -120,6 +120,8 @@ class ReplicaManager:
 
             self.heartbeats = BrokerHeartbeats(broker)
         self.held_isrs: set[TopicPartition] = set()
+        # Leaderships given up presuming this broker fenced (`_watch_held_isrs`).
+        self.presumed_fenced: set[TopicPartition] = set()
         self._lease_lost_logged = False
         # ISR changes written but not yet announced to the controller, and whether a task
         # is about to announce them (`_announce_isr_changes`).
@@ -908,6 +910,24 @@ class ReplicaManager:
     ) -> None:
         """Cut off from ZooKeeper: give up every leadership whose ISR followers have not
         fetched for `quiet_ms` (see `_watch_for_deposition`)."""
+        resigned = self._give_up_unfetched(quiet_ms)
+        if resigned:
+            if self._resigned_in_session is None:
+                self._resigned_in_session = zk.session_id if zk.session_id else -1
+            logger.warning(
+                "broker %s: no answer from ZooKeeper for %.1f s (connection %s) and no "
+                "fetch from the ISR for %d ms: presumed deposed, leads none of %s until "
+                "the controller says so",
+                self.node_id,
+                silent,
+                f"lost {lost_for:.1f} s ago" if since is not None else "not yet found lost",
+                quiet_ms,
+                ", ".join(f"{t}-{p}" for t, p in resigned),
+            )
+
+    def _give_up_unfetched(self, quiet_ms: int) -> list[TopicPartition]:
+        """Give up every leadership whose ISR followers have not fetched for `quiet_ms`
+        (nobody else could have been elected where there are none); returns them."""
         now = _now_ms()
         resigned = []
         for key, part in list(self.partitions.items()):
@@ -930,19 +950,7 @@ class ReplicaManager:
             self._lead_nothing(key, part)
             self._wake(key)
             resigned.append(key)
-        if resigned:
-            if self._resigned_in_session is None:
-                self._resigned_in_session = zk.session_id if zk.session_id else -1
-            logger.warning(
-                "broker %s: no answer from ZooKeeper for %.1f s (connection %s) and no "
-                "fetch from the ISR for %d ms: presumed deposed, leads none of %s until "
-                "the controller says so",
-                self.node_id,
-                silent,
-                f"lost {lost_for:.1f} s ago" if since is not None else "not yet found lost",
-                quiet_ms,
-                ", ".join(f"{t}-{p}" for t, p in resigned),
-            )
+        return resigned
 
     async def _tick(self) -> None:
         self._last_tick = trio.current_time()
@@ -1155,44 +1163,125 @@ class ReplicaManager:
             )
 
     async def _watch_held_isrs(self) -> None:
-        """While ISRs are held (`_hold_isr`): every half second, their state znodes. A
-        newer leader epoch there means the controller fenced this broker and elected
-        another leader: it stops leading those partitions at once (produces and fetches
-        answer NOT_LEADER_OR_FOLLOWER, waiting acks=all produces too) and its metadata
-        cache names the new leader, so that clients asking it go there; the controller's
-        LeaderAndIsr makes it a follower when it gets through."""
-        from kazoo.exceptions import NoNodeError
+        """Every quarter second, a leader without its ISR lease (heartbeats.py):
 
+        - presumed fenced: with no heartbeat answered for half `broker.session.timeout.ms`
+          (since the latest answered one was sent; the controller counts from when it got
+          the latest, which is later) it gives up the leaderships whose ISR followers have
+          not fetched for as long (or 4 fetch waits): the controller fences it no sooner
+          than a session timeout after that, so the old leader has stopped before a new
+          one is elected, as a leader cut from ZooKeeper stops before its session expires
+          (`_watch_for_deposition`). Should the controller answer again without having
+          fenced it, and those partitions still be its own in their state znodes, it ends
+          its session, as there, so that the controller decides them anew.
+        - every half second, the state znodes of the partitions whose ISRs it holds
+          (`_hold_isr`) or which it presumed fenced: a newer leader epoch there means the
+          controller fenced it and elected another leader. It stops leading a held one at
+          once (produces and fetches answer NOT_LEADER_OR_FOLLOWER, waiting acks=all
+          produces too), and its metadata cache names the new leader, so that clients
+          asking it go there; the controller's LeaderAndIsr makes it a follower when it
+          gets through."""
+        heartbeats = self.heartbeats
+        session_s = self.config.broker_session_timeout_ms / 1000
+        quiet_ms = max(int(session_s * 500), 4 * self.config.replica_fetch_wait_max_ms)
+        rounds = 0
         while True:
-            await trio.sleep(0.5)
+            await trio.sleep(0.25)
+            rounds += 1
+            if heartbeats.lease():
+                self.held_isrs.clear()
+                if self.presumed_fenced and not heartbeats.fenced:
+                    await self._after_presumed_fencing()
+                continue
+            if not heartbeats.is_controller() and heartbeats.silent_for() >= session_s / 2:
+                resigned = self._give_up_unfetched(quiet_ms)
+                if resigned:
+                    self.presumed_fenced.update(resigned)
+                    logger.warning(
+                        "broker %s: no heartbeat answered by the controller for %.1f s and no "
+                        "fetch from the ISR for %d ms: presumed fenced, leads none of %s "
+                        "until the controller says so",
+                        self.node_id,
+                        heartbeats.silent_for(),
+                        quiet_ms,
+                        ", ".join(f"{t}-{p}" for t, p in resigned),
+                    )
+            if rounds % 2:
+                continue
             held = sorted(
                 key
                 for key in self.held_isrs
                 if (part := self.partitions.get(key)) is not None and part.is_leader
             )
-            if not held or self.heartbeats.lease():
-                self.held_isrs.clear()
-                continue
             self.held_isrs = set(held)
+            watched = sorted({*held, *self.presumed_fenced})
+            if watched:
+                await self._read_new_leaders(watched)
+
+    async def _read_new_leaders(self, watched: list[TopicPartition]) -> None:
+        """The state znodes of `watched`: newer leaderships into the metadata cache; the
+        held ones among them resigned, the presumed fenced ones no longer watched."""
+        from kazoo.exceptions import NoNodeError
+
+        read = None
+        # Bounded: cut from ZooKeeper too, the presumptions above must go on meanwhile.
+        with trio.move_on_after(1):
             try:
                 read = await self.broker.zk.get_many(
-                    [zk_data.partition_state_path(*tp) for tp in held]
+                    [zk_data.partition_state_path(*tp) for tp in watched]
                 )
             except Exception as exc:  # noqa: BLE001 - read again next round
-                logger.info("reading held partitions' states failed: %r", exc)
+                logger.info("reading the states of partitions led here failed: %r", exc)
+        if read is None:
+            return
+        moved = 0
+        for tp, result in zip(watched, read, strict=True):
+            part = self.partitions.get(tp)
+            if isinstance(result, (NoNodeError, Exception)) or part is None:
                 continue
-            moved = 0
-            for tp, result in zip(held, read, strict=True):
-                part = self.partitions.get(tp)
-                if isinstance(result, (NoNodeError, Exception)) or part is None:
-                    continue
-                state = zk_data.LeaderIsrState.decode(result[0])
-                if state.leader_epoch <= part.leader_epoch or state.leader == self.node_id:
-                    continue
-                moved += self._cache_leadership(tp, state, result[1].version)
-            if moved:
-                for key in self.resign_moved_leaderships(why="fenced by the controller"):
-                    self.held_isrs.discard(key)
+            state = zk_data.LeaderIsrState.decode(result[0])
+            if state.leader_epoch <= part.leader_epoch or state.leader == self.node_id:
+                continue
+            moved += self._cache_leadership(tp, state, result[1].version)
+            self.presumed_fenced.discard(tp)
+        if moved:
+            for key in self.resign_moved_leaderships(why="fenced by the controller"):
+                self.held_isrs.discard(key)
+
+    async def _after_presumed_fencing(self) -> None:
+        """Heartbeats answered again, and this broker not fenced: the leaderships it gave up
+        presuming it would be that are still its own in their state znodes (no other
+        leader, no newer epoch) have no leader; it ends its session so that the controller
+        elects them anew (`_end_live_session`, as after a presumed deposition)."""
+        from kazoo.exceptions import NoNodeError
+
+        zk = self.broker.zk
+        presumed = sorted(self.presumed_fenced)
+        self.presumed_fenced.clear()
+        try:
+            read = await zk.get_many([zk_data.partition_state_path(*tp) for tp in presumed])
+        except Exception as exc:  # noqa: BLE001 - the leaderships stay given up
+            logger.warning("reading the states of partitions given up failed: %r", exc)
+            return
+        still = []
+        for tp, result in zip(presumed, read, strict=True):
+            if isinstance(result, (NoNodeError, Exception)):
+                continue
+            state = zk_data.LeaderIsrState.decode(result[0])
+            given_up = self.given_up.get(tp)
+            if (
+                state.leader == self.node_id
+                and given_up is not None
+                and state.leader_epoch <= given_up
+            ):
+                still.append(tp)
+        if still and zk.session_id is not None:
+            logger.warning(
+                "broker %s: heard by the controller again, not fenced; %s still its own",
+                self.node_id,
+                ", ".join(f"{t}-{p}" for t, p in still),
+            )
+            await self._end_live_session(zk, zk.session_id)
 
     def _cache_leadership(self, tp: TopicPartition, state: Any, zk_version: int) -> int:
         """The state znode's newer leadership of `tp` into the metadata cache; 1 if done."""

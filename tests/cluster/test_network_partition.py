@@ -590,9 +590,11 @@ def test_a_leader_cut_from_the_brokers_only_is_fenced_and_comes_back(
             return code if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else None
 
         eventually(told, budget_s=30, what="NOT_LEADER_OR_FOLLOWER from the cut-off leader")
-        assert _metadata_leader(brokers[ISOLATED].port, "fenced") == (
-            new_leader,
-            now["leader_epoch"],
+        told_leader = (new_leader, now["leader_epoch"])
+        eventually(
+            lambda: _metadata_leader(brokers[ISOLATED].port, "fenced") == told_leader,
+            budget_s=30,
+            what="the cut-off leader's Metadata naming the new leader",
         )
         code, _ = RawProducer(brokers[new_leader].port).produce("fenced", b"majority", acks=-1)
         assert code == ErrorCode.NONE, ErrorCode(code)
