@@ -31,6 +31,8 @@ KafkaController, ZooKeeper era).
               controlled shutdown, ElectLeaders, leader rebalance, topic deletion
                                  (cluster/controller/actions.py)
               reassignments      (cluster/controller/reassignment.py)
+              fence / unfence    a broker whose heartbeats stopped, and its next one
+                                 (cluster/controller/fencing.py: KRaft's broker fencing)
 
 The epoch fences a deposed controller: it grows by one per election, every controller
 request carries it (brokers refuse an older one), and every state znode write checks

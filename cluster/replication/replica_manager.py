@@ -1168,7 +1168,7 @@ class ReplicaManager:
         - presumed fenced: with no heartbeat answered for half `broker.session.timeout.ms`
           (since the latest answered one was sent; the controller counts from when it got
           the latest, which is later) it gives up the leaderships whose ISR followers have
-          not fetched for as long (or 4 fetch waits): the controller fences it no sooner
+          not fetched for as long (or 3 fetch waits): the controller fences it no sooner
           than a session timeout after that, so the old leader has stopped before a new
           one is elected, as a leader cut from ZooKeeper stops before its session expires
           (`_watch_for_deposition`). Should the controller answer again without having
@@ -1183,7 +1183,7 @@ class ReplicaManager:
           gets through."""
         heartbeats = self.heartbeats
         session_s = self.config.broker_session_timeout_ms / 1000
-        quiet_ms = max(int(session_s * 500), 4 * self.config.replica_fetch_wait_max_ms)
+        quiet_ms = max(int(session_s * 500), 3 * self.config.replica_fetch_wait_max_ms)
         rounds = 0
         while True:
             await trio.sleep(0.25)

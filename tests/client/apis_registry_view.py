@@ -4,6 +4,6 @@ from __future__ import annotations
 
 
 def broker_ranges() -> dict[int, tuple[int, int]]:
-    from trio_broker.apis.registry import API_SPECS
+    from trio_broker.apis.registry import advertised_versions
 
-    return {spec.api_key: (spec.min_version, spec.max_version) for spec in API_SPECS}
+    return advertised_versions()
