@@ -124,7 +124,11 @@ class BrokerFencing:
             if now is not None and now.epoch == node.epoch:
                 self.fenced[broker_id] = live.pop(broker_id)
             else:
-                del self.fenced[broker_id]
+                # Back among the live brokers as it was, so that the caller finds it gone
+                # (and any new registration started): whatever it still leads is elected
+                # away, as for any broker that leaves (its fence's elections may have
+                # failed: ZooKeeper down).
+                self.controller.ctx.live_brokers[broker_id] = self.fenced.pop(broker_id)
                 logger.info(
                     "controller: broker %d registered again or left; no longer fenced", broker_id
                 )
@@ -153,6 +157,11 @@ class BrokerFencing:
             if not self._fence_asked and self.stale():
                 self._fence_asked = True
                 self.controller.send_event(("fence",))
+            elif self.fenced and not self._fence_asked and self.unelected():
+                # A fence whose elections were not all written (ZooKeeper down, or out of
+                # reach for a moment): elected again until they are.
+                self._fence_asked = True
+                self.controller.send_event(("fence_again",))
 
     async def _resign(self) -> None:
         """No heartbeats from a majority of the registered brokers for a session timeout:
@@ -215,6 +224,31 @@ class BrokerFencing:
             controller.channel.remove_broker(broker_id)
             ctx.shutting_down.discard(broker_id)
         await controller.on_broker_failure(frozenset(stale))
+
+    def unelected(self) -> list[int]:
+        """The fenced brokers still leading a partition another in-sync replica could
+        lead (their fence's elections failed to be written)."""
+        ctx = self.controller.ctx
+        return sorted(
+            {
+                state.leader
+                for tp, state in ctx.states.items()
+                if state.leader in self.fenced
+                and any(r != state.leader and ctx.is_replica_online(r, tp) for r in state.isr)
+            }
+        )
+
+    async def fence_again(self) -> None:
+        """On the event loop: the elections of `unelected` brokers, again."""
+        self._fence_asked = False
+        leaders = self.unelected()
+        if leaders:
+            logger.warning(
+                "controller epoch %d: electing again the partitions fenced brokers %s lead",
+                self.controller.epoch,
+                leaders,
+            )
+            await self.controller.on_broker_failure(frozenset(leaders))
 
     async def unfence(self, broker_id: int, broker_epoch: int) -> None:
         """On the event loop: a heartbeat from the fenced broker's registration."""

@@ -275,6 +275,8 @@ class Controller:
             await self._on_log_dir_events(event[1])
         elif kind == "fence":
             await self.fencing.fence_stale()
+        elif kind == "fence_again":
+            await self.fencing.fence_again()
         elif kind == "unfence":
             await self.fencing.unfence(event[1], event[2])
         elif kind == "replica_states":
