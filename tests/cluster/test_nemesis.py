@@ -14,9 +14,9 @@ import threading
 import time
 
 import pytest
-from clustertest_helpers import eventually
+from clustertest_helpers import ZooKeeperView, eventually
 from failover_helpers import close_producer, create_topic, wait_for_leaders
-from nemesis import NetCluster, converged, fill_disk, run_scenario, zk_state
+from nemesis import NetCluster, controller_id, converged, fill_disk, run_scenario, zk_state
 from netlab import NetLab, skip_reason
 from wire import request_of, roundtrip
 
@@ -383,3 +383,52 @@ def _commit_anywhere(cluster: NetCluster, group: str, offset: int) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_a_leader_killed_while_zookeeper_is_down_is_replaced_before_its_session_ends(lab, tmp_path):
+    """kill -9 of a leader (not the controller) while ZooKeeper is down for 4 s, longer
+    than broker.session.timeout.ms (3 s in the nemesis cluster). Its registration
+    outlives ZooKeeper's return by a session timeout (6 s); the partition must have its
+    new leader, from the ISR, while that registration is still there: the controller
+    fenced the silent broker. Without fencing it is elected only once the registration
+    ends (this test fails so on the code before fencing)."""
+    with NetCluster(lab, tmp_path) as cluster:
+        assert cluster.zookeeper is not None
+        controller = controller_id(cluster)
+        victim = next(b for b in sorted(cluster.brokers) if b != controller)
+        others = [b for b in sorted(cluster.brokers) if b != victim]
+        create_topic(cluster.bootstrap, "zkdown", replica_assignment=[[victim, *others]])
+        wait_for_leaders(cluster.bootstrap, "zkdown", 1, isr_size=3)
+        before = zk_state(cluster, "zkdown", 0)
+        assert before["leader"] == victim
+
+        cluster.zookeeper.kill()
+        cluster.brokers[victim].kill()
+        time.sleep(4)
+        cluster.zookeeper.start_again()
+
+        view = ZooKeeperView(cluster.zookeeper.connect, "/kafka")
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert time.monotonic() < deadline, "no new leader within 60 s"
+                # The state first, then the registration: a new leader read before the
+                # registration is seen still there was elected while it was.
+                state = view.json("/brokers/topics/zkdown/partitions/0/state")
+                registered = view.exists(f"/brokers/ids/{victim}") is not None
+                if state["leader"] != victim:
+                    break
+                assert registered, (
+                    f"broker {victim}'s registration ended before its partition was "
+                    f"elected away: {state}"
+                )
+                time.sleep(0.1)
+            assert registered, (
+                f"the new leader {state['leader']} was not seen before broker {victim}'s "
+                "registration ended"
+            )
+        finally:
+            view.close()
+        assert state["leader"] in others
+        assert state["leader_epoch"] > before["leader_epoch"]
+        assert victim not in state["isr"] and set(state["isr"]) <= set(others)
