@@ -762,8 +762,6 @@ class ReplicaManager:
         batch this broker had appended and then answered NOT_LEADER_OR_FOLLOWER when it
         gave the leadership up, which is appended again. Once another leader is elected,
         clients go to it; this broker follows."""
-        from kazoo.exceptions import NoNodeError
-
         given_up = dict(self.given_up)
         if not given_up:
             return
@@ -774,15 +772,16 @@ class ReplicaManager:
         while True:
             brokers = await zk.get_children(zk_data.BROKER_IDS_PATH)
             live = {int(b) for b in brokers if b.isdigit()} - {self.node_id}
-            read = await zk.get_many([zk_data.partition_state_path(*tp) for tp in waiting])
+            states = await self._read_states(waiting)
             still = []
-            for tp, result in zip(waiting, read, strict=True):
-                if isinstance(result, NoNodeError):
+            for tp in waiting:
+                if tp not in states:
                     continue  # deleted
-                if isinstance(result, Exception):
+                read = states[tp]
+                if read is None:
                     still.append(tp)
                     continue
-                state = zk_data.LeaderIsrState.decode(result[0])
+                state = read[0]
                 if (
                     state.leader == self.node_id
                     and state.leader_epoch <= given_up[tp]
@@ -1221,28 +1220,25 @@ class ReplicaManager:
     async def _read_new_leaders(self, watched: list[TopicPartition]) -> None:
         """The state znodes of `watched`: newer leaderships into the metadata cache; the
         held ones among them resigned, the presumed fenced ones no longer watched."""
-        from kazoo.exceptions import NoNodeError
-
-        read = None
+        states = None
         # Bounded: cut from ZooKeeper too, the presumptions above must go on meanwhile.
         with trio.move_on_after(1):
             try:
-                read = await self.broker.zk.get_many(
-                    [zk_data.partition_state_path(*tp) for tp in watched]
-                )
+                states = await self._read_states(watched)
             except Exception as exc:  # noqa: BLE001 - read again next round
                 logger.info("reading the states of partitions led here failed: %r", exc)
-        if read is None:
+        if states is None:
             return
         moved = 0
-        for tp, result in zip(watched, read, strict=True):
+        for tp in watched:
             part = self.partitions.get(tp)
-            if isinstance(result, (NoNodeError, Exception)) or part is None:
+            read = states.get(tp)
+            if read is None or part is None:
                 continue
-            state = zk_data.LeaderIsrState.decode(result[0])
+            state, zk_version = read
             if state.leader_epoch <= part.leader_epoch or state.leader == self.node_id:
                 continue
-            moved += self._cache_leadership(tp, state, result[1].version)
+            moved += self._cache_leadership(tp, state, zk_version)
             self.presumed_fenced.discard(tp)
         if moved:
             for key in self.resign_moved_leaderships(why="fenced by the controller"):
@@ -1253,21 +1249,20 @@ class ReplicaManager:
         presuming it would be that are still its own in their state znodes (no other
         leader, no newer epoch) have no leader; it ends its session so that the controller
         elects them anew (`_end_live_session`, as after a presumed deposition)."""
-        from kazoo.exceptions import NoNodeError
-
         zk = self.broker.zk
         presumed = sorted(self.presumed_fenced)
         self.presumed_fenced.clear()
         try:
-            read = await zk.get_many([zk_data.partition_state_path(*tp) for tp in presumed])
+            states = await self._read_states(presumed)
         except Exception as exc:  # noqa: BLE001 - the leaderships stay given up
             logger.warning("reading the states of partitions given up failed: %r", exc)
             return
         still = []
-        for tp, result in zip(presumed, read, strict=True):
-            if isinstance(result, (NoNodeError, Exception)):
+        for tp in presumed:
+            read = states.get(tp)
+            if read is None:
                 continue
-            state = zk_data.LeaderIsrState.decode(result[0])
+            state = read[0]
             given_up = self.given_up.get(tp)
             if (
                 state.leader == self.node_id
@@ -1282,6 +1277,28 @@ class ReplicaManager:
                 ", ".join(f"{t}-{p}" for t, p in still),
             )
             await self._end_live_session(zk, zk.session_id)
+
+    async def _read_states(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[zk_data.LeaderIsrState, int] | None]:
+        """The state znodes of `partitions`, read pipelined: (decoded state, znode
+        version) by partition, None where that znode's read failed; a partition whose
+        znode is missing is left out. The whole read failing raises."""
+        from kazoo.exceptions import NoNodeError
+
+        read = await self.broker.zk.get_many(
+            [zk_data.partition_state_path(*tp) for tp in partitions]
+        )
+        states: dict[TopicPartition, tuple[zk_data.LeaderIsrState, int] | None] = {}
+        for tp, result in zip(partitions, read, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            states[tp] = (
+                None
+                if isinstance(result, Exception)
+                else (zk_data.LeaderIsrState.decode(result[0]), result[1].version)
+            )
+        return states
 
     def _cache_leadership(self, tp: TopicPartition, state: Any, zk_version: int) -> int:
         """The state znode's newer leadership of `tp` into the metadata cache; 1 if done."""
