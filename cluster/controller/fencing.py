@@ -21,6 +21,10 @@ controller fences a broker it has not heard from for `broker.session.timeout.ms`
                                controller by its znode); with no majority heard for a
                                session timeout, the controller resigns (`_resign`)
 
+A controller voted out by the brokers (cluster/zookeeper/controller_votes.py: dead, its
+/controller outliving it with its session) gets no grace from the controller elected
+after it (`read_votes`): fenced as soon as that one hears a majority.
+
 Fencing is the controller's broker failure (out of the live brokers used for elections
 and metadata, `on_broker_failure`); unfencing its broker startup (`on_broker_startup`:
 LeaderAndIsr for all its replicas, it follows and catches up). A broker registering
@@ -64,6 +68,8 @@ class BrokerFencing:
         self.fenced: dict[int, LiveBroker] = {}
         # No fencing before this (set when the failover is done).
         self.grace_until = float("inf")
+        # Brokers with no grace after the failover (`read_votes`).
+        self.unheard: set[int] = set()
         self._fence_asked = False
 
     # -- heartbeats -------------------------------------------------------------------------
@@ -137,14 +143,40 @@ class BrokerFencing:
         """The live brokers to fence now (empty while in the grace period or without a
         majority heard from)."""
         now = trio.current_time()
-        if now < self.grace_until or not self.hears_majority(self.recent_s):
+        if not self.hears_majority(self.recent_s):
             return []
+        in_grace = now < self.grace_until
         ctx = self.controller.ctx
         return sorted(
             b
             for b in ctx.live_brokers
-            if b != ctx.controller_id and not self._heard_within(b, self.session_s, now)
+            if b != ctx.controller_id
+            and (not in_grace or b in self.unheard)
+            and not self._heard_within(b, self.session_s, now)
         )
+
+    async def read_votes(self) -> None:
+        """At the failover: the brokers a majority voted unheard in the election just
+        before this one (cluster/zookeeper/controller_votes.py: the controller they
+        replaced) get no grace; fenced as soon as this controller hears a majority, unless
+        they heartbeat it first."""
+        from trio_broker.cluster.zookeeper import controller_votes as cv
+
+        ctx = self.controller.ctx
+        votes = await cv.read_votes(self.controller.zk)
+        registered = self.registered_brokers() | {ctx.controller_id}
+        for vote in set(votes.values()):
+            if vote.epoch_zk_version == ctx.epoch_zk_version - 1 and vote.controller in registered:
+                voters = cv.majority_against(votes, vote, registered)
+                if voters:
+                    self.unheard.add(vote.controller)
+                    logger.warning(
+                        "controller epoch %d: broker %d, the controller before, was unheard by "
+                        "brokers %s: no grace before fencing it",
+                        self.controller.epoch,
+                        vote.controller,
+                        voters,
+                    )
 
     async def run(self) -> None:
         """Asks the event loop to fence the brokers gone silent (`stale`); resigns when

@@ -120,6 +120,7 @@ class Controller:
                     # Brokers find a new controller by its znode: none is fenced for
                     # having not found it yet.
                     self.fencing.grace_until = trio.current_time() + self.fencing.session_s
+                    await self.fencing.read_votes()
                     nursery.start_soon(self.fencing.run)
                     self.ready.set()
                     task_status.started()
@@ -874,8 +875,11 @@ class ControllerElector:
                         running = await nursery.start(self._run_controller, epoch, version)
                     elif not ours and running is not None:
                         logger.info("/controller is no longer broker %d's", self.node_id)
+                        deposed = self.controller
                         running.cancel()
                         running = None
+                        if deposed is not None:
+                            await self._stand_down_if_unheard(deposed.ctx.epoch_zk_version)
                     if stat is None:
                         wait = self.standing_down_until - trio.current_time()
                         if wait > 0:
@@ -887,6 +891,30 @@ class ControllerElector:
                     await self.zk.wait_connected()
             finally:
                 self.controller = None
+
+    async def _stand_down_if_unheard(self, epoch_zk_version: int) -> None:
+        """/controller was deleted under this broker's election: when by a majority's
+        votes that it was unheard (cluster/zookeeper/controller_votes.py), it is the one
+        cut off (or it was stopped); it stands aside for a session timeout, as a
+        controller that resigns (fencing.py), instead of winning again at once."""
+        from trio_broker.cluster.zookeeper import controller_votes as cv
+
+        vote = cv.Vote(self.node_id, epoch_zk_version)
+        try:
+            votes = await cv.read_votes(self.zk)
+            voters = cv.majority_against(votes, vote, await cv.registered_brokers(self.zk))
+        except Exception as exc:  # noqa: BLE001 - stands again as before
+            logger.debug("broker %d: votes not read: %r", self.node_id, exc)
+            return
+        if voters:
+            session_s = self.broker.config.broker_session_timeout_ms / 1000
+            self.standing_down_until = trio.current_time() + session_s
+            logger.warning(
+                "broker %d: unheard as controller by brokers %s: not standing again for %.1f s",
+                self.node_id,
+                voters,
+                session_s,
+            )
 
     async def _run_controller(
         self, epoch: int, epoch_zk_version: int, *, task_status: trio.TaskStatus[trio.CancelScope]

@@ -12,6 +12,10 @@ through the controller).
                               was answered within two intervals (sent no earlier); on the
                               controller broker itself, whether it heard from a majority
                               of the registered brokers within two intervals
+    _judge_controller         every interval: with no heartbeat answered by the
+                              controller for broker.session.timeout.ms, a vote in
+                              ZooKeeper that it is unheard; a majority's votes end its
+                              election (cluster/zookeeper/controller_votes.py)
 
 A leader cut from the controller (and the other brokers) but not from ZooKeeper keeps
 its session; without the lease it would shrink its ISRs to itself by its own ZooKeeper
@@ -46,18 +50,26 @@ class BrokerHeartbeats:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.interval_s = broker.config.broker_heartbeat_interval_ms / 1000
+        self.session_s = broker.config.broker_session_timeout_ms / 1000
         # When the latest heartbeat answered by the controller was sent (trio time).
         self.answered_at = float("-inf")
         self.fenced = False  # as the controller's latest answer said
+        # When the latest heartbeat the controller broker answered at all was sent, with
+        # an error too (NOT_CONTROLLER while its failover runs): alive, not to be voted out.
+        self.reached_at = float("-inf")
         self.began_at = float("inf")  # when `run` began
 
     @property
     def lease_s(self) -> float:
         return 2 * self.interval_s
 
-    def is_controller(self) -> bool:
+    def _controller(self) -> Any:
+        """This broker's Controller while it is the controller, else None."""
         elector = getattr(self.broker, "controller_elector", None)
-        return elector is not None and elector.controller is not None
+        return elector.controller if elector is not None else None
+
+    def is_controller(self) -> bool:
+        return self._controller() is not None
 
     def silent_for(self) -> float:
         """Seconds since the latest heartbeat the controller answered was sent (or since
@@ -66,8 +78,7 @@ class BrokerHeartbeats:
 
     def lease(self) -> bool:
         """Whether this broker may shrink an ISR now (see the module's docstring)."""
-        elector = getattr(self.broker, "controller_elector", None)
-        controller = elector.controller if elector is not None else None
+        controller = self._controller()
         if controller is not None:
             return bool(controller.fencing.hears_majority(self.lease_s))
         metadata = self.broker.metadata
@@ -91,6 +102,7 @@ class BrokerHeartbeats:
         self.began_at = trio.current_time()
         task_status.started()
         async with NetworkClient(config) as client, trio.open_nursery() as nursery:
+            nursery.start_soon(self._judge_controller)
             while True:
                 started = trio.current_time()
                 done = trio.Event()
@@ -102,6 +114,91 @@ class BrokerHeartbeats:
                     await trio.sleep(min(_RETRY_S, self.interval_s))
                 else:
                     await trio.sleep_until(started + self.interval_s)
+
+    async def _judge_controller(self) -> None:
+        """Every interval: vote that the controller is unheard once no heartbeat was
+        answered by it for a session timeout (since it was named controller; an error
+        is an answer: a controller still in its failover is alive), and delete
+        /controller when a majority of the registered brokers voted so
+        (cluster/zookeeper/controller_votes.py). The vote stays until that controller
+        answers again: a new controller reads it at its failover and fences the unheard
+        one at once (cluster/controller/fencing.py)."""
+        broker = self.broker
+        named = (-1, float("-inf"))  # the controller named, since when
+        voted: tuple[Any, float] | None = None  # (our vote, when cast)
+        while True:
+            await trio.sleep(self.interval_s)
+            controller = broker.metadata.controller_id
+            now = trio.current_time()
+            if controller != named[0]:
+                named = (controller, now)
+            if controller < 0 or controller == broker.node_id or broker.broker_epoch < 0:
+                continue
+            unheard = now - max(self.reached_at, self.began_at, named[1])
+            try:
+                if unheard >= self.session_s:
+                    voted = await self._vote(controller) or voted
+                elif voted is not None and voted[0].controller == controller:
+                    if self.reached_at > voted[1]:
+                        await self._withdraw_vote()
+                        voted = None
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper's errors: the next round
+                logger.debug("broker %d: controller vote failed: %r", broker.node_id, exc)
+
+    async def _vote(self, controller: int) -> tuple[Any, float] | None:
+        """Vote that `controller` is unheard, and end its election when a majority did
+        so; returns (the vote, when cast), or None when ZooKeeper names another
+        controller (the metadata lags)."""
+        from kazoo.exceptions import NodeExistsError
+
+        from trio_broker.cluster.zookeeper import controller_votes as cv
+        from trio_broker.cluster.zookeeper import zk_data
+
+        zk = self.broker.zk
+        # The controller and its election, read consistently: /controller_epoch's version
+        # the same before and after /controller (every election changes both at once).
+        _, epoch_stat = await zk.get(zk_data.CONTROLLER_EPOCH_PATH)
+        data, _ = await zk.get(zk_data.CONTROLLER_PATH)
+        _, again = await zk.get(zk_data.CONTROLLER_EPOCH_PATH)
+        if again.version != epoch_stat.version or zk_data.decode_controller(data) != controller:
+            return None
+        vote = cv.Vote(controller, epoch_stat.version)
+        path = cv.vote_path(self.broker.node_id)
+        try:
+            await zk.create(path, vote.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            await zk.set(path, vote.encode())
+        cast = (vote, trio.current_time())
+        voters = cv.majority_against(await cv.read_votes(zk), vote, await cv.registered_brokers(zk))
+        if not voters:
+            return cast
+        results = await zk.transaction(
+            [
+                ("check", (zk_data.CONTROLLER_EPOCH_PATH,), {"version": vote.epoch_zk_version}),
+                ("delete", (zk_data.CONTROLLER_PATH,), {}),
+            ]
+        )
+        if not any(isinstance(r, Exception) for r in results):
+            logger.warning(
+                "broker %d: controller %d unheard by brokers %s for %.1f s, a majority: its "
+                "/controller deleted (election at /controller_epoch version %d)",
+                self.broker.node_id,
+                controller,
+                voters,
+                self.session_s,
+                vote.epoch_zk_version,
+            )
+        return cast
+
+    async def _withdraw_vote(self) -> None:
+        from kazoo.exceptions import NoNodeError
+
+        from trio_broker.cluster.zookeeper import controller_votes as cv
+
+        try:
+            await self.broker.zk.delete(cv.vote_path(self.broker.node_id))
+        except NoNodeError:
+            pass
 
     async def _beat_then_set(self, client: Any, done: trio.Event, answered: list[bool]) -> None:
         try:
@@ -142,6 +239,8 @@ class BrokerHeartbeats:
             logger.debug("heartbeat to controller %d failed: %r", controller, exc)
             client.disconnect(controller)
             return False
+        if metadata.controller_id == controller and sent_at > self.reached_at:
+            self.reached_at = sent_at
         if response.error_code != ErrorCode.NONE or metadata.controller_id != controller:
             logger.debug(
                 "heartbeat to broker %d: %s", controller, ErrorCode(response.error_code).name

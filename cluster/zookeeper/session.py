@@ -32,6 +32,7 @@ cancelled when that session ends.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -71,6 +72,25 @@ class ZkConnect:
         if not hosts:
             raise ValueError(f"no ZooKeeper host in zookeeper.connect={text!r}")
         return cls(hosts=hosts, chroot=chroot)
+
+
+# The longest a connection's handshake may go unanswered before the next attempt.
+_HANDSHAKE_S = 2.0
+
+
+def _hosts_for_handshake(hosts: str, session_timeout_ms: int) -> str:
+    """`hosts` for kazoo, each repeated so that a handshake times out within
+    `_HANDSHAKE_S`. kazoo (as ZooKeeper's Java client) waits for the answer to its
+    ConnectRequest a session timeout divided by the number of hosts, and a ZooKeeper still
+    starting accepts connections it does not answer: a broker that connected then waited a
+    whole session timeout after ZooKeeper was back, its session unused (and a dead
+    controller's votes, cluster/zookeeper/controller_votes.py, a voter short). Listed k
+    times, a server is tried again after a session timeout / (k x hosts); requests'
+    socket writes share that bound (a write blocked that long drops the connection, and
+    the session carries on on the next)."""
+    listed = [h.strip() for h in hosts.split(",") if h.strip()]
+    k = max(1, math.ceil(session_timeout_ms / 1000 / _HANDSHAKE_S / len(listed)))
+    return ",".join(listed * k)
 
 
 @attrs.define
@@ -151,7 +171,7 @@ class ZooKeeperSession:
 
         self._token = trio.lowlevel.current_trio_token()
         self._client = KazooClient(
-            hosts=self.connect.hosts,
+            hosts=_hosts_for_handshake(self.connect.hosts, self.session_timeout_ms),
             timeout=self.session_timeout_ms / 1000,  # kazoo's "timeout" is the session's
             # Reconnect quickly and forever: a broker waits for ZooKeeper to come back.
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1),

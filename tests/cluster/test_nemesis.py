@@ -16,7 +16,15 @@ import time
 import pytest
 from clustertest_helpers import ZooKeeperView, eventually
 from failover_helpers import close_producer, create_topic, wait_for_leaders
-from nemesis import NetCluster, controller_id, converged, fill_disk, run_scenario, zk_state
+from nemesis import (
+    NetCluster,
+    controller_id,
+    converged,
+    fill_disk,
+    run_scenario,
+    save_logs,
+    zk_state,
+)
 from netlab import NetLab, skip_reason
 from wire import request_of, roundtrip
 
@@ -385,17 +393,28 @@ def _commit_anywhere(cluster: NetCluster, group: str, offset: int) -> bool:
     return False
 
 
-def test_a_leader_killed_while_zookeeper_is_down_is_replaced_before_its_session_ends(lab, tmp_path):
-    """kill -9 of a leader (not the controller) while ZooKeeper is down for 4 s, longer
-    than broker.session.timeout.ms (3 s in the nemesis cluster). Its registration
-    outlives ZooKeeper's return by a session timeout (6 s); the partition must have its
-    new leader, from the ISR, while that registration is still there: the controller
-    fenced the silent broker. Without fencing it is elected only once the registration
-    ends (this test fails so on the code before fencing)."""
+@pytest.mark.parametrize("victim_is", ["a leader", "the controller"])
+def test_a_leader_killed_while_zookeeper_is_down_is_replaced_before_its_session_ends(
+    lab, tmp_path, victim_is
+):
+    """kill -9 of a leader while ZooKeeper is down for 4 s, longer than
+    broker.session.timeout.ms (3 s in the nemesis cluster). Its registration outlives
+    ZooKeeper's return by a session timeout (6 s); the partition must have its new
+    leader, from the ISR, while that registration is still there.
+    - A leader that is not the controller: the controller fenced the silent broker.
+      Without fencing it is elected only once the registration ends (this case fails so
+      on the code before fencing).
+    - The controller itself: its /controller outlives ZooKeeper's return as long, and
+      nobody else may be controller meanwhile; the other brokers, unheard by it for the
+      session timeout, vote it out through ZooKeeper (controller_votes.py) and the new
+      controller fences it at once (this case fails so on the code before the votes)."""
     with NetCluster(lab, tmp_path) as cluster:
         assert cluster.zookeeper is not None
         controller = controller_id(cluster)
-        victim = next(b for b in sorted(cluster.brokers) if b != controller)
+        if victim_is == "the controller":
+            victim = controller
+        else:
+            victim = next(b for b in sorted(cluster.brokers) if b != controller)
         others = [b for b in sorted(cluster.brokers) if b != victim]
         create_topic(cluster.bootstrap, "zkdown", replica_assignment=[[victim, *others]])
         wait_for_leaders(cluster.bootstrap, "zkdown", 1, isr_size=3)
@@ -427,6 +446,9 @@ def test_a_leader_killed_while_zookeeper_is_down_is_replaced_before_its_session_
                 f"the new leader {state['leader']} was not seen before broker {victim}'s "
                 "registration ended"
             )
+        except AssertionError:
+            save_logs(cluster, tmp_path)  # broker-N.log: the log dirs are tmpfs mounts
+            raise
         finally:
             view.close()
         assert state["leader"] in others

@@ -126,3 +126,52 @@ def test_a_lone_broker_never_imports_kazoo(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_a_stopped_controller_is_voted_out_before_its_session_ends(zookeeper, tmp_path, zk_view):
+    """SIGSTOP of the controller for longer than broker.session.timeout.ms, shorter than its
+    ZooKeeper session: the other two brokers, unheard by it, vote it out
+    (cluster/zookeeper/controller_votes.py) and one of them is controller while broker 1's
+    session (and registration) still stands. Running again, broker 1 finds /controller
+    gone from under it and stands aside instead of winning it back: one more epoch, not
+    two, and every broker agrees."""
+    fast = {
+        "zookeeper.session.timeout.ms": "12000",
+        "broker.heartbeat.interval.ms": "300",
+        "broker.session.timeout.ms": "1500",
+    }
+    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=fast)
+    config = cluster.broker_config(1)
+    del config["listeners"]
+    process = BrokerProcess(config)
+    try:
+        eventually(lambda: zk_view.controller() == 1, budget_s=10, what="broker 1 controller")
+        with cluster:
+            cluster.add_broker(2)
+            cluster.add_broker(3)
+            eventually(lambda: zk_view.broker_ids() == [1, 2, 3], budget_s=10, what="3 brokers")
+            session = zk_view.owner("/brokers/ids/1")
+            os.kill(process.proc.pid, signal.SIGSTOP)
+            try:
+                new = eventually(
+                    lambda: zk_view.controller() in (2, 3) and zk_view.controller(),
+                    budget_s=9,  # within broker 1's 12 s session
+                    what="a controller voted in while broker 1 is stopped",
+                )
+                assert zk_view.owner("/brokers/ids/1") == session  # its session lives on
+                assert zk_view.controller_epoch() == 2
+            finally:
+                os.kill(process.proc.pid, signal.SIGCONT)
+            eventually(
+                lambda: any("not standing again" in line for line in process.lines),
+                budget_s=10,
+                what="broker 1 standing aside",
+            )
+            everyone = {1: process, **cluster.brokers}
+            eventually(lambda: _all_agree(everyone, new), budget_s=15, what="Metadata")
+            assert zk_view.controller() == new
+            assert zk_view.controller_epoch() == 2
+            assert zk_view.owner("/brokers/ids/1") == session
+    finally:
+        if process.proc.poll() is None:
+            process.kill()
