@@ -156,10 +156,10 @@ class BrokerFencing:
         )
 
     async def read_votes(self) -> None:
-        """At the failover: the brokers a majority voted unheard in the election just
-        before this one (cluster/zookeeper/controller_votes.py: the controller they
-        replaced) get no grace; fenced as soon as this controller hears a majority, unless
-        they heartbeat it first."""
+        """At the failover: the controller of the election just before this one gets no
+        grace when a majority voted it unheard (cluster/zookeeper/controller_votes.py) or
+        it voted so itself when it resigned (`_resign`); fenced as soon as this controller
+        hears a majority, unless it heartbeats this one first."""
         from trio_broker.cluster.zookeeper import controller_votes as cv
 
         ctx = self.controller.ctx
@@ -168,6 +168,8 @@ class BrokerFencing:
         for vote in set(votes.values()):
             if vote.epoch_zk_version == ctx.epoch_zk_version - 1 and vote.controller in registered:
                 voters = cv.majority_against(votes, vote, registered)
+                if votes.get(vote.controller) == vote:
+                    voters = [vote.controller]  # it resigned, hearing no majority
                 if voters:
                     self.unheard.add(vote.controller)
                     logger.warning(
@@ -205,6 +207,7 @@ class BrokerFencing:
         off."""
         from kazoo.exceptions import NoNodeError
 
+        from trio_broker.cluster.zookeeper import controller_votes as cv
         from trio_broker.cluster.zookeeper import zk_data
 
         controller = self.controller
@@ -221,6 +224,13 @@ class BrokerFencing:
         if elector is not None:
             elector.standing_down_until = trio.current_time() + self.session_s
         try:
+            # Its own vote first: the controller elected next fences it without a grace
+            # period (`read_votes`), as one the brokers voted out.
+            await cv.cast(
+                zk,
+                controller.broker.node_id,
+                cv.Vote(controller.broker.node_id, controller.ctx.epoch_zk_version),
+            )
             stat = await zk.exists(zk_data.CONTROLLER_PATH)
             if stat is not None and stat.ephemeralOwner == zk.session_id:
                 await zk.delete(zk_data.CONTROLLER_PATH, version=stat.version)

@@ -149,8 +149,6 @@ class BrokerHeartbeats:
         """Vote that `controller` is unheard, and end its election when a majority did
         so; returns (the vote, when cast), or None when ZooKeeper names another
         controller (the metadata lags)."""
-        from kazoo.exceptions import NodeExistsError
-
         from trio_broker.cluster.zookeeper import controller_votes as cv
         from trio_broker.cluster.zookeeper import zk_data
 
@@ -163,11 +161,7 @@ class BrokerHeartbeats:
         if again.version != epoch_stat.version or zk_data.decode_controller(data) != controller:
             return None
         vote = cv.Vote(controller, epoch_stat.version)
-        path = cv.vote_path(self.broker.node_id)
-        try:
-            await zk.create(path, vote.encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            await zk.set(path, vote.encode())
+        await cv.cast(zk, self.broker.node_id, vote)
         cast = (vote, trio.current_time())
         voters = cv.majority_against(await cv.read_votes(zk), vote, await cv.registered_brokers(zk))
         if not voters:

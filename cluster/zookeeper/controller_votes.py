@@ -21,6 +21,10 @@ checks /controller_epoch's version (KAFKA-6082), so a deposed controller that is
 alive (stopped, or cut off from the brokers) can write nothing once another is elected,
 and the brokers refuse its older controller epoch.
 
+A controller that resigns because it heard no majority (cluster/controller/fencing.py)
+votes so about itself first: its own vote about its own election, read by the next
+controller as the majority's.
+
 A broker cut off alone from the controller never makes a majority: votes need the other
 brokers to hear nothing from it too. A cluster of two brokers never deletes (one voter is
 not a majority of two): its controller is replaced when its session ends, as before.
@@ -35,7 +39,7 @@ import attrs
 
 from trio_broker.cluster.zookeeper import zk_data
 
-__all__ = ["UNHEARD_PATH", "Vote", "majority_against", "read_votes", "vote_path"]
+__all__ = ["UNHEARD_PATH", "Vote", "cast", "majority_against", "read_votes", "vote_path"]
 
 UNHEARD_PATH = "/controller_unheard"
 
@@ -66,6 +70,16 @@ class Vote:
 
 def vote_path(voter: int) -> str:
     return f"{UNHEARD_PATH}/{voter}"
+
+
+async def cast(zk: Any, voter: int, vote: Vote) -> None:
+    """Write `voter`'s vote (ephemeral: it goes with the voter's session)."""
+    from kazoo.exceptions import NodeExistsError
+
+    try:
+        await zk.create(vote_path(voter), vote.encode(), ephemeral=True, makepath=True)
+    except NodeExistsError:
+        await zk.set(vote_path(voter), vote.encode())
 
 
 async def read_votes(zk: Any) -> dict[int, Vote]:
