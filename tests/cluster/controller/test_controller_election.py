@@ -46,14 +46,24 @@ def test_stopping_the_controller_elects_another_with_a_higher_epoch(zookeeper, t
         eventually(lambda: _all_agree(cluster.brokers, last), budget_s=10, what="Metadata")
 
 
-def test_a_killed_controller_is_replaced_when_its_session_expires(zookeeper, tmp_path, zk_view):
-    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=FAST_SESSION)
+def _controller_in_a_process(zookeeper, tmp_path, zk_view, overrides):  # noqa: ANN001, ANN202
+    """Broker 1 in a process of its own (to kill or stop), started first: the controller;
+    and a cluster, not started yet, for brokers 2 and 3."""
+    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=overrides)
     config = cluster.broker_config(1)
     del config["listeners"]  # BrokerProcess picks a free port of its own
     process = BrokerProcess(config)
     try:
-        # Started first, the child process is the controller.
         eventually(lambda: zk_view.controller() == 1, budget_s=10, what="broker 1 controller")
+    except BaseException:
+        process.kill()
+        raise
+    return cluster, process
+
+
+def test_a_killed_controller_is_replaced_when_its_session_expires(zookeeper, tmp_path, zk_view):
+    cluster, process = _controller_in_a_process(zookeeper, tmp_path, zk_view, FAST_SESSION)
+    try:
         with cluster:
             cluster.add_broker(2)
             cluster.add_broker(3)
@@ -140,12 +150,8 @@ def test_a_stopped_controller_is_voted_out_before_its_session_ends(zookeeper, tm
         "broker.heartbeat.interval.ms": "300",
         "broker.session.timeout.ms": "1500",
     }
-    cluster = KafkaCluster(zookeeper, base_dir=tmp_path, size=0, overrides=fast)
-    config = cluster.broker_config(1)
-    del config["listeners"]
-    process = BrokerProcess(config)
+    cluster, process = _controller_in_a_process(zookeeper, tmp_path, zk_view, fast)
     try:
-        eventually(lambda: zk_view.controller() == 1, budget_s=10, what="broker 1 controller")
         with cluster:
             cluster.add_broker(2)
             cluster.add_broker(3)
