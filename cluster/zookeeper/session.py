@@ -78,19 +78,24 @@ class ZkConnect:
 _HANDSHAKE_S = 2.0
 
 
-def _hosts_for_handshake(hosts: str, session_timeout_ms: int) -> str:
-    """`hosts` for kazoo, each repeated so that a handshake times out within
+class _HostsForHandshake(list):
+    """kazoo's (host, port) list, whose length is the divisor that bounds a handshake at
     `_HANDSHAKE_S`. kazoo (as ZooKeeper's Java client) waits for the answer to its
-    ConnectRequest a session timeout divided by the number of hosts, and a ZooKeeper still
-    starting accepts connections it does not answer: a broker that connected then waited a
-    whole session timeout after ZooKeeper was back, its session unused (and a dead
-    controller's votes, cluster/zookeeper/controller_votes.py, a voter short). Listed k
-    times, a server is tried again after a session timeout / (k x hosts); requests'
-    socket writes share that bound (a write blocked that long drops the connection, and
-    the session carries on on the next)."""
-    listed = [h.strip() for h in hosts.split(",") if h.strip()]
-    k = max(1, math.ceil(session_timeout_ms / 1000 / _HANDSHAKE_S / len(listed)))
-    return ",".join(listed * k)
+    ConnectRequest a session timeout divided by `len(hosts)`, and a ZooKeeper still
+    starting accepts connections it does not answer: a broker that connected then waited
+    a whole session timeout after ZooKeeper was back, its session unused (and a dead
+    controller's voters, cluster/zookeeper/controller_votes.py, one short). Requests'
+    socket writes share the bound (one blocked that long drops the connection; the
+    session carries on on the next). Iterating it gives the hosts as they are, so that
+    kazoo's reconnections (a backoff after trying each host once) do not change; listing
+    each host several times instead made kazoo reconnect at once after every drop."""
+
+    def __init__(self, hosts: list[Any], session_timeout_ms: int) -> None:
+        super().__init__(hosts)
+        self.divisor = max(len(hosts), math.ceil(session_timeout_ms / 1000 / _HANDSHAKE_S))
+
+    def __len__(self) -> int:
+        return self.divisor
 
 
 @attrs.define
@@ -171,12 +176,13 @@ class ZooKeeperSession:
 
         self._token = trio.lowlevel.current_trio_token()
         self._client = KazooClient(
-            hosts=_hosts_for_handshake(self.connect.hosts, self.session_timeout_ms),
+            hosts=self.connect.hosts,
             timeout=self.session_timeout_ms / 1000,  # kazoo's "timeout" is the session's
             # Reconnect quickly and forever: a broker waits for ZooKeeper to come back.
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1),
             logger=logging.getLogger("kazoo.client"),
         )
+        self._client.hosts = _HostsForHandshake(self._client.hosts, self.session_timeout_ms)
         self._client.add_listener(self._on_state)
         self._client.start_async()
         with trio.move_on_after(self.connection_timeout_ms / 1000):
