@@ -898,11 +898,12 @@ class ControllerElector:
         cut off (or it was stopped); it stands aside for a session timeout, as a
         controller that resigns (fencing.py), instead of winning again at once."""
         from trio_broker.cluster.zookeeper import controller_votes as cv
+        from trio_broker.cluster.zookeeper.membership import registered_brokers
 
         vote = cv.Vote(self.node_id, epoch_zk_version)
         try:
             votes = await cv.read_votes(self.zk)
-            voters = cv.majority_against(votes, vote, await cv.registered_brokers(self.zk))
+            voters = cv.majority_against(votes, vote, await registered_brokers(self.zk))
         except Exception as exc:  # noqa: BLE001 - stands again as before
             logger.debug("broker %d: votes not read: %r", self.node_id, exc)
             return

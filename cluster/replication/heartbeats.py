@@ -123,6 +123,8 @@ class BrokerHeartbeats:
         (cluster/zookeeper/controller_votes.py). The vote stays until that controller
         answers again: a new controller reads it at its failover and fences the unheard
         one at once (cluster/controller/fencing.py)."""
+        from trio_broker.cluster.zookeeper import controller_votes as cv
+
         broker = self.broker
         named = (-1, float("-inf"))  # the controller named, since when
         voted: tuple[Any, float] | None = None  # (our vote, when cast)
@@ -140,7 +142,7 @@ class BrokerHeartbeats:
                     voted = await self._vote(controller) or voted
                 elif voted is not None and voted[0].controller == controller:
                     if self.reached_at > voted[1]:
-                        await self._withdraw_vote()
+                        await cv.withdraw(broker.zk, broker.node_id)
                         voted = None
             except Exception as exc:  # noqa: BLE001 - ZooKeeper's errors: the next round
                 logger.debug("broker %d: controller vote failed: %r", broker.node_id, exc)
@@ -151,6 +153,7 @@ class BrokerHeartbeats:
         controller (the metadata lags)."""
         from trio_broker.cluster.zookeeper import controller_votes as cv
         from trio_broker.cluster.zookeeper import zk_data
+        from trio_broker.cluster.zookeeper.membership import registered_brokers
 
         zk = self.broker.zk
         # The controller and its election, read consistently: /controller_epoch's version
@@ -163,7 +166,7 @@ class BrokerHeartbeats:
         vote = cv.Vote(controller, epoch_stat.version)
         await cv.cast(zk, self.broker.node_id, vote)
         cast = (vote, trio.current_time())
-        voters = cv.majority_against(await cv.read_votes(zk), vote, await cv.registered_brokers(zk))
+        voters = cv.majority_against(await cv.read_votes(zk), vote, await registered_brokers(zk))
         if not voters:
             return cast
         results = await zk.transaction(
@@ -183,16 +186,6 @@ class BrokerHeartbeats:
                 vote.epoch_zk_version,
             )
         return cast
-
-    async def _withdraw_vote(self) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        from trio_broker.cluster.zookeeper import controller_votes as cv
-
-        try:
-            await self.broker.zk.delete(cv.vote_path(self.broker.node_id))
-        except NoNodeError:
-            pass
 
     async def _beat_then_set(self, client: Any, done: trio.Event, answered: list[bool]) -> None:
         try:

@@ -762,6 +762,8 @@ class ReplicaManager:
         batch this broker had appended and then answered NOT_LEADER_OR_FOLLOWER when it
         gave the leadership up, which is appended again. Once another leader is elected,
         clients go to it; this broker follows."""
+        from trio_broker.cluster.zookeeper.membership import registered_brokers
+
         given_up = dict(self.given_up)
         if not given_up:
             return
@@ -770,8 +772,7 @@ class ReplicaManager:
         deadline = waited + zk.session_timeout_ms / 1000
         waiting = sorted(given_up)
         while True:
-            brokers = await zk.get_children(zk_data.BROKER_IDS_PATH)
-            live = {int(b) for b in brokers if b.isdigit()} - {self.node_id}
+            live = await registered_brokers(zk) - {self.node_id}
             states = await self._read_states(waiting)
             still = []
             for tp in waiting:

@@ -37,9 +37,15 @@ from typing import Any
 
 import attrs
 
-from trio_broker.cluster.zookeeper import zk_data
-
-__all__ = ["UNHEARD_PATH", "Vote", "cast", "majority_against", "read_votes", "vote_path"]
+__all__ = [
+    "UNHEARD_PATH",
+    "Vote",
+    "cast",
+    "majority_against",
+    "read_votes",
+    "vote_path",
+    "withdraw",
+]
 
 UNHEARD_PATH = "/controller_unheard"
 
@@ -82,6 +88,16 @@ async def cast(zk: Any, voter: int, vote: Vote) -> None:
         await zk.set(vote_path(voter), vote.encode())
 
 
+async def withdraw(zk: Any, voter: int) -> None:
+    """Delete `voter`'s vote, if it has one."""
+    from kazoo.exceptions import NoNodeError
+
+    try:
+        await zk.delete(vote_path(voter))
+    except NoNodeError:
+        pass
+
+
 async def read_votes(zk: Any) -> dict[int, Vote]:
     """Every broker's vote (voter id -> vote); none when the parent is not there yet."""
     from kazoo.exceptions import NoNodeError
@@ -98,10 +114,6 @@ async def read_votes(zk: Any) -> dict[int, Vote]:
         if not isinstance(result, Exception) and (vote := Vote.decode(result[0])) is not None:
             votes[voter] = vote
     return votes
-
-
-async def registered_brokers(zk: Any) -> set[int]:
-    return {int(c) for c in await zk.get_children(zk_data.BROKER_IDS_PATH) if c.isdigit()}
 
 
 def majority_against(votes: dict[int, Vote], vote: Vote, registered: set[int]) -> list[int]:

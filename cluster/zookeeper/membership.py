@@ -37,6 +37,7 @@ __all__ = [
     "InconsistentClusterIdError",
     "NodeIdRegisteredError",
     "join_cluster",
+    "registered_brokers",
 ]
 
 
@@ -46,6 +47,11 @@ class InconsistentClusterIdError(FatalBrokerError):
 
 class NodeIdRegisteredError(FatalBrokerError):
     """Another live broker holds /brokers/ids/<node.id>."""
+
+
+async def registered_brokers(zk: ZooKeeperSession) -> set[int]:
+    """The ids under /brokers/ids, as ZooKeeper has them now."""
+    return {int(c) for c in await zk.get_children(zk_data.BROKER_IDS_PATH) if c.isdigit()}
 
 
 async def join_cluster(zk: ZooKeeperSession, config: BrokerConfig) -> str:
