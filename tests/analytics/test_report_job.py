@@ -92,14 +92,23 @@ COMMITS = {
 }
 
 
+def _leader_of(client, topic: str, partition: int) -> int:
+    """The leader `client` knows for the partition, -1 if none yet."""
+    known = client.list_topics(topic, timeout=10).topics[topic].partitions.get(partition)
+    return -1 if known is None else known.leader
+
+
 def _produce_orders(broker_dir: Path) -> None:
     """Write `orders` through the broker's real produce path (confluent-kafka)."""
     from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     from trio_broker.testing import BrokerThread
 
-    config = {"log.dirs": str(broker_dir), "num.partitions": "2"}
+    config = {"log.dirs": str(broker_dir)}
     with BrokerThread(config) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("orders", 2, 1)])["orders"].result(10)
         # batch.num.messages=5 with a linger longer than any stall makes each batch exactly
         # 5 records (flush() sends at once whatever the linger; a loaded machine can stall
         # the producing thread for more than the 1 s this used to be).
@@ -112,6 +121,13 @@ def _produce_orders(broker_dir: Path) -> None:
                 "enable.idempotence": False,
             }
         )
+        # The producer must know partition 0's leader before the first record: a record
+        # for a topic it has no metadata for waits unassigned, and librdkafka hands such
+        # records to the partition one by one, each its own batch while flush() runs.
+        deadline = time.monotonic() + 10
+        while _leader_of(producer, "orders", 0) < 0:
+            assert time.monotonic() < deadline, "the producer never learned orders-0's leader"
+            time.sleep(0.05)
         failures = []
 
         def on_delivery(err, msg):
