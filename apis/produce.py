@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from trio_broker.errors import ErrorCode, KafkaError
+from trio_broker.log.producer_state import increment_sequence
 from trio_broker.protocol._generated.produce_response import (
     BatchIndexAndErrorMessage as RecordError,
 )
@@ -298,3 +299,140 @@ def _append_all(
 
         return finish_produce(broker, request, response, pending, body.timeout_ms)
     return response
+
+
+def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
+    """The answers to a batch of one connection's produces (server/requests.py Batch), in
+    order, or None where this does not apply (a cluster: each is answered on its own).
+
+    Consecutive produces of one batch each to the same partition of a lone broker are
+    appended as one write: their batches are validated one by one and copied into one
+    buffer, which one `append_as_leader` assigns offsets to and appends. Each request's
+    answer is then what appending it alone would have given (its base offset follows the
+    batches before it). The combined append is all or nothing: when it fails, or finds a
+    duplicate of an idempotent producer's batch, nothing was written, and the requests are
+    appended one by one as usual, so every error is answered as it would have been. A
+    request of any other shape (several partitions, an old version, a compacted topic, a
+    transactional batch, an error found before the append) is answered on its own, in its
+    place.
+    """
+    if getattr(broker, "replica_manager", None) is not None:
+        return None
+    answers: list = []
+    group: list = []  # (request, records, header) for one partition, in order
+    group_key = None
+    # Idempotent producers in the group: producer id -> (epoch, last sequence). The checks
+    # of one append see the producers' state from before it, so a batch of a producer
+    # already in the group joins only as the next in its sequence; any other (a resent
+    # batch: a duplicate) starts a new group, after the one it may repeat is in the log.
+    producers: dict[int, tuple[int, int]] = {}
+    for request in requests:
+        member = _lone_batch_member(broker, request)
+        if member is not None and group:
+            header = member[2]
+            seen = producers.get(header.producer_id) if header.producer_id >= 0 else None
+            if member[0] != group_key or (seen is not None and not _follows(seen, header)):
+                answers += _append_group(broker, group_key, group)
+                group = []
+                producers.clear()
+        if member is None:
+            if group:
+                answers += _append_group(broker, group_key, group)
+                group = []
+                producers.clear()
+            answers.append(handle_now(broker, request))
+            continue
+        group_key, records, header = member
+        group.append((request, records, header))
+        if header.producer_id >= 0:
+            producers[header.producer_id] = (
+                header.producer_epoch,
+                increment_sequence(header.base_sequence, header.last_offset_delta),
+            )
+    if group:
+        answers += _append_group(broker, group_key, group)
+    return answers
+
+
+def _follows(seen: tuple[int, int], header) -> bool:
+    """Whether `header` is the next batch of its producer after `seen` (epoch, last seq)."""
+    epoch, last_seq = seen
+    return header.producer_epoch == epoch and increment_sequence(last_seq, 1) == (
+        header.base_sequence
+    )
+
+
+def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
+    """((topic, partition, log), records, header) of a produce that may join a combined
+    append, or None: it is answered alone."""
+    body = request.body
+    if request.api_version < 3 or len(body.topic_data) != 1:
+        return None
+    topic = body.topic_data[0]
+    if len(topic.partition_data) != 1:
+        return None
+    data = topic.partition_data[0]
+    records = data.records
+    if records is None or len(records) == 0:
+        return None
+    state = broker.metadata.topics.get(topic.name)
+    log = broker.topics.get_log(topic.name, data.index)
+    if log is None or state is None or data.index not in state.partitions:
+        return None
+    config = log.config
+    if "compact" in config.cleanup_policy:
+        return None
+    try:
+        headers = validate_batches(
+            records, max_batch_size=config.max_message_bytes, single_batch=True
+        )
+    except InvalidRecords:
+        return None
+    header = headers[0]
+    if header.is_transactional or (
+        request.api_version < 7 and header.compression == Compression.ZSTD
+    ):
+        return None
+    return (topic.name, data.index, log), records, header
+
+
+def _append_group(broker: Broker, key: tuple, group: list) -> list:
+    topic, partition, log = key
+    if len(group) == 1:
+        return [handle_now(broker, group[0][0])]
+    leader_epoch = broker.metadata.topics[topic].partitions[partition].leader_epoch
+    combined = bytearray().join([records for _, records, _ in group])
+    try:
+        result = log.append_as_leader(
+            memoryview(combined), [header for _, _, header in group], leader_epoch=leader_epoch
+        )
+    except KafkaError:
+        result = None
+    if result is None or result.duplicate:
+        # Nothing was written: one by one, as without the combined append.
+        return [handle_now(broker, request) for request, _, _ in group]
+    if result.flush_needed:
+        broker.schedule_flush(log)
+    log.high_watermark = log.log_end_offset
+    broker.fetch_purgatory.wake(((topic, partition),))
+    if broker.metrics is not None:
+        broker.metrics.produced(topic, result.record_count, len(combined))
+    answers = []
+    offset = result.first_offset
+    for request, _, header in group:
+        if request.body.acks == 0:
+            answers.append(None)
+        else:
+            answer = PartitionProduceResponse(
+                index=partition,
+                base_offset=offset,
+                log_append_time_ms=result.log_append_time_ms,
+                log_start_offset=result.log_start_offset,
+            )
+            answers.append(
+                ProduceResponse(
+                    responses=[TopicProduceResponse(name=topic, partition_responses=[answer])]
+                )
+            )
+        offset += header.last_offset_delta + 1
+    return answers

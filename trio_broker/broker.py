@@ -56,6 +56,7 @@ class Broker:
     ) -> None:
         from trio_broker.apis.registry import (
             advertised_versions,
+            answer_batch_now,
             answer_now,
             dispatch,
             supported_versions,
@@ -77,6 +78,7 @@ class Broker:
         # The registry's own dispatch, and its answers made without a wait (answer_now()).
         self._plain_dispatch = dispatch
         self._answer_now = answer_now
+        self._answer_batch_now = answer_batch_now
         self.listeners: list[BoundListener] = []
         # metrics.BrokerMetrics when metrics.listener is set (hooks test it for None).
         self.metrics: Any = None
@@ -267,6 +269,13 @@ class Broker:
         if self._dispatch is not self._plain_dispatch:
             return NOT_NOW
         return self._answer_now(self, request)
+
+    def answer_batch(self, requests: list[Request]) -> list[Any] | None:
+        """answer_now() for a batch of one connection's produces (server/requests.py Batch):
+        their answers in order, or None (then each is answered on its own)."""
+        if self._dispatch is not self._plain_dispatch:
+            return None
+        return self._answer_batch_now(self, requests)  # type: ignore[no-any-return]
 
     def security_state(self) -> Any:
         """The broker's SecurityState (credentials, ACLs), made and imported on first need."""
@@ -464,6 +473,7 @@ async def _serve(
                         new_sender=request_send.clone,
                         detach=_may_wait_on_zookeeper if broker.zk is not None else None,
                         answer_now=broker.answer_now,
+                        answer_batch=broker.answer_batch,
                     )
                     await nursery.start(broker.handler_pool.run, config.num_io_threads)
                     await nursery.start(server.run)

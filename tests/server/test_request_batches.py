@@ -53,8 +53,11 @@ def create_topics(sock: socket.socket, *names: str) -> None:
         assert [t.error_code for t in meta.topics] == [expected] * len(names)
 
 
-def produce_frame(topic: str, value: bytes, cid: int, acks: int = 1) -> bytes:
-    batch = build_batch([(b"k", value, (), 1_700_000_000_000)])
+def produce_frame(
+    topic: str, value: bytes, cid: int, acks: int = 1, batch: bytes | None = None
+) -> bytes:
+    if batch is None:
+        batch = build_batch([(b"k", value, (), 1_700_000_000_000)])
     request = ProduceRequest(
         acks=acks,
         timeout_ms=5000,
@@ -225,4 +228,66 @@ def test_acks_all_produces_sent_together_on_a_lone_broker_answer_in_order(kafka_
     parts = [body.responses[0].partition_responses[0] for _, body in answers]
     assert [(p.error_code, p.base_offset) for p in parts] == [(0, i) for i in range(n)]
     assert fetch_values(sock, "order-all", cid=9) == [b"a%d" % i for i in range(n)]
+    sock.close()
+
+
+def test_produces_appended_together_answer_as_if_appended_one_by_one(kafka_broker):
+    # Consecutive produces of a batch to one partition are appended as one write on a lone
+    # broker (apis/produce.py handle_batch_now). Each answer must be what appending each
+    # request alone gives: offsets that follow the record counts before them, a bad batch
+    # answered with its error and skipped, an idempotent producer's resent batch answered
+    # as a duplicate with the first one's offset (the combined append finds it and falls
+    # back to one by one), and the records in the log in request order.
+    sock = connect(kafka_broker)
+    create_topics(sock, "together")
+    ts = 1_700_000_000_000
+
+    def records(*values: bytes) -> list:
+        return [(b"k", v, (), ts) for v in values]
+
+    corrupt = bytearray(build_batch(records(b"bad")))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    idempotent = build_batch(records(b"i0"), producer_id=4000, producer_epoch=0, base_sequence=0)
+    batches = [
+        build_batch(records(b"a0")),
+        build_batch(records(b"b0", b"b1", b"b2")),
+        bytes(corrupt),
+        build_batch(records(b"c0", b"c1")),
+        idempotent,
+        idempotent,  # resent: a duplicate
+        build_batch(records(b"d0")),
+        build_batch(records(b"e0", b"e1")),
+        # the producer's next batches, pipelined, then one that skips a sequence
+        build_batch(records(b"i1"), producer_id=4000, producer_epoch=0, base_sequence=1),
+        build_batch(records(b"i2", b"i3"), producer_id=4000, producer_epoch=0, base_sequence=2),
+        build_batch(records(b"i9"), producer_id=4000, producer_epoch=0, base_sequence=9),
+        build_batch(records(b"f0")),
+    ]
+    sock.sendall(
+        b"".join(
+            produce_frame("together", b"", cid=300 + i, batch=batch)
+            for i, batch in enumerate(batches)
+        )
+    )
+    answers = [read_response(sock, 0, PRODUCE_V) for _ in batches]
+    assert [cid for cid, _ in answers] == [300 + i for i in range(len(batches))]
+    parts = [body.responses[0].partition_responses[0] for _, body in answers]
+    assert [(p.error_code, p.base_offset) for p in parts] == [
+        (0, 0),
+        (0, 1),
+        (2, -1),  # CORRUPT_MESSAGE
+        (0, 4),
+        (0, 6),
+        (0, 6),  # the duplicate: the first one's offset, nothing appended
+        (0, 7),
+        (0, 8),
+        (0, 10),
+        (0, 11),
+        (45, -1),  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        (0, 13),
+    ]
+    assert fetch_values(sock, "together", cid=9) == [
+        b"a0", b"b0", b"b1", b"b2", b"c0", b"c1", b"i0", b"d0", b"e0", b"e1", b"i1", b"i2",
+        b"i3", b"f0",
+    ]  # fmt: skip
     sock.close()

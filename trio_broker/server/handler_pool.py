@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from trio_broker.server.requests import AnswerNow, Dispatch, Request, handle_one
+from trio_broker.server.requests import AnswerBatch, AnswerNow, Dispatch, Request, handle_one
 
 logger = logging.getLogger(__name__)
 
@@ -42,11 +42,14 @@ class HandlerPool:
         new_sender: Callable[[], trio.MemorySendChannel[Request]] | None = None,
         detach: Callable[[Request], bool] | None = None,
         answer_now: AnswerNow | None = None,
+        answer_batch: AnswerBatch | None = None,
     ) -> None:
         self._requests = requests
         self._dispatch = dispatch
         # The answers made without a wait (server/requests.py NOT_NOW), or None.
         self._answer_now = answer_now
+        # The answers to a whole batch of produces made without a wait, or None.
+        self._answer_batch = answer_batch
         # Which requests are answered in a task of their own (see _detached), or None.
         self._detach = detach
         self._side: trio.Nursery | None = None
@@ -108,7 +111,7 @@ class HandlerPool:
                     return
 
     async def _handler(self, index: int, requests: trio.MemoryReceiveChannel[Request]) -> None:
-        dispatch, answer_now = self._dispatch, self._answer_now
+        dispatch, answer_now, answer_batch = self._dispatch, self._answer_now, self._answer_batch
         try:
             async with requests:
                 async for request in requests:
@@ -132,7 +135,7 @@ class HandlerPool:
                         ):
                             self._side.start_soon(self._detached, index, request)
                         else:
-                            await handle_one(index, request, dispatch, answer_now)
+                            await handle_one(index, request, dispatch, answer_now, answer_batch)
                     del request  # not held while waiting: its frame's buffer is reused
         finally:
             self._running.discard(index)
@@ -147,6 +150,8 @@ class HandlerPool:
         with trio.CancelScope() as scope:
             connection.side_scopes.append(scope)
             try:
-                await handle_one(index, request, self._dispatch, self._answer_now)
+                await handle_one(
+                    index, request, self._dispatch, self._answer_now, self._answer_batch
+                )
             finally:
                 connection.side_scopes.remove(scope)

@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "NOT_NOW",
     "NO_RESPONSE",
+    "AnswerBatch",
     "Batch",
     "Request",
     "Response",
@@ -199,6 +200,10 @@ Dispatch = Callable[[Request], Awaitable[Any]]
 # authorizer or quota wraps the dispatch), or NOT_NOW: then `Dispatch` answers it.
 AnswerNow = Callable[[Request], Any]
 NOT_NOW: Any = object()
+# The answers to a batch of produces, in order, made without a wait (the broker's
+# answer_batch: consecutive appends to one partition made as one), or None: then each is
+# answered as above.
+AnswerBatch = Callable[[list[Request]], "list[Any] | None"]
 
 
 async def run_handler(
@@ -214,7 +219,11 @@ async def run_handler(
 
 
 async def handle_one(
-    index: int, request: Request, dispatch: Dispatch, answer_now: AnswerNow | None = None
+    index: int,
+    request: Request,
+    dispatch: Dispatch,
+    answer_now: AnswerNow | None = None,
+    answer_batch: AnswerBatch | None = None,
 ) -> None:
     """Run one request's handler and send its answer (unless the purgatory will); for the
     first request of a batch, each of the batch's in turn."""
@@ -224,15 +233,20 @@ async def handle_one(
         return
     # Its requests refer to the batch: no reference cycle may keep their frames alive.
     members, batch.requests = batch.requests, []
-    await _handle_batch(index, members, dispatch, answer_now)
+    await _handle_batch(index, members, dispatch, answer_now, answer_batch)
 
 
 async def _handle_batch(
-    index: int, members: list[Request], dispatch: Dispatch, answer_now: AnswerNow | None
+    index: int,
+    members: list[Request],
+    dispatch: Dispatch,
+    answer_now: AnswerNow | None,
+    answer_batch: AnswerBatch | None = None,
 ) -> None:
     # _handle_one for each of a batch's produces, in order, with what is the same for all
     # of them (the client address, the action queue) set once: the answers of the delayed
     # operations one of them makes answerable are still run right after it is answered.
+    # Or, when `answer_batch` takes the batch whole (its appends made together), after it.
     connection = members[0].connection
     processor = connection.processor
     scope = connection.scope
@@ -241,6 +255,10 @@ async def _handle_batch(
     token = CLIENT_ADDRESS.set(peer_host)
     actions = _ACTIONS[task] = []
     try:
+        if answer_batch is not None and all(m.__class__ is Request for m in members):
+            answered = await _answer_batch(index, members, answer_batch)
+            if answered:
+                return
         for member in members:
             if scope.cancel_called:
                 return  # a failed one closed the connection: nobody waits for the rest
@@ -279,6 +297,34 @@ async def _handle_batch(
         del _ACTIONS[task]
         for complete, operation in actions:
             await complete(operation)
+
+
+async def _answer_batch(index: int, members: list[Request], answer_batch: AnswerBatch) -> bool:
+    """A batch answered whole by `answer_batch` (False: it declined, nothing was done).
+    The delayed operations its appends make answerable run after it (_handle_batch)."""
+    timings = [m.timing for m in members if m.timing is not None]
+    now = time.perf_counter() if timings else 0.0
+    for timing in timings:
+        timing.dequeue = now
+    try:
+        responses = answer_batch(members)
+    except Exception:
+        _log_failed(index, members[0])
+        members[0].connection.close()
+        return True
+    if responses is None:
+        return False
+    now = time.perf_counter() if timings else 0.0
+    for timing in timings:
+        timing.local = now
+    connection = members[0].connection
+    processor = connection.processor
+    for member, response in zip(members, responses, strict=True):
+        if response is not DELAYED:
+            frame = member.answer(response)
+            if frame is not None and not processor.deliver_now(connection, frame):
+                await processor.deliver(connection, frame)
+    return True
 
 
 async def _handle_one(
