@@ -301,6 +301,12 @@ def _append_all(
     return response
 
 
+# The largest batch appended together with others: their bytes are copied into one
+# buffer, which costs nothing beside a small batch's fixed costs and would be a copy more
+# of a large one's (a large one is rarely read together with others anyway).
+_COMBINED_BATCH_BYTES = 16 * 1024
+
+
 def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
     """The answers to a batch of one connection's produces (server/requests.py Batch), in
     order, or None where this does not apply (a cluster: each is answered on its own).
@@ -373,7 +379,7 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
         return None
     data = topic.partition_data[0]
     records = data.records
-    if records is None or len(records) == 0:
+    if records is None or not 0 < len(records) <= _COMBINED_BATCH_BYTES:
         return None
     state = broker.metadata.topics.get(topic.name)
     log = broker.topics.get_log(topic.name, data.index)
