@@ -394,6 +394,10 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
         )
     except InvalidRecords:
         return None
+    if request.body.acks == -1 and len(state.partitions[data.index].isr) < _min_isr(
+        broker, state.configs
+    ):
+        return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
     header = headers[0]
     if header.is_transactional or (
         request.api_version < 7 and header.compression == Compression.ZSTD
@@ -404,13 +408,13 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
 
 def _append_group(broker: Broker, key: tuple, group: list) -> list:
     topic, partition, log = key
-    if len(group) == 1:
-        return [handle_now(broker, group[0][0])]
     leader_epoch = broker.metadata.topics[topic].partitions[partition].leader_epoch
-    combined = bytearray().join([records for _, records, _ in group])
+    # A copy (at most 16 KiB a batch): the requests' own bytes stay as they came, for the
+    # one-by-one fallback, which validates them again.
+    combined = memoryview(bytearray().join([records for _, records, _ in group]))
     try:
         result = log.append_as_leader(
-            memoryview(combined), [header for _, _, header in group], leader_epoch=leader_epoch
+            combined, [header for _, _, header in group], leader_epoch=leader_epoch
         )
     except KafkaError:
         result = None

@@ -291,3 +291,33 @@ def test_produces_appended_together_answer_as_if_appended_one_by_one(kafka_broke
         b"i3", b"f0",
     ]  # fmt: skip
     sock.close()
+
+
+def test_acks_all_produces_sent_together_respect_min_insync_replicas(kafka_broker_factory):
+    # A lone broker is an ISR of one: with min.insync.replicas=2 every acks=all produce is
+    # refused (NOT_ENOUGH_REPLICAS) and nothing of it appended, read together or not,
+    # while the acks=1 ones among them are appended in order.
+    broker = kafka_broker_factory({"min.insync.replicas": "2"})
+    sock = connect(broker)
+    create_topics(sock, "order-isr")
+    acks = [-1, -1, 1, -1, 1, 1, -1, -1]
+    sock.sendall(
+        b"".join(
+            produce_frame("order-isr", b"r%d" % i, cid=700 + i, acks=a) for i, a in enumerate(acks)
+        )
+    )
+    answers = [read_response(sock, 0, PRODUCE_V) for _ in acks]
+    assert [cid for cid, _ in answers] == [700 + i for i in range(len(acks))]
+    parts = [body.responses[0].partition_responses[0] for _, body in answers]
+    assert [(p.error_code, p.base_offset) for p in parts] == [
+        (19, -1),
+        (19, -1),
+        (0, 0),
+        (19, -1),
+        (0, 1),
+        (0, 2),
+        (19, -1),
+        (19, -1),
+    ]
+    assert fetch_values(sock, "order-isr", cid=9) == [b"r2", b"r4", b"r5"]
+    sock.close()
