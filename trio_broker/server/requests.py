@@ -16,6 +16,8 @@ Channel contract (Kafka's RequestChannel, as trio memory channels):
   processor as one list, once the last is made: one wakeup of a handler, of the response
   task and of the connection for the lot instead of one each per request. The channel's
   capacity then counts batches; each is bounded (server/connection.py `_BATCH_MAX`).
+  Where nothing wraps the dispatch, the broker answers such a batch whole (`AnswerBatch`:
+  on a lone broker the produces to one partition are appended as one write).
 """
 
 from __future__ import annotations
