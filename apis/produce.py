@@ -189,8 +189,6 @@ def append_partition(
         answer.error_code = exc.code
         answer.error_message = exc.message
         return answer
-    if result.flush_needed:
-        broker.schedule_flush(log)
     if leader is None:
         # One broker: the ISR is the leader, so what is appended is committed.
         log.high_watermark = log.log_end_offset
@@ -201,13 +199,21 @@ def append_partition(
             pending.append(
                 (topic, partition, result.last_offset + 1, leader.leader_generation, answer)
             )
-    broker.fetch_purgatory.wake(((topic, partition),))
-    if broker.metrics is not None:
-        broker.metrics.produced(topic, result.record_count, len(records))
+    _after_append(broker, log, topic, partition, result, len(records))
     answer.base_offset = result.first_offset
     answer.log_append_time_ms = result.log_append_time_ms
     answer.log_start_offset = result.log_start_offset
     return answer
+
+
+def _after_append(broker: Broker, log, topic: str, partition: int, result, nbytes: int) -> None:
+    """What follows every append of clients' batches: the flush it may call for, the
+    fetches it may answer, the metrics."""
+    if result.flush_needed:
+        broker.schedule_flush(log)
+    broker.fetch_purgatory.wake(((topic, partition),))
+    if broker.metrics is not None:
+        broker.metrics.produced(topic, result.record_count, nbytes)
 
 
 def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
@@ -369,7 +375,7 @@ def _follows(seen: tuple[int, int], header) -> bool:
 
 
 def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
-    """((topic, partition, log), records, header) of a produce that may join a combined
+    """((topic, partition, log, leader epoch), records, header) of a produce that may join a combined
     append, or None: it is answered alone."""
     body = request.body
     if request.api_version < 3 or len(body.topic_data) != 1:
@@ -403,12 +409,11 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
         request.api_version < 7 and header.compression == Compression.ZSTD
     ):
         return None
-    return (topic.name, data.index, log), records, header
+    return (topic.name, data.index, log, state.partitions[data.index].leader_epoch), records, header
 
 
 def _append_group(broker: Broker, key: tuple, group: list) -> list:
-    topic, partition, log = key
-    leader_epoch = broker.metadata.topics[topic].partitions[partition].leader_epoch
+    topic, partition, log, leader_epoch = key
     # A copy (at most 16 KiB a batch): the requests' own bytes stay as they came, for the
     # one-by-one fallback, which validates them again.
     combined = memoryview(bytearray().join([records for _, records, _ in group]))
@@ -421,12 +426,8 @@ def _append_group(broker: Broker, key: tuple, group: list) -> list:
     if result is None or result.duplicate:
         # Nothing was written: one by one, as without the combined append.
         return [handle_now(broker, request) for request, _, _ in group]
-    if result.flush_needed:
-        broker.schedule_flush(log)
     log.high_watermark = log.log_end_offset
-    broker.fetch_purgatory.wake(((topic, partition),))
-    if broker.metrics is not None:
-        broker.metrics.produced(topic, result.record_count, len(combined))
+    _after_append(broker, log, topic, partition, result, len(combined))
     answers = []
     offset = result.first_offset
     for request, _, header in group:

@@ -198,7 +198,7 @@ async def dispatch(broker: Broker, request: Request) -> Any:
 # handle() (or DELAYED), made without awaiting anything, which the handler task calls
 # directly instead of a chain of coroutines (server/requests.py NOT_NOW).
 _ANSWERED_NOW = frozenset({0})  # Produce
-_now_handlers: dict[int | str, Any] = {}
+_now_handlers: dict[int, Any] = {}
 
 
 def answer_now(broker: Broker, request: Request) -> Any:
@@ -218,8 +218,5 @@ def answer_batch_now(broker: Broker, requests: list[Request]) -> list | None:
     without a wait; None when they are to be answered one by one."""
     if any(r.api_key not in _ANSWERED_NOW or r.parsed.unsupported_version for r in requests):
         return None
-    handle = _now_handlers.get("batch")
-    if handle is None:
-        module = importlib.import_module(f"trio_broker.apis.{_BY_KEY[0].module}")
-        handle = _now_handlers["batch"] = module.handle_batch_now
-    return handle(broker, requests)  # type: ignore[no-any-return]
+    module = importlib.import_module(f"trio_broker.apis.{_BY_KEY[0].module}")
+    return module.handle_batch_now(broker, requests)  # type: ignore[no-any-return]
