@@ -1,6 +1,6 @@
 """The floor under one isolated request: what Trio itself costs per round trip.
 
-    .venv/bin/python benchmarks/trio_floor.py [--round-trips 20000]
+    .venv/bin/python benchmarks/trio_floor.py [--round-trips 20000] [--rate 5000]
 
 A client process sends one 100-byte message at a time (send, wait for the answer, send
 the next) to an echo server in Trio, in two shapes:
@@ -14,6 +14,10 @@ and prints round trips per second and the server's CPU microseconds per round tr
 parsing, no handler work: these figures are Trio's (epoll, wakeups, scheduler batches)
 and the kernel's. A third row sends the same client's ApiVersions requests to a real
 trio-broker: what a request costs the broker beyond the `hops` row is ours.
+
+`--rate` paces the client instead (round trips started per second, as (d)'s unbatched
+producer sends at 5,000 records/s), and adds each shape's share of a core: the least an
+unbatched stream at that rate costs here, before any Kafka work.
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ import socket, struct, sys, time
 sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 n = int(sys.argv[2])
-kafka = len(sys.argv) > 3
+rate = float(sys.argv[3])  # round trips started per second; 0: back to back
+kafka = len(sys.argv) > 4
 if kafka:
     # ApiVersions v0, correlation id 1, client id "floor": a whole Kafka request frame.
     body = struct.pack(">hhih", 18, 0, 1, 5) + b"floor"
@@ -106,15 +111,21 @@ for _ in range(200):
     sock.sendall(message)
     answer()
 start = time.perf_counter()
-for _ in range(n):
+for i in range(n):
+    if rate:
+        # Paced as (d)'s producer is: the i-th round trip starts i / rate after the first.
+        wait = start + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
     sock.sendall(message)
     answer()
 print(time.perf_counter() - start)
 """
 
 
-def measure(shape: str, round_trips: int) -> tuple[float, float]:
-    """(round trips per second, server CPU microseconds per round trip)."""
+def measure(shape: str, round_trips: int, rate: float = 0) -> tuple[float, float]:
+    """(round trips per second, server CPU microseconds per round trip); `rate` paces the
+    client (round trips started per second), 0 sends them back to back."""
     with tempfile.TemporaryDirectory() as workdir:
         if shape == "broker":
             broker = BrokerProcess({"log.dirs": workdir})
@@ -127,7 +138,7 @@ def measure(shape: str, round_trips: int) -> tuple[float, float]:
         try:
             cpu0 = cpu_seconds(server.pid)
             out = subprocess.run(
-                [sys.executable, "-c", _CLIENT, port, str(round_trips), *extra],
+                [sys.executable, "-c", _CLIENT, port, str(round_trips), str(rate), *extra],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -142,11 +153,12 @@ def measure(shape: str, round_trips: int) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--round-trips", type=int, default=20_000)
+    parser.add_argument("--rate", type=float, default=0, help="round trips per second")
     args = parser.parse_args(argv)
-    print(f"{'shape':<8} {'round trips/s':>14} {'server CPU us each':>19}")
+    print(f"{'shape':<8} {'round trips/s':>14} {'server CPU us each':>19} {'% of a core':>12}")
     for shape in ("direct", "hops", "broker"):
-        rate, cpu_us = measure(shape, args.round_trips)
-        print(f"{shape:<8} {rate:>14,.0f} {cpu_us:>19.1f}", flush=True)
+        rate, cpu_us = measure(shape, args.round_trips, args.rate)
+        print(f"{shape:<8} {rate:>14,.0f} {cpu_us:>19.1f} {rate * cpu_us / 1e4:>12.0f}", flush=True)
     return 0
 
 
