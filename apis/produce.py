@@ -313,11 +313,11 @@ def _append_all(
 _COMBINED_BATCH_BYTES = 16 * 1024
 
 
-def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
+def handle_batch_now(broker: Broker, requests: list[Request]) -> list:
     """The answers to a batch of one connection's produces (server/requests.py Batch), in
-    order, or None where this does not apply (a cluster: each is answered on its own).
+    order.
 
-    Consecutive produces of one batch each to the same partition of a lone broker are
+    Consecutive produces of one batch each to the same partition this broker leads are
     appended as one write: their batches are validated one by one and copied into one
     buffer, which one `append_as_leader` assigns offsets to and appends. Each request's
     answer is then what appending it alone would have given (its base offset follows the
@@ -325,11 +325,10 @@ def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
     duplicate of an idempotent producer's batch, nothing was written, and the requests are
     appended one by one as usual, so every error is answered as it would have been. A
     request of any other shape (several partitions, an old version, a compacted topic, a
-    transactional batch, an error found before the append) is answered on its own, in its
-    place.
+    transactional batch, acks=all in a cluster, an error found before the append) is
+    answered on its own, in its place.
     """
-    if getattr(broker, "replica_manager", None) is not None:
-        return None
+    replicas = getattr(broker, "replica_manager", None)
     answers: list = []
     group: list = []  # (request, records, header) for one partition, in order
     group_key = None
@@ -339,17 +338,17 @@ def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
     # batch: a duplicate) starts a new group, after the one it may repeat is in the log.
     producers: dict[int, tuple[int, int]] = {}
     for request in requests:
-        member = _lone_batch_member(broker, request)
+        member = _batch_member(broker, replicas, request)
         if member is not None and group:
             header = member[2]
             seen = producers.get(header.producer_id) if header.producer_id >= 0 else None
             if member[0] != group_key or (seen is not None and not _follows(seen, header)):
-                answers += _append_group(broker, group_key, group)
+                answers += _append_group(broker, replicas, group_key, group)
                 group = []
                 producers.clear()
         if member is None:
             if group:
-                answers += _append_group(broker, group_key, group)
+                answers += _append_group(broker, replicas, group_key, group)
                 group = []
                 producers.clear()
             answers.append(handle_now(broker, request))
@@ -362,7 +361,7 @@ def handle_batch_now(broker: Broker, requests: list[Request]) -> list | None:
                 increment_sequence(header.base_sequence, header.last_offset_delta),
             )
     if group:
-        answers += _append_group(broker, group_key, group)
+        answers += _append_group(broker, replicas, group_key, group)
     return answers
 
 
@@ -374,9 +373,10 @@ def _follows(seen: tuple[int, int], header) -> bool:
     )
 
 
-def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
-    """((topic, partition, log, leader epoch), records, header) of a produce that may join a combined
-    append, or None: it is answered alone."""
+def _batch_member(broker: Broker, replicas, request: Request) -> tuple | None:
+    """((topic, partition, log, leader epoch), records, header) of a produce that may join
+    a combined append, or None: it is answered alone. `replicas`: a cluster's replica
+    manager, or None on a lone broker."""
     body = request.body
     if request.api_version < 3 or len(body.topic_data) != 1:
         return None
@@ -387,10 +387,26 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
     records = data.records
     if records is None or not 0 < len(records) <= _COMBINED_BATCH_BYTES:
         return None
-    state = broker.metadata.topics.get(topic.name)
-    log = broker.topics.get_log(topic.name, data.index)
-    if log is None or state is None or data.index not in state.partitions:
-        return None
+    if replicas is not None:
+        # A cluster: acks=all may wait in the purgatory, so it is answered on its own (the
+        # connection does not batch it either); only the partition's leader appends.
+        if request.body.acks == -1:
+            return None
+        leader = replicas.leader_partition(topic.name, data.index)
+        if leader is None:
+            return None  # NOT_LEADER_OR_FOLLOWER or unknown, answered by append_partition
+        log = leader.log
+        leader_epoch = leader.leader_epoch
+    else:
+        state = broker.metadata.topics.get(topic.name)
+        log = broker.topics.get_log(topic.name, data.index)
+        if log is None or state is None or data.index not in state.partitions:
+            return None
+        if request.body.acks == -1 and len(state.partitions[data.index].isr) < _min_isr(
+            broker, state.configs
+        ):
+            return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
+        leader_epoch = state.partitions[data.index].leader_epoch
     config = log.config
     if "compact" in config.cleanup_policy:
         return None
@@ -400,19 +416,15 @@ def _lone_batch_member(broker: Broker, request: Request) -> tuple | None:
         )
     except InvalidRecords:
         return None
-    if request.body.acks == -1 and len(state.partitions[data.index].isr) < _min_isr(
-        broker, state.configs
-    ):
-        return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
     header = headers[0]
     if header.is_transactional or (
         request.api_version < 7 and header.compression == Compression.ZSTD
     ):
         return None
-    return (topic.name, data.index, log, state.partitions[data.index].leader_epoch), records, header
+    return (topic.name, data.index, log, leader_epoch), records, header
 
 
-def _append_group(broker: Broker, key: tuple, group: list) -> list:
+def _append_group(broker: Broker, replicas, key: tuple, group: list) -> list:
     topic, partition, log, leader_epoch = key
     # A copy (at most 16 KiB a batch): the requests' own bytes stay as they came, for the
     # one-by-one fallback, which validates them again.
@@ -426,7 +438,12 @@ def _append_group(broker: Broker, key: tuple, group: list) -> list:
     if result is None or result.duplicate:
         # Nothing was written: one by one, as without the combined append.
         return [handle_now(broker, request) for request, _, _ in group]
-    log.high_watermark = log.log_end_offset
+    if replicas is None:
+        log.high_watermark = log.log_end_offset  # one broker: what is appended is committed
+    else:
+        # Nothing between the members' checks and here waits, so this is still the leader
+        # those checks found (an earlier group's appends do not change who leads).
+        replicas.after_leader_append(replicas.partitions[(topic, partition)])
     _after_append(broker, log, topic, partition, result, len(combined))
     answers = []
     offset = result.first_offset

@@ -4,11 +4,13 @@ brokers replicate, real clients produce with acks=all and consume."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from replication_helpers import (
     NO_CONTROLLED_SHUTDOWN,
     ControllerStub,
+    _topic_data,
     eventually,
     list_offset,
     produce,
@@ -266,3 +268,91 @@ def test_only_update_metadata_fills_the_metadata_cache(cluster, zk_view):
         topics = {t.name: t for t in metadata(cluster.brokers[node].bootstrap).topics}
         partitions = sorted((p.partition_index, p.leader_id) for p in topics["cache"].partitions)
         assert partitions == [(0, 1), (1, 2)], node
+
+
+def test_pipelined_produces_to_a_leader_answer_as_if_appended_one_by_one(cluster, zk_view):
+    # One send of many produces to the leader: consecutive acks=0/1 ones to the partition it
+    # leads are appended as one write (apis/produce.py handle_batch_now). Every answer must
+    # be what appending each alone gives, in request order; acks=all among them waits for
+    # the ISR as ever; the followers must hold the leader's batches byte for byte.
+    from wire import encode_request, read_response
+
+    from trio_broker.protocol._generated.produce_request import ProduceRequest
+    from trio_broker.protocol.record_codec import build_batch
+
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("piped", {0: [1, 2, 3], 1: [2, 3, 1]}, {"min.insync.replicas": "2"})
+    answers = ctl.send([("piped", 0), ("piped", 1)])
+    assert all(a.error_code == 0 for a in answers.values())
+    ts = 1_700_000_000_000
+
+    def batch(*values: bytes, **idempotent: int) -> bytes:
+        return build_batch([(b"k", v, (), ts) for v in values], **idempotent)
+
+    corrupt = bytearray(batch(b"bad"))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    i0 = batch(b"i0", producer_id=7000, producer_epoch=0, base_sequence=0)
+    sends = [  # (partition, acks, batch)
+        (0, 1, batch(b"a0")),
+        (0, 1, batch(b"b0", b"b1", b"b2")),
+        (0, 1, bytes(corrupt)),
+        (0, 1, batch(b"c0", b"c1")),
+        (0, 0, batch(b"z0")),  # no answer
+        (0, 1, i0),
+        (0, 1, i0),  # resent: a duplicate
+        (0, -1, batch(b"d0")),  # answered once the ISR has it
+        (0, 1, batch(b"i1", producer_id=7000, producer_epoch=0, base_sequence=1)),
+        (0, 1, batch(b"i2", b"i3", producer_id=7000, producer_epoch=0, base_sequence=2)),
+        (0, 1, batch(b"i9", producer_id=7000, producer_epoch=0, base_sequence=9)),
+        (1, 1, batch(b"elsewhere")),  # broker 2 leads piped-1
+        (0, 1, batch(b"f0")),
+    ]
+    frames = [
+        encode_request(
+            ProduceRequest(
+                acks=acks,
+                timeout_ms=30000,
+                topic_data=[_topic_data("piped", partition, records)],
+            ),
+            9,
+            400 + i,
+        )
+        for i, (partition, acks, records) in enumerate(sends)
+    ]
+    host, port = cluster.brokers[1].bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(b"".join(frames))
+        replies = [read_response(sock, 0, 9) for _ in range(len(sends) - 1)]
+    assert [cid for cid, _ in replies] == [400 + i for i in range(len(sends)) if i != 4]
+    parts = [body.responses[0].partition_responses[0] for _, body in replies]
+    assert [(p.error_code, p.base_offset) for p in parts] == [
+        (0, 0),
+        (0, 1),
+        (ErrorCode.CORRUPT_MESSAGE, -1),
+        (0, 4),
+        (0, 7),  # z0 took offset 6
+        (0, 7),  # the duplicate: the first one's offset, nothing appended
+        (0, 8),
+        (0, 9),
+        (0, 10),
+        (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1),
+        (ErrorCode.NOT_LEADER_OR_FOLLOWER, -1),
+        (0, 12),
+    ]
+    expected = [b"a0", b"b0", b"b1", b"b2", b"c0", b"c1", b"z0", b"i0", b"d0", b"i1", b"i2"]
+    expected += [b"i3", b"f0"]
+    eventually(
+        lambda: list_offset(cluster.brokers[1].bootstrap, "piped", 0).offset == 13,
+        budget_s=20,
+        what="the high watermark at the log end",
+    )
+    leader_bytes = segment_bytes(cluster.brokers[1].log_dir, "piped", 0)
+    values = values_by_offset(leader_bytes)
+    assert [values[offset] for offset in sorted(values)] == expected
+    assert sorted(values) == list(range(13))
+    for node in (2, 3):
+        eventually(
+            lambda n=node: segment_bytes(cluster.brokers[n].log_dir, "piped", 0) == leader_bytes,
+            budget_s=20,
+            what=f"replica {node} of piped-0",
+        )
