@@ -325,8 +325,9 @@ def handle_batch_now(broker: Broker, requests: list[Request]) -> list:
     duplicate of an idempotent producer's batch, nothing was written, and the requests are
     appended one by one as usual, so every error is answered as it would have been. A
     request of any other shape (several partitions, an old version, a compacted topic, a
-    transactional batch, acks=all in a cluster, an error found before the append) is
-    answered on its own, in its place.
+    transactional batch, an error found before the append) is answered on its own, in its
+    place. In a cluster an acks=all request's answer is DELAYED (the purgatory answers it
+    once the ISR has its records) unless the high watermark is past it already.
     """
     replicas = getattr(broker, "replica_manager", None)
     answers: list = []
@@ -388,13 +389,17 @@ def _batch_member(broker: Broker, replicas, request: Request) -> tuple | None:
     if records is None or not 0 < len(records) <= _COMBINED_BATCH_BYTES:
         return None
     if replicas is not None:
-        # A cluster: acks=all may wait in the purgatory, so it is answered on its own (the
-        # connection does not batch it either); only the partition's leader appends.
-        if request.body.acks == -1:
-            return None
+        # A cluster: only the partition's leader appends.
         leader = replicas.leader_partition(topic.name, data.index)
         if leader is None:
             return None  # NOT_LEADER_OR_FOLLOWER or unknown, answered by append_partition
+        if request.body.acks == -1:
+            state = broker.metadata.topics.get(topic.name)
+            configs = (
+                state.configs if state is not None else replicas.topic_configs.get(topic.name, {})
+            )
+            if len(leader.isr) < _min_isr(broker, configs):
+                return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
         log = leader.log
         leader_epoch = leader.leader_epoch
     else:
@@ -438,17 +443,21 @@ def _append_group(broker: Broker, replicas, key: tuple, group: list) -> list:
     if result is None or result.duplicate:
         # Nothing was written: one by one, as without the combined append.
         return [handle_now(broker, request) for request, _, _ in group]
+    leader = None
     if replicas is None:
         log.high_watermark = log.log_end_offset  # one broker: what is appended is committed
     else:
         # Nothing between the members' checks and here waits, so this is still the leader
         # those checks found (an earlier group's appends do not change who leads).
-        replicas.after_leader_append(replicas.partitions[(topic, partition)])
+        leader = replicas.partitions[(topic, partition)]
+        replicas.after_leader_append(leader)
     _after_append(broker, log, topic, partition, result, len(combined))
     answers = []
     offset = result.first_offset
     for request, _, header in group:
-        if request.body.acks == 0:
+        acks = request.body.acks
+        last_offset = offset + header.last_offset_delta
+        if acks == 0:
             answers.append(None)
         else:
             answer = PartitionProduceResponse(
@@ -457,10 +466,18 @@ def _append_group(broker: Broker, replicas, key: tuple, group: list) -> list:
                 log_append_time_ms=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset,
             )
-            answers.append(
-                ProduceResponse(
-                    responses=[TopicProduceResponse(name=topic, partition_responses=[answer])]
-                )
+            response = ProduceResponse(
+                responses=[TopicProduceResponse(name=topic, partition_responses=[answer])]
             )
-        offset += header.last_offset_delta + 1
+            if acks == -1 and leader is not None and log.high_watermark <= last_offset:
+                # acks=all in a cluster: answered once the ISR has this request's last
+                # record, each request on its own, as append_partition parks it.
+                from trio_broker.cluster.replication.delayed_produce import finish_produce
+
+                waiting = (topic, partition, last_offset + 1, leader.leader_generation, answer)
+                response = finish_produce(
+                    broker, request, response, [waiting], request.body.timeout_ms
+                )
+            answers.append(response)
+        offset = last_offset + 1
     return answers

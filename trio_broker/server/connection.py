@@ -113,10 +113,19 @@ def _may_hold(parsed: ParsedRequest, at_once: frozenset[int]) -> bool:
     return parsed.api_key == 0 and parsed.body is not None and parsed.body.acks in at_once
 
 
-def _may_batch(parsed: ParsedRequest, at_once: frozenset[int]) -> bool:
-    # As _may_hold, but never a transactional produce: in a cluster its first batch may
-    # wait for the transaction coordinator, and would hold back its batch's answers.
-    return _may_hold(parsed, at_once) and not parsed.body.transactional_id
+def _may_batch(parsed: ParsedRequest) -> bool:
+    # A produce of any valid acks, but never a transactional one: in a cluster its first
+    # batch may wait for the transaction coordinator, and would hold back its batch's
+    # answers. A batch is of produces answered at once, or (a cluster's acks=all) of
+    # produces that all wait for the ISR, never both (see _serve): an answer made at once
+    # never waits for the purgatory because of its neighbours.
+    body = parsed.body
+    return (
+        parsed.api_key == 0
+        and body is not None
+        and body.acks in AT_ONCE_ACKS_LONE
+        and not body.transactional_id
+    )
 
 
 class Connection:
@@ -430,12 +439,7 @@ class Connection:
                 # More requests already read behind this one go with it as one batch
                 # (requests.Batch): one handler wakeup, one answer, for all of them.
                 members = None
-                if (
-                    hold
-                    and reader.buffered > 4
-                    and not self.unbatched
-                    and _may_batch(parsed, at_once)
-                ):
+                if reader.buffered > 4 and not self.unbatched and _may_batch(parsed):
                     members, frames = [request], [frame]
                     while len(members) < _BATCH_MAX:
                         try:
@@ -455,7 +459,8 @@ class Connection:
                         if (
                             parsed.api_key
                             or body is None
-                            or body.acks not in at_once
+                            or (body.acks in at_once) is not hold
+                            or body.acks not in AT_ONCE_ACKS_LONE
                             or body.transactional_id
                         ):
                             after = (following, parsed)

@@ -356,3 +356,99 @@ def test_pipelined_produces_to_a_leader_answer_as_if_appended_one_by_one(cluster
             budget_s=20,
             what=f"replica {node} of piped-0",
         )
+
+
+def test_pipelined_acks_all_produces_wait_for_the_isr_together(cluster, zk_view):
+    # Consecutive acks=all produces read together are appended as one write too, each
+    # answered (in request order) once the ISR has its last record, or with its error; an
+    # acks=1 one among them is answered at once, in its place. With an ISR follower silent,
+    # every one of them times out, in order, appended and not acknowledged.
+    from wire import encode_request, read_response
+
+    from trio_broker.protocol._generated.produce_request import ProduceRequest
+    from trio_broker.protocol.record_codec import build_batch
+
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("pipedall", {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+    assert ctl.send([("pipedall", 0)])[1].error_code == 0
+    ts = 1_700_000_000_000
+
+    def batch(*values: bytes, **idempotent: int) -> bytes:
+        return build_batch([(b"k", v, (), ts) for v in values], **idempotent)
+
+    def send_together(sends: list[tuple[int, bytes]], first_cid: int, timeout_ms: int) -> list:
+        frames = [
+            encode_request(
+                ProduceRequest(
+                    acks=acks,
+                    timeout_ms=timeout_ms,
+                    topic_data=[_topic_data("pipedall", 0, records)],
+                ),
+                9,
+                first_cid + i,
+            )
+            for i, (acks, records) in enumerate(sends)
+        ]
+        host, port = cluster.brokers[1].bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            sock.sendall(b"".join(frames))
+            replies = [read_response(sock, 0, 9) for _ in sends]
+        assert [cid for cid, _ in replies] == [first_cid + i for i in range(len(sends))]
+        parts = [body.responses[0].partition_responses[0] for _, body in replies]
+        return [(p.error_code, p.base_offset) for p in parts]
+
+    corrupt = bytearray(batch(b"bad"))
+    corrupt[-1] ^= 0xFF  # the CRC no longer matches
+    i0 = batch(b"i0", producer_id=7100, producer_epoch=0, base_sequence=0)
+    answers = send_together(
+        [
+            (-1, batch(b"a0")),
+            (-1, batch(b"b0", b"b1")),
+            (-1, bytes(corrupt)),
+            (-1, batch(b"c0")),
+            (1, batch(b"x0")),  # answered at once, between two acks=all groups
+            (-1, batch(b"d0")),
+            (-1, i0),
+            (-1, i0),  # resent: a duplicate
+            (-1, batch(b"i1", producer_id=7100, producer_epoch=0, base_sequence=1)),
+        ],
+        500,
+        30000,
+    )
+    assert answers == [
+        (0, 0),
+        (0, 1),
+        (ErrorCode.CORRUPT_MESSAGE, -1),
+        (0, 3),
+        (0, 4),
+        (0, 5),
+        (0, 6),
+        (0, 6),  # the duplicate: the first one's offset, nothing appended
+        (0, 7),
+    ]
+    # Answered only once the ISR had them: the HW is past every acknowledged record.
+    assert list_offset(cluster.brokers[1].bootstrap, "pipedall", 0).offset == 8
+    leader_bytes = segment_bytes(cluster.brokers[1].log_dir, "pipedall", 0)
+    values = values_by_offset(leader_bytes)
+    assert [values[o] for o in range(8)] == [
+        b"a0", b"b0", b"b1", b"c0", b"x0", b"d0", b"i0", b"i1"
+    ]  # fmt: skip
+    for node in (2, 3):
+        eventually(
+            lambda n=node: segment_bytes(cluster.brokers[n].log_dir, "pipedall", 0) == leader_bytes,
+            budget_s=20,
+            what=f"replica {node} of pipedall-0",
+        )
+
+    # Broker 3 stops; with replica.lag.time.max.ms at its 30 s default it stays in the ISR
+    # for now, so the HW cannot pass what follows within the produces' timeout_ms.
+    cluster.brokers[3].stop()
+    answers = send_together(
+        [(-1, batch(b"e0")), (-1, batch(b"e1", b"e2")), (-1, batch(b"e3"))], 600, 500
+    )
+    assert answers == [
+        (ErrorCode.REQUEST_TIMED_OUT, 8),  # appended, not acknowledged
+        (ErrorCode.REQUEST_TIMED_OUT, 9),
+        (ErrorCode.REQUEST_TIMED_OUT, 11),
+    ]
+    assert list_offset(cluster.brokers[1].bootstrap, "pipedall", 0).offset == 8
