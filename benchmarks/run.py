@@ -43,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -309,12 +309,21 @@ def _machine_limits_once(workdir: Path, sizes: Sizes) -> dict[str, float]:
         # and no handler: (b) and (d) are bound by it, and it differs 2x between machines
         # of this project's kind, so it says what (b) and (d) can be here.
         "hops_cpu_us": measure("hops", sizes.hop_round_trips)[1],
+        # The same, paced at (d)'s rate (one client waiting for each answer, as (d)'s
+        # unbatched producer mostly does): the share of a core (d)'s produces cost before
+        # any Kafka work. Its consumer's fetches cost more on top.
+        "hops_paced_core": _paced_core(measure, sizes),
         "append_mb_s": _append_rate(workdir, volume, 0),
         "append_fsync_mb_s": _append_rate(workdir, volume, 8 * MiB),
         "append_bytes": float(volume),
         "sendfile_mb_s": sendfile_mb_s,
         "sendfile_cpu_s_gb": sendfile_cpu_s_gb,
     }
+
+
+def _paced_core(measure: Callable[..., tuple[float, float]], sizes: Sizes) -> float:
+    rate, cpu_us = measure("hops", sizes.hop_round_trips, sizes.latency_rate)
+    return rate * cpu_us / 1e6
 
 
 def _sendfile_rate(workdir: Path, nbytes: int) -> tuple[float, float]:
@@ -550,6 +559,11 @@ def build_table(results: dict[str, dict[str, float]], machine: dict[str, float])
             "machine: Trio round trip via the hops, CPU us",
             {TRIO: machine["hops_cpu_us"]},
             "{:.1f}",
+        )
+        t.add(
+            "machine: Trio hops paced at (d)'s rate, % of a core",
+            {TRIO: machine["hops_paced_core"] * 100},
+            "{:.0f}",
         )
         t.add(
             "machine: sendfile CPU s per GB sent",

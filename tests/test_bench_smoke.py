@@ -65,6 +65,7 @@ def test_smoke_trio_broker_alone_every_workload() -> None:
         "machine: append, no fsync, MB/s",
         "machine: sendfile loopback, MB/s",
         "machine: Trio round trip via the hops, CPU us",
+        "machine: Trio hops paced at (d)'s rate, % of a core",
         "(d) broker CPU while producing, % of a core",
     ):
         assert figure in rows, figure
@@ -75,6 +76,8 @@ def test_smoke_trio_broker_alone_every_workload() -> None:
     busy = float(rows["(d) broker CPU while producing, % of a core"][0].replace(",", ""))
     assert 0 < busy <= 100 * (os.cpu_count() or 1)
     assert float(rows["machine: Trio round trip via the hops, CPU us"][0]) > 0
+    paced = float(rows["machine: Trio hops paced at (d)'s rate, % of a core"][0])
+    assert 0 < paced <= 100 * (os.cpu_count() or 1)
     # A first consumer's one-time set-up (its group's offsets topic) is measured apart
     # from the per-GB consume figure, and costs the broker some CPU.
     assert float(rows["(e) broker CPU s, a first consumer's set-up"][0]) > 0
@@ -91,13 +94,19 @@ def test_smoke_side_by_side_with_tansu() -> None:
     assert rows["(c) records read back"][0] == "128"
 
 
-def test_trio_floor_measures_three_shapes():
+@pytest.mark.parametrize("pace", [[], ["--rate", "1000"]], ids=["back-to-back", "paced"])
+def test_trio_floor_measures_three_shapes(pace):
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "trio_floor.py"), "--round-trips", "300"],
+        [sys.executable, str(ROOT / "benchmarks" / "trio_floor.py"), "--round-trips", "300",
+         *pace],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     rows = {line.split()[0]: line.split()[1:] for line in out.stdout.splitlines()[1:]}
     assert set(rows) == {"direct", "hops", "broker"}
-    for rate, cpu_us in rows.values():
-        assert float(rate.replace(",", "")) > 0 and float(cpu_us) >= 0
+    for rate, cpu_us, share in rows.values():
+        rate_s = float(rate.replace(",", ""))
+        assert rate_s > 0 and float(cpu_us) >= 0 and float(share) >= 0
+        if pace:
+            # Paced: no faster than asked (300 round trips at 1,000/s take 0.3 s at least).
+            assert rate_s <= 1000 * 1.05
