@@ -129,9 +129,7 @@ def append_partition(
                 answer.current_leader.leader_epoch = leader_epoch
             return answer
         log = leader.log
-        # The cache's configs follow /config/changes; before UpdateMetadata named the
-        # topic, the ones LeaderAndIsr read.
-        configs = state.configs if state is not None else replicas.topic_configs.get(topic, {})
+        configs = _leader_configs(replicas, topic, state)
         leader_epoch = leader.leader_epoch
     else:
         log = broker.topics.get_log(topic, partition)
@@ -214,6 +212,12 @@ def _after_append(broker: Broker, log, topic: str, partition: int, result, nbyte
     broker.fetch_purgatory.wake(((topic, partition),))
     if broker.metrics is not None:
         broker.metrics.produced(topic, result.record_count, nbytes)
+
+
+def _leader_configs(replicas, topic: str, state) -> dict[str, str]:
+    """A led topic's config overrides. The metadata cache's follow /config/changes; before
+    UpdateMetadata named the topic, the ones LeaderAndIsr read."""
+    return state.configs if state is not None else replicas.topic_configs.get(topic, {})
 
 
 def _min_isr(broker: Broker, overrides: dict[str, str]) -> int:
@@ -395,9 +399,7 @@ def _batch_member(broker: Broker, replicas, request: Request) -> tuple | None:
             return None  # NOT_LEADER_OR_FOLLOWER or unknown, answered by append_partition
         if request.body.acks == -1:
             state = broker.metadata.topics.get(topic.name)
-            configs = (
-                state.configs if state is not None else replicas.topic_configs.get(topic.name, {})
-            )
+            configs = _leader_configs(replicas, topic.name, state)
             if len(leader.isr) < _min_isr(broker, configs):
                 return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
         log = leader.log
