@@ -398,8 +398,7 @@ def _batch_member(broker: Broker, replicas, request: Request) -> tuple | None:
         if leader is None:
             return None  # NOT_LEADER_OR_FOLLOWER or unknown, answered by append_partition
         if request.body.acks == -1:
-            state = broker.metadata.topics.get(topic.name)
-            configs = _leader_configs(replicas, topic.name, state)
+            configs = _leader_configs(replicas, topic.name, broker.metadata.topics.get(topic.name))
             if len(leader.isr) < _min_isr(broker, configs):
                 return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
         log = leader.log
@@ -407,13 +406,12 @@ def _batch_member(broker: Broker, replicas, request: Request) -> tuple | None:
     else:
         state = broker.metadata.topics.get(topic.name)
         log = broker.topics.get_log(topic.name, data.index)
-        if log is None or state is None or data.index not in state.partitions:
+        part_state = state.partitions.get(data.index) if state is not None else None
+        if log is None or part_state is None:
             return None
-        if request.body.acks == -1 and len(state.partitions[data.index].isr) < _min_isr(
-            broker, state.configs
-        ):
+        if request.body.acks == -1 and len(part_state.isr) < _min_isr(broker, state.configs):
             return None  # NOT_ENOUGH_REPLICAS, answered by append_partition
-        leader_epoch = state.partitions[data.index].leader_epoch
+        leader_epoch = part_state.leader_epoch
     config = log.config
     if "compact" in config.cleanup_policy:
         return None
@@ -449,6 +447,8 @@ def _append_group(broker: Broker, replicas, key: tuple, group: list) -> list:
     if replicas is None:
         log.high_watermark = log.log_end_offset  # one broker: what is appended is committed
     else:
+        from trio_broker.cluster.replication.delayed_produce import finish_produce
+
         # Nothing between the members' checks and here waits, so this is still the leader
         # those checks found (an earlier group's appends do not change who leads).
         leader = replicas.partitions[(topic, partition)]
@@ -474,8 +474,6 @@ def _append_group(broker: Broker, replicas, key: tuple, group: list) -> list:
             if acks == -1 and leader is not None and log.high_watermark <= last_offset:
                 # acks=all in a cluster: answered once the ISR has this request's last
                 # record, each request on its own, as append_partition parks it.
-                from trio_broker.cluster.replication.delayed_produce import finish_produce
-
                 waiting = (topic, partition, last_offset + 1, leader.leader_generation, answer)
                 response = finish_produce(
                     broker, request, response, [waiting], request.body.timeout_ms

@@ -26,7 +26,6 @@ followers fetch what the leader appended in one fetch. No assertion on speed.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import perf  # noqa: E402  (benchmarks/run.py)
+from run import cpu_ns, perf  # noqa: E402  (benchmarks/run.py)
 
 from trio_broker.testing import (  # noqa: E402
     ZOOKEEPER_MISSING,
@@ -48,16 +47,6 @@ PHASES = (
     ("acks=all", ["--acks", "all"]),
     ("acks=all idem.", ["--acks", "all", "--producer-prop", "enable.idempotence=true"]),
 )
-
-
-def cpu_seconds(pid: int) -> float:
-    """Run time of all of `pid`'s threads (/proc schedstat, in ns: /proc's ticks are 10 ms,
-    as much as a follower spends on a smoke run's phase)."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
 
 
 class _Bootstrap:
@@ -103,18 +92,18 @@ def run(records: int, rounds: int) -> dict[str, list[tuple[float, list[float]]]]
              "--record-size", "100", "--acks", "all")  # fmt: skip
         for _ in range(rounds):
             for name, args in PHASES:
-                before = [cpu_seconds(pid) for pid in pids]
+                before = [cpu_ns(pid) for pid in pids]
                 result = perf("produce", target, "--topic", "small",
                               "--num-records", str(records), "--record-size", "100",
                               "--linger-ms", "0", "--batch-num-messages", "1",
                               "--connections", "1", *args)  # fmt: skip
                 if result.get("errors"):
                     raise RuntimeError(f"{name}: {result['errors']} delivery errors")
-                after = [cpu_seconds(pid) for pid in pids]
+                after = [cpu_ns(pid) for pid in pids]
                 results[name].append(
                     (
                         result["records_per_s"],
-                        [(a - b) / records * 1e6 for a, b in zip(after, before, strict=True)],
+                        [(a - b) / records / 1e3 for a, b in zip(after, before, strict=True)],
                     )
                 )
     return results

@@ -51,18 +51,6 @@ from trio_broker.protocol.record_codec import build_batch  # noqa: E402
 TOPIC = "lone"
 
 
-def cpu_ns(pid: int) -> int:
-    """Nanoseconds all threads of `pid` have run (schedstat: exact, where /proc's user and
-    system times are counted in 10 ms ticks, too coarse for a few seconds of a broker)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
-    return total
-
-
 def frame(request, api_key: int, version: int, correlation_id: int) -> bytes:
     buf = bytearray(4)
     RequestHeader(
@@ -156,7 +144,7 @@ def measure(records: int, gap_us: int, spy: str = "") -> dict:
         cpu0 = 0
         for i in range(warm + records):
             if i == warm:
-                cpu0 = cpu_ns(broker.proc.pid)
+                cpu0 = run.cpu_ns(broker.proc.pid)
                 start = time.perf_counter()
             consumer.sendall(fetch(offset))
             time.sleep(gap)  # the fetch parks
@@ -167,7 +155,7 @@ def measure(records: int, gap_us: int, spy: str = "") -> dict:
             times.append(time.perf_counter() - sent)
             offset += 1
         elapsed = time.perf_counter() - start
-        cpu = (cpu_ns(broker.proc.pid) - cpu0) / 1e9
+        cpu = (run.cpu_ns(broker.proc.pid) - cpu0) / 1e9
         if spy:
             spy_proc.send_signal(2)
             spy_proc.wait(30)

@@ -103,7 +103,9 @@ _BATCH_MAX = 32
 # ISR in the purgatory; a lone broker is its own ISR and answers it at once too (the
 # default of librdkafka and the Java client).
 AT_ONCE_ACKS = frozenset({0, 1})
-AT_ONCE_ACKS_LONE = frozenset({0, 1, -1})
+# Every acks a produce may carry; any other is answered alone (INVALID_REQUIRED_ACKS).
+_VALID_ACKS = frozenset({0, 1, -1})
+AT_ONCE_ACKS_LONE = _VALID_ACKS
 
 
 def _may_hold(parsed: ParsedRequest, at_once: frozenset[int]) -> bool:
@@ -123,7 +125,7 @@ def _may_batch(parsed: ParsedRequest) -> bool:
     return (
         parsed.api_key == 0
         and body is not None
-        and body.acks in AT_ONCE_ACKS_LONE
+        and body.acks in _VALID_ACKS
         and not body.transactional_id
     )
 
@@ -460,7 +462,7 @@ class Connection:
                             parsed.api_key
                             or body is None
                             or (body.acks in at_once) is not hold
-                            or body.acks not in AT_ONCE_ACKS_LONE
+                            or body.acks not in _VALID_ACKS
                             or body.transactional_id
                         ):
                             after = (following, parsed)
