@@ -50,6 +50,16 @@ def metadata(bootstrap: str) -> Any:
         return roundtrip(sock, request_of(3, topics=None, allow_auto_topic_creation=False), 12)
 
 
+def isr_held(bootstrap: str, topic: str, partition: int) -> list[int]:
+    """The ISR of `topic-partition` in this broker's Metadata answer, sorted. On its
+    leader that is the ISR it holds: the state znode shows a leader's ISR write before the
+    leader has ZooKeeper's answer and takes it, so a test that needs the leader to act on
+    a new ISR waits for this, not the znode alone."""
+    topics = {t.name: t for t in metadata(bootstrap).topics}
+    parts = {p.partition_index: p for p in topics[topic].partitions} if topic in topics else {}
+    return sorted(parts[partition].isr_nodes) if partition in parts else []
+
+
 def view(bootstrap: str) -> tuple[str, int, list[tuple[int, str, int]]]:
     """(cluster id, controller id, [(node id, host, port)]) as this broker reports them."""
     m = metadata(bootstrap)
