@@ -55,7 +55,8 @@ class DelayedProduce:
                 _not_leader(self.broker, w)
             elif part.log.high_watermark >= w.required_offset:
                 w.done = True
-                if len(part.isr) < _min_isr(self.broker, w.topic):
+                # The maximal ISR, as the HW: every replica of it has the record.
+                if len(part.maximal_isr) < _min_isr(self.broker, w.topic):
                     w.answer.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
                     w.answer.error_message = (
                         f"The ISR {part.isr} of {w.topic}-{w.partition} shrank below "

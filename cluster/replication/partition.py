@@ -69,13 +69,29 @@ class Partition:
         self.zk_version = -1
         self.controller_epoch = -1
         self.remote: dict[int, ReplicaState] = {}
-        # An ISR change being written to ZooKeeper: no other starts until it is done, and
-        # the high watermark keeps using the ISR as it was (the larger of the two on a
-        # shrink, the smaller on an expansion: safe either way).
-        self.isr_change_in_flight = False
+        # The ISR being written to ZooKeeper (replica_manager._write_isr), None when no
+        # write is in flight: no other change starts until it is done. Until then the
+        # high watermark waits for every replica of the old ISR and of the new one (Kafka's
+        # maximal ISR, KIP-497): the znode may name a joining follower before the write's
+        # answer is here, and the controller may elect any replica the znode names, so a
+        # record the joining follower lacks may not count as committed meanwhile.
+        self.pending_isr: list[int] | None = None
         # Counts the times this broker became the leader: a delayed produce waits only as
         # long as the leadership it was appended under lasts (new epochs included).
         self.leader_generation = 0
+
+    @property
+    def isr_change_in_flight(self) -> bool:
+        return self.pending_isr is not None
+
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR, and while a change is being written, the replicas it adds (on a shrink,
+        the ISR as it was): what the high watermark and acks=all wait for."""
+        pending = self.pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + [r for r in pending if r not in self.isr]
 
     def __repr__(self) -> str:
         role = "leader" if self.is_leader else f"follower of {self.leader_id}"
@@ -131,7 +147,7 @@ class Partition:
             zk_version=zk_version,
             controller_epoch=controller_epoch,
         )
-        self.isr_change_in_flight = False
+        self.pending_isr = None
         log = self.log
         if new_epoch:
             # The epoch starts where this log ends: a follower of an older epoch truncates
@@ -169,12 +185,13 @@ class Partition:
         return self.maybe_increment_high_watermark()
 
     def maybe_increment_high_watermark(self) -> bool:
-        """HW = the smallest log end offset over the ISR; True when it moved forward."""
+        """HW = the smallest log end offset over the ISR (the maximal ISR while a change
+        is written); True when it moved forward."""
         log = self.log
         new_hw = log.log_end_offset
         if log.high_watermark == new_hw:
             return False  # at the log end already (every idle partition, each fetch)
-        for r in self.isr:
+        for r in self.isr if self.pending_isr is None else self.maximal_isr:
             if r == self.node_id:
                 continue
             replica = self.remote.get(r)
@@ -233,5 +250,5 @@ class Partition:
             controller_epoch=controller_epoch,
         )
         self.remote = {}
-        self.isr_change_in_flight = False
+        self.pending_isr = None
         return changed

@@ -1091,7 +1091,7 @@ class ReplicaManager:
                 part.isr,
                 new_isr,
             )
-            part.isr_change_in_flight = True
+            part.pending_isr = new_isr
             self.isr_expands += 1
             self.spawn(self._write_isr, part, new_isr)
 
@@ -1141,7 +1141,7 @@ class ReplicaManager:
                     out,
                     lag_ms,
                 )
-                part.isr_change_in_flight = True
+                part.pending_isr = new_isr
                 self.isr_shrinks += 1
                 self.spawn(self._write_isr, part, new_isr)
 
@@ -1379,7 +1379,10 @@ class ReplicaManager:
             logger.exception("ISR change of %s-%s failed", part.topic, part.partition)
         finally:
             if part.leader_epoch == epoch:
-                part.isr_change_in_flight = False
+                part.pending_isr = None
+                # An expansion not taken no longer holds the HW back.
+                if part.is_leader and part.maybe_increment_high_watermark():
+                    self._hw_moved(part)
 
     async def _announce_isr_changes(self) -> None:
         """The ISR changes written so far, in one sequential

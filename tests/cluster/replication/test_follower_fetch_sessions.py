@@ -15,6 +15,8 @@ answers.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -380,3 +382,50 @@ def test_consumer_sessions_never_evict_a_followers():
         cache.incremental(old.id, 1)
     assert refused.value.code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
     assert cache.incremental(new.id, 1) is new
+
+
+def test_a_joining_follower_counts_for_the_hw_before_zookeeper_answers_its_isr_write(
+    cluster, zk_view, zookeeper
+):
+    """The leader writes ISR [1, 4] once 4 has caught up, and takes it when ZooKeeper
+    answers. Until then the znode may name 4, and a controller may elect it, so the HW
+    waits for 4 as well (Kafka's maximal ISR): a record 4 lacks is not acknowledged to
+    acks=all nor readable. ZooKeeper is stopped (SIGSTOP) across that window."""
+    ctl = ControllerStub(cluster, zk_view)
+    ctl.create_topic("join", {0: [1, FAKE]})
+    ctl.elect("join", 0, 1, [1])
+    ctl.send([("join", 0)], to=[1])
+    leader = cluster.brokers[1].bootstrap
+    assert produce(leader, "join", 0, [b"a", b"b", b"c"], acks=1).error_code == 0
+
+    follower = FakeFollower(leader)
+    try:
+        follower.fetch("join", {0: 0})
+        os.kill(zookeeper.proc.pid, signal.SIGSTOP)
+        try:
+            # At the log end: 4 may join, and the leader writes the ISR (unanswered).
+            follower.fetch("join", {0: 3})
+            assert produce(leader, "join", 0, [b"d", b"e"], acks=1).error_code == 0
+            assert list_offset(leader, "join", 0).offset == 3  # 4 lacks 3-4
+            waited = produce(leader, "join", 0, [b"f"], acks=-1, timeout_ms=1000)
+            assert (waited.error_code, waited.base_offset) == (ErrorCode.REQUEST_TIMED_OUT, 5)
+            # 4 fetches them: they are committed.
+            _, parts = follower.fetch("join", {0: 6})
+            assert parts[0].high_watermark == 6
+            assert list_offset(leader, "join", 0).offset == 6
+        finally:
+            os.kill(zookeeper.proc.pid, signal.SIGCONT)
+        eventually(
+            lambda: (
+                sorted(ctl.state_znode("join", 0)[0].isr)
+                == isr_held(leader, "join", 0)
+                == [1, FAKE]
+            ),
+            budget_s=20,
+            what="the ISR written and taken",
+        )
+        assert produce(leader, "join", 0, [b"g"], acks=1).error_code == 0
+        _, parts = follower.fetch("join", {0: 7})
+        assert parts[0].high_watermark == 7
+    finally:
+        follower.close()

@@ -77,6 +77,35 @@ def test_join_needs_the_high_watermark_and_the_epoch_start(tmp_path):
     assert not part.caught_up_to_join(2)  # already in
 
 
+def test_while_an_isr_change_is_written_the_hw_waits_for_both_isrs(tmp_path):
+    # Kafka's maximal ISR (KIP-497): the znode may name a joining follower before the
+    # leader has ZooKeeper's answer, and the controller may elect it; a record it lacks
+    # is not committed meanwhile. A shrink being written keeps the old ISR's wait.
+    part, log = _leader(tmp_path, isr=(1, 2))
+    _append(log, 5, 4)
+    part.update_follower(2, 5, now_ms=1)
+    part.update_follower(3, 5, now_ms=1)
+    assert log.high_watermark == 5 and part.caught_up_to_join(3)
+    part.pending_isr = [1, 2, 3]  # the expansion is being written
+    assert part.isr_change_in_flight and part.maximal_isr == [1, 2, 3]
+    _append(log, 3, 4)
+    assert not part.update_follower(2, 8, now_ms=2)
+    assert log.high_watermark == 5  # 3 has not got 5-7
+    assert part.update_follower(3, 8, now_ms=2)
+    assert log.high_watermark == 8
+    # Written: the ISR is the new one, nothing pending.
+    part.isr, part.pending_isr = [1, 2, 3], None
+    assert not part.isr_change_in_flight and part.maximal_isr == [1, 2, 3]
+    # A shrink to [1, 2] being written: 3 still counts until it is done.
+    part.pending_isr = [1, 2]
+    assert part.maximal_isr == [1, 2, 3]
+    _append(log, 2, 4)
+    part.update_follower(2, 10, now_ms=3)
+    assert log.high_watermark == 8
+    part.isr, part.pending_isr = [1, 2], None
+    assert part.maybe_increment_high_watermark() and log.high_watermark == 10
+
+
 def test_a_new_epoch_of_the_same_leader_keeps_follower_state_a_new_leadership_does_not(
     tmp_path,
 ):
